@@ -1,0 +1,476 @@
+//! The signature catalog: TOML data files parsed, validated and compiled into one Hyperscan
+//! database plus per-signature field regexes. See python/rankwatch/catalog/SCHEMA.md.
+
+use crate::matcher::{Expression, Matcher, FLAG_CASELESS, FLAG_SINGLEMATCH};
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Cause,
+    Symptom,
+    Context,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Error,
+    Critical,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sync {
+    Seq,
+    Init,
+}
+
+pub const SUBSYSTEMS: &[&str] = &[
+    "init",
+    "bootstrap",
+    "socket",
+    "ib",
+    "p2p",
+    "shm",
+    "cuda",
+    "memory",
+    "proxy",
+    "ras",
+    "watchdog",
+    "store",
+    "elastic",
+    "xid",
+    "python",
+    "kernel",
+];
+
+pub const OUTLIER_FIELDS: &[&str] = &["subnet", "iface", "nccl_version", "cuda_driver", "transport"];
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignatureSpec {
+    id: String,
+    title: String,
+    subsystem: String,
+    role: Role,
+    severity: Severity,
+    weight: Option<u8>,
+    patterns: Vec<String>,
+    #[serde(default)]
+    caseless: bool,
+    #[serde(default)]
+    fields: Vec<String>,
+    #[serde(default)]
+    explains: Vec<String>,
+    #[serde(default)]
+    blames_outlier: Vec<String>,
+    #[serde(default)]
+    sync: Option<String>,
+    cause: Option<String>,
+    fix: Option<String>,
+    verify: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CatalogFile {
+    #[serde(default)]
+    signature: Vec<SignatureSpec>,
+}
+
+/// A validated signature, ready for use by the engine.
+#[derive(Debug, Clone, Serialize)]
+pub struct Signature {
+    pub id: String,
+    pub title: String,
+    pub subsystem: String,
+    pub role: Role,
+    pub severity: Severity,
+    pub weight: u8,
+    pub patterns: Vec<String>,
+    pub caseless: bool,
+    #[serde(skip)]
+    pub field_regexes: Vec<Regex>,
+    pub fields: Vec<String>,
+    pub explains: Vec<String>,
+    #[serde(skip)]
+    pub explains_idx: Vec<u16>,
+    pub blames_outlier: Vec<String>,
+    pub sync: Option<Sync>,
+    pub cause: String,
+    pub fix: String,
+    pub verify: String,
+    pub file: String,
+}
+
+/// Error from loading a catalog: which file, which signature and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogError {
+    pub file: String,
+    pub signature: Option<String>,
+    pub reason: String,
+}
+
+impl std::fmt::Display for CatalogError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.signature {
+            Some(id) => write!(f, "{}: signature '{}': {}", self.file, id, self.reason),
+            None => write!(f, "{}: {}", self.file, self.reason),
+        }
+    }
+}
+
+impl std::error::Error for CatalogError {}
+
+pub struct Catalog {
+    pub signatures: Vec<Signature>,
+    by_id: HashMap<String, u16>,
+    matcher: Matcher,
+    /// Hyperscan expression id -> signature index.
+    expr_sig: Vec<u16>,
+}
+
+fn err(file: &str, sig: Option<&str>, reason: impl Into<String>) -> CatalogError {
+    CatalogError {
+        file: file.to_string(),
+        signature: sig.map(str::to_string),
+        reason: reason.into(),
+    }
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+impl Catalog {
+    /// Builds a catalog from `(file name, TOML text)` pairs, validating everything.
+    pub fn from_sources(sources: &[(String, String)]) -> Result<Catalog, CatalogError> {
+        let mut signatures: Vec<Signature> = Vec::new();
+        let mut by_id: HashMap<String, u16> = HashMap::new();
+        for (file, text) in sources {
+            let parsed: CatalogFile =
+                toml::from_str(text).map_err(|e| err(file, None, e.to_string()))?;
+            for spec in parsed.signature {
+                let sig = validate(file, spec)?;
+                if let Some(prev) = by_id.get(&sig.id) {
+                    let other = &signatures[*prev as usize].file;
+                    return Err(err(
+                        file,
+                        Some(&sig.id),
+                        format!("duplicate id (already defined in {other})"),
+                    ));
+                }
+                if signatures.len() >= u16::MAX as usize {
+                    return Err(err(file, Some(&sig.id), "too many signatures"));
+                }
+                by_id.insert(sig.id.clone(), signatures.len() as u16);
+                signatures.push(sig);
+            }
+        }
+        if signatures.is_empty() {
+            return Err(err("<catalog>", None, "no signatures found"));
+        }
+        for i in 0..signatures.len() {
+            let mut idx = Vec::new();
+            for target in &signatures[i].explains {
+                match by_id.get(target) {
+                    None => {
+                        return Err(err(
+                            &signatures[i].file,
+                            Some(&signatures[i].id),
+                            format!("explains unknown signature '{target}'"),
+                        ))
+                    }
+                    Some(&t) => idx.push(t),
+                }
+            }
+            signatures[i].explains_idx = idx;
+        }
+        let mut exprs = Vec::new();
+        let mut expr_sig = Vec::new();
+        for (si, sig) in signatures.iter().enumerate() {
+            for p in &sig.patterns {
+                let flags = FLAG_SINGLEMATCH | if sig.caseless { FLAG_CASELESS } else { 0 };
+                exprs.push((p.as_str(), flags));
+                expr_sig.push(si as u16);
+            }
+        }
+        let hs_exprs: Vec<Expression> = exprs
+            .iter()
+            .enumerate()
+            .map(|(i, (p, f))| Expression {
+                pattern: p,
+                id: i as u32,
+                flags: *f,
+            })
+            .collect();
+        let matcher = Matcher::compile(&hs_exprs).map_err(|e| match e.expression {
+            Some(i) => {
+                let sig = &signatures[expr_sig[i] as usize];
+                err(
+                    &sig.file,
+                    Some(&sig.id),
+                    format!("pattern {:?} rejected by Hyperscan: {}", exprs[i].0, e.message),
+                )
+            }
+            None => err("<catalog>", None, format!("Hyperscan: {}", e.message)),
+        })?;
+        Ok(Catalog {
+            signatures,
+            by_id,
+            matcher,
+            expr_sig,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.signatures.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.signatures.is_empty()
+    }
+
+    pub fn index_of(&self, id: &str) -> Option<u16> {
+        self.by_id.get(id).copied()
+    }
+
+    pub fn matcher(&self) -> &Matcher {
+        &self.matcher
+    }
+
+    /// Converts raw Hyperscan expression ids into sorted, unique signature indexes.
+    pub fn signatures_for(&self, expr_ids: &[u32], out: &mut Vec<u16>) {
+        out.clear();
+        for &e in expr_ids {
+            out.push(self.expr_sig[e as usize]);
+        }
+        out.sort_unstable();
+        out.dedup();
+    }
+
+    /// Runs a signature's field regexes over a message and collects named groups.
+    pub fn extract_fields(&self, sig: u16, text: &str, out: &mut Vec<(String, String)>) {
+        for re in &self.signatures[sig as usize].field_regexes {
+            if let Some(caps) = re.captures(text) {
+                for name in re.capture_names().flatten() {
+                    if let Some(m) = caps.name(name) {
+                        if !out.iter().any(|(k, _)| k == name) {
+                            out.push((name.to_string(), m.as_str().to_string()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
+    let id = s.id.clone();
+    let e = |reason: String| err(file, Some(&id), reason);
+    if !valid_id(&s.id) {
+        return Err(e("id must be lowercase letters, digits and '_'".into()));
+    }
+    if s.title.trim().is_empty() {
+        return Err(e("title is empty".into()));
+    }
+    if !SUBSYSTEMS.contains(&s.subsystem.as_str()) {
+        return Err(e(format!(
+            "unknown subsystem '{}' (expected one of {})",
+            s.subsystem,
+            SUBSYSTEMS.join(", ")
+        )));
+    }
+    if s.patterns.is_empty() {
+        return Err(e("no patterns".into()));
+    }
+    let mut seen = HashSet::new();
+    for p in &s.patterns {
+        if p.is_empty() {
+            return Err(e("empty pattern".into()));
+        }
+        if !seen.insert(p) {
+            return Err(e(format!("pattern {p:?} listed twice")));
+        }
+    }
+    let mut field_regexes = Vec::new();
+    for f in &s.fields {
+        let re = Regex::new(f).map_err(|x| e(format!("field regex {f:?} is invalid: {x}")))?;
+        if re.capture_names().flatten().next().is_none() {
+            return Err(e(format!("field regex {f:?} has no named group")));
+        }
+        field_regexes.push(re);
+    }
+    for o in &s.blames_outlier {
+        if !OUTLIER_FIELDS.contains(&o.as_str()) {
+            return Err(e(format!(
+                "blames_outlier '{o}' is not one of {}",
+                OUTLIER_FIELDS.join(", ")
+            )));
+        }
+    }
+    let sync = match s.sync.as_deref() {
+        None | Some("") => None,
+        Some("seq") => Some(Sync::Seq),
+        Some("init") => Some(Sync::Init),
+        Some(other) => return Err(e(format!("sync '{other}' is not 'seq' or 'init'"))),
+    };
+    if s.role != Role::Context {
+        for (name, v) in [("cause", &s.cause), ("fix", &s.fix), ("verify", &s.verify)] {
+            if v.as_deref().map(str::trim).unwrap_or("").is_empty() {
+                return Err(e(format!("'{name}' text is required for a {:?}", s.role)));
+            }
+        }
+    }
+    let weight = s.weight.unwrap_or(match s.role {
+        Role::Cause => 50,
+        Role::Symptom => 10,
+        Role::Context => 0,
+    });
+    if weight > 100 {
+        return Err(e(format!("weight {weight} is above 100")));
+    }
+    Ok(Signature {
+        id: s.id,
+        title: s.title,
+        subsystem: s.subsystem,
+        role: s.role,
+        severity: s.severity,
+        weight,
+        patterns: s.patterns,
+        caseless: s.caseless,
+        field_regexes,
+        fields: s.fields,
+        explains: s.explains,
+        explains_idx: Vec::new(),
+        blames_outlier: s.blames_outlier,
+        sync,
+        cause: s.cause.unwrap_or_default(),
+        fix: s.fix.unwrap_or_default(),
+        verify: s.verify.unwrap_or_default(),
+        file: file.to_string(),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub const SMALL: &str = r#"
+[[signature]]
+id = "sock_connect"
+title = "connect failed"
+subsystem = "socket"
+role = "cause"
+severity = "error"
+weight = 60
+patterns = ['[Cc]onnect to \S+ failed : ']
+fields = ['[Cc]onnect to (?P<peer_addr>[0-9.]+)<\d+> failed : (?P<error>.+)']
+explains = ["timeout"]
+blames_outlier = ["subnet"]
+cause = "c"
+fix = "f"
+verify = "v"
+
+[[signature]]
+id = "timeout"
+title = "watchdog timeout"
+subsystem = "watchdog"
+role = "symptom"
+severity = "error"
+patterns = ['Watchdog caught collective operation timeout']
+fields = ['SeqNum=(?P<seq>\d+)']
+sync = "seq"
+cause = "c"
+fix = "f"
+verify = "v"
+
+[[signature]]
+id = "socket_using"
+title = "socket interface"
+subsystem = "init"
+role = "context"
+severity = "info"
+patterns = ['^NET/Socket ?: Using']
+fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
+"#;
+
+    pub fn small() -> Catalog {
+        Catalog::from_sources(&[("small.toml".into(), SMALL.into())]).unwrap()
+    }
+
+    #[test]
+    fn loads_and_classifies() {
+        let c = small();
+        assert_eq!(c.len(), 3);
+        let mut s = c.matcher().scratch();
+        let mut ids = Vec::new();
+        c.matcher().scan_into(
+            b"socketStartConnect: Connect to 172.17.0.1<39275> failed : Network is unreachable",
+            &mut s,
+            &mut ids,
+        );
+        let mut sigs = Vec::new();
+        c.signatures_for(&ids, &mut sigs);
+        assert_eq!(sigs, vec![c.index_of("sock_connect").unwrap()]);
+        let mut f = Vec::new();
+        c.extract_fields(
+            sigs[0],
+            "Connect to 172.17.0.1<39275> failed : Network is unreachable",
+            &mut f,
+        );
+        assert_eq!(f[0], ("peer_addr".into(), "172.17.0.1".into()));
+        assert_eq!(
+            c.signatures[sigs[0] as usize].explains_idx,
+            vec![c.index_of("timeout").unwrap()]
+        );
+    }
+
+    fn load_err(text: &str) -> CatalogError {
+        Catalog::from_sources(&[("bad.toml".into(), text.into())])
+            .err()
+            .unwrap()
+    }
+
+    #[test]
+    fn rejects_unknown_explains_target() {
+        let e = load_err(&SMALL.replace("explains = [\"timeout\"]", "explains = [\"nope\"]"));
+        assert_eq!(e.signature.as_deref(), Some("sock_connect"));
+        assert!(e.reason.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn rejects_duplicate_ids() {
+        let twice = format!("{SMALL}\n{}", &SMALL[SMALL.find("[[signature]]\nid = \"timeout\"").unwrap()..]);
+        let e = load_err(&twice);
+        assert!(e.reason.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn rejects_bad_field_regex_and_hyperscan_pattern() {
+        let e = load_err(&SMALL.replace("SeqNum=(?P<seq>\\d+)", "SeqNum=(?P<seq>\\d+"));
+        assert_eq!(e.signature.as_deref(), Some("timeout"));
+        let e = load_err(&SMALL.replace(
+            "'Watchdog caught collective operation timeout'",
+            "'(?<=x)Watchdog'",
+        ));
+        assert_eq!(e.signature.as_deref(), Some("timeout"));
+        assert!(e.reason.contains("Hyperscan"), "{e}");
+    }
+
+    #[test]
+    fn rejects_unknown_keys_and_enums() {
+        let e = load_err(&SMALL.replace("weight = 60", "wieght = 60"));
+        assert!(e.reason.contains("wieght"), "{e}");
+        let e = load_err(&SMALL.replace("subsystem = \"socket\"", "subsystem = \"sockets\""));
+        assert!(e.reason.contains("sockets"), "{e}");
+    }
+}

@@ -1,0 +1,801 @@
+//! The engine: streams of bytes in, per-job state updated line by line, diagnoses out.
+//! Callers own I/O and time; the engine owns everything that touches every line.
+
+use crate::catalog::{Catalog, Role, Sync};
+use crate::correlate::{self, Diagnosis};
+use crate::job::{ContextObs, Hit, Job, LineRef, SourceKey, SyncObs, CONTEXT_FIELDS};
+use crate::matcher::Scratch;
+use crate::prefix::{peel, Level, Producer};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub ring_lines: usize,
+    pub ring_bytes: usize,
+    pub memory_budget_bytes: usize,
+    pub settle_ms: i64,
+    pub incident_horizon_ms: i64,
+    pub max_wait_ms: i64,
+    pub max_line_bytes: usize,
+    pub preceding_lines: usize,
+    pub max_hits_per_job: usize,
+    pub hits_per_source_signature: u32,
+    pub default_year: i32,
+    pub clock_uncertainty_ms: i64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ring_lines: 256,
+            ring_bytes: 64 * 1024,
+            memory_budget_bytes: 1 << 30,
+            settle_ms: 5_000,
+            incident_horizon_ms: 20 * 60_000,
+            max_wait_ms: 30_000,
+            max_line_bytes: 16 * 1024,
+            preceding_lines: 100,
+            max_hits_per_job: 200_000,
+            hits_per_source_signature: 4,
+            default_year: 2026,
+            clock_uncertainty_ms: 1_500,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub lines: u64,
+    pub bytes: u64,
+    pub blank_lines: u64,
+    pub truncated_lines: u64,
+    pub invalid_utf8_lines: u64,
+    pub signature_hits: u64,
+    pub hits_by_signature: HashMap<u16, u64>,
+    pub unclassified_errors: u64,
+    pub dropped_hits: u64,
+    pub jobs_evicted: u64,
+    pub ring_shrinks: u64,
+    pub diagnoses_emitted: u64,
+    pub memory_bytes: usize,
+    pub peak_memory_bytes: usize,
+}
+
+/// Identity a caller knows about a stream before reading it.
+#[derive(Debug, Clone, Default)]
+pub struct StreamHints {
+    pub source_key: Option<String>,
+    pub rank: Option<u32>,
+    pub local_rank: Option<u16>,
+    pub host: Option<String>,
+}
+
+struct Stream {
+    job: String,
+    origin: Arc<str>,
+    hints: StreamHints,
+    key: Option<SourceKey>,
+    partial: Vec<u8>,
+    cri_buf: String,
+    line_no: u64,
+    last_source: Option<u32>,
+    after_last_error: bool,
+    in_traceback: bool,
+    record: Vec<String>,
+    open_hit: Option<usize>,
+}
+
+pub struct Engine {
+    catalog: Arc<Catalog>,
+    scratch: Scratch,
+    pub cfg: Config,
+    jobs: HashMap<String, Job>,
+    streams: HashMap<u64, Stream>,
+    next_stream: u64,
+    tick: u64,
+    pub stats: Stats,
+    pending: Vec<Diagnosis>,
+    expr_buf: Vec<u32>,
+    sig_buf: Vec<u16>,
+    wall_ms: i64,
+}
+
+const MAX_RECORD_LINES: usize = 40;
+
+fn is_exception_line(msg: &str) -> bool {
+    // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback.
+    let head = msg.split(':').next().unwrap_or("");
+    !head.is_empty()
+        && !head.contains(' ')
+        && (head.ends_with("Error")
+            || head.ends_with("Exception")
+            || head.ends_with("Interrupt")
+            || head.ends_with("Exit")
+            || head.ends_with("Failure"))
+        && head
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')
+}
+
+fn is_continuation(msg: &str, stream: &Stream) -> bool {
+    let b = msg.as_bytes();
+    if b.first().is_some_and(|c| *c == b' ' || *c == b'\t') {
+        return true;
+    }
+    if stream.after_last_error {
+        return true;
+    }
+    msg.starts_with("frame #")
+        || msg.starts_with("Exception raised from ")
+        || msg.starts_with("Last error:")
+        || msg.starts_with("During handling of the above exception")
+        || msg.starts_with("The above exception was the direct cause")
+        || (stream.in_traceback && is_exception_line(msg))
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.char_indices().peekable();
+    while let Some((_, c)) = it.next() {
+        if c == '\x1b' {
+            if it.peek().map(|(_, c)| *c) == Some('[') {
+                it.next();
+                for (_, c) in it.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Engine {
+    pub fn new(catalog: Arc<Catalog>, cfg: Config) -> Engine {
+        let scratch = catalog.matcher().scratch();
+        Engine {
+            catalog,
+            scratch,
+            cfg,
+            jobs: HashMap::new(),
+            streams: HashMap::new(),
+            next_stream: 1,
+            tick: 0,
+            stats: Stats::default(),
+            pending: Vec::new(),
+            expr_buf: Vec::new(),
+            sig_buf: Vec::new(),
+            wall_ms: 0,
+        }
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub fn open_stream(&mut self, job: &str, origin: &str, hints: StreamHints) -> u64 {
+        let id = self.next_stream;
+        self.next_stream += 1;
+        let key = if let Some(k) = &hints.source_key {
+            Some(SourceKey::Hint(Arc::from(format!("{job}\u{0}{k}").as_str())))
+        } else {
+            hints.rank.map(SourceKey::Rank)
+        };
+        self.streams.insert(
+            id,
+            Stream {
+                job: job.to_string(),
+                origin: Arc::from(origin),
+                hints,
+                key,
+                partial: Vec::new(),
+                cri_buf: String::new(),
+                line_no: 0,
+                last_source: None,
+                after_last_error: false,
+                in_traceback: false,
+                record: Vec::new(),
+                open_hit: None,
+            },
+        );
+        id
+    }
+
+    /// Feeds a chunk of bytes of a stream; complete lines are processed, a trailing partial
+    /// line is kept for the next chunk.
+    pub fn feed(&mut self, stream_id: u64, data: &[u8], ingest_ms: Option<i64>) -> bool {
+        let Some(mut st) = self.streams.remove(&stream_id) else {
+            return false;
+        };
+        let mut job = self.take_job(&st.job);
+        self.stats.bytes += data.len() as u64;
+        job.bytes_in += data.len() as u64;
+        let mut start = 0;
+        if !st.partial.is_empty() {
+            match memchr::memchr(b'\n', data) {
+                Some(nl) => {
+                    let mut line = std::mem::take(&mut st.partial);
+                    line.extend_from_slice(&data[..nl]);
+                    self.raw_line(&mut job, &mut st, &line, ingest_ms, None);
+                    start = nl + 1;
+                }
+                None => {
+                    st.partial.extend_from_slice(data);
+                    self.cap_partial(&mut st);
+                    self.put_back(job, st, stream_id);
+                    return true;
+                }
+            }
+        }
+        let rest = &data[start..];
+        let mut pos = 0;
+        for nl in memchr::memchr_iter(b'\n', rest) {
+            self.raw_line(&mut job, &mut st, &rest[pos..nl], ingest_ms, None);
+            pos = nl + 1;
+        }
+        if pos < rest.len() {
+            st.partial.extend_from_slice(&rest[pos..]);
+            self.cap_partial(&mut st);
+        }
+        self.put_back(job, st, stream_id);
+        true
+    }
+
+    /// Feeds one complete line with its own event time (from a record envelope).
+    pub fn feed_line(
+        &mut self,
+        stream_id: u64,
+        line: &[u8],
+        event_ms: Option<i64>,
+        ingest_ms: Option<i64>,
+    ) -> bool {
+        let Some(mut st) = self.streams.remove(&stream_id) else {
+            return false;
+        };
+        let mut job = self.take_job(&st.job);
+        self.stats.bytes += line.len() as u64 + 1;
+        job.bytes_in += line.len() as u64 + 1;
+        for part in line.split(|c| *c == b'\n') {
+            self.raw_line(&mut job, &mut st, part, ingest_ms, event_ms);
+        }
+        self.put_back(job, st, stream_id);
+        true
+    }
+
+    fn cap_partial(&mut self, st: &mut Stream) {
+        // A "line" that never ends is cut into pieces rather than buffered without bound.
+        if st.partial.len() > self.cfg.max_line_bytes * 4 {
+            let p = std::mem::take(&mut st.partial);
+            let mut job = self.take_job(&st.job);
+            self.raw_line(&mut job, st, &p, None, None);
+            let name = st.job.clone();
+            self.jobs.insert(name, job);
+        }
+    }
+
+    fn take_job(&mut self, name: &str) -> Job {
+        self.tick += 1;
+        let mut job = self
+            .jobs
+            .remove(name)
+            .unwrap_or_else(|| Job::new(name, self.cfg.ring_lines));
+        job.last_activity = self.tick;
+        job
+    }
+
+    fn put_back(&mut self, job: Job, st: Stream, id: u64) {
+        let name = st.job.clone();
+        self.streams.insert(id, st);
+        self.jobs.insert(name.clone(), job);
+        self.enforce_budget(&name);
+    }
+
+    pub fn close_stream(&mut self, stream_id: u64) {
+        if let Some(mut st) = self.streams.remove(&stream_id) {
+            if !st.partial.is_empty() || !st.cri_buf.is_empty() {
+                let mut job = self.take_job(&st.job);
+                let p = std::mem::take(&mut st.partial);
+                if !p.is_empty() {
+                    self.raw_line(&mut job, &mut st, &p, None, None);
+                }
+                if !st.cri_buf.is_empty() {
+                    let text = std::mem::take(&mut st.cri_buf);
+                    self.text_line(&mut job, &mut st, &text, None, None);
+                }
+                self.jobs.insert(st.job.clone(), job);
+            }
+        }
+    }
+
+    fn raw_line(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        raw: &[u8],
+        ingest_ms: Option<i64>,
+        event_ms: Option<i64>,
+    ) {
+        let mut raw = raw;
+        if raw.last() == Some(&b'\r') {
+            raw = &raw[..raw.len() - 1];
+        }
+        // Progress bars rewrite a line with '\r': keep what was displayed last.
+        if let Some(p) = memchr::memrchr(b'\r', raw) {
+            raw = &raw[p + 1..];
+        }
+        if raw.len() > self.cfg.max_line_bytes {
+            self.stats.truncated_lines += 1;
+            let mut cut = self.cfg.max_line_bytes;
+            while cut > 0 && (raw[cut] & 0xC0) == 0x80 {
+                cut -= 1;
+            }
+            raw = &raw[..cut];
+        }
+        match std::str::from_utf8(raw) {
+            Ok(s) => self.text_line(job, st, s, ingest_ms, event_ms),
+            Err(_) => {
+                self.stats.invalid_utf8_lines += 1;
+                let s = String::from_utf8_lossy(raw).into_owned();
+                self.text_line(job, st, &s, ingest_ms, event_ms);
+            }
+        }
+    }
+
+    fn text_line(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        line: &str,
+        ingest_ms: Option<i64>,
+        event_ms: Option<i64>,
+    ) {
+        st.line_no += 1;
+        if line.trim().is_empty() {
+            self.stats.blank_lines += 1;
+            return;
+        }
+        let cleaned;
+        let line = if line.as_bytes().contains(&0x1b) {
+            cleaned = strip_ansi(line);
+            cleaned.as_str()
+        } else {
+            line
+        };
+        let meta = peel(line, self.cfg.default_year);
+        if meta.cri {
+            let content = &line[meta.msg_start..];
+            if meta.cri_partial {
+                if st.cri_buf.len() < self.cfg.max_line_bytes {
+                    st.cri_buf.push_str(content);
+                }
+                return;
+            }
+            let joined = if st.cri_buf.is_empty() {
+                content.to_string()
+            } else {
+                let mut j = std::mem::take(&mut st.cri_buf);
+                j.push_str(content);
+                j
+            };
+            st.line_no -= 1;
+            return self.text_line(job, st, &joined, ingest_ms.or(meta.ts_ms), event_ms);
+        }
+        self.stats.lines += 1;
+        job.lines += 1;
+        job.seq += 1;
+        let seq = job.seq;
+        let msg = &line[meta.msg_start..];
+        let continuation = is_continuation(msg, st);
+
+        // Route the line to a source.
+        let host_name = meta.host(line).or(st.hints.host.as_deref());
+        let host = host_name.map(|h| job.host_id(h));
+        if let (Some(h), Some(_)) = (host, meta.host) {
+            if matches!(meta.producer, Producer::Nccl) {
+                job.stream_hosts.entry(st.origin.clone()).or_insert(h);
+            }
+        }
+        let src = if let Some(k) = &st.key {
+            if let Some(l) = meta.local_rank {
+                job.source_for(SourceKey::StreamLocal(st.origin.clone(), l), &st.origin)
+            } else {
+                job.source_for(k.clone(), &st.origin)
+            }
+        } else if let Some(l) = meta.local_rank {
+            job.source_for(SourceKey::StreamLocal(st.origin.clone(), l), &st.origin)
+        } else if let Some(r) = meta.grank {
+            job.source_for(SourceKey::Rank(r), &st.origin)
+        } else if let (Some(h), Some(p), Producer::Nccl) = (host, meta.pid, meta.producer) {
+            job.source_for(SourceKey::HostPid(h, p), &st.origin)
+        } else if continuation && st.last_source.is_some() {
+            st.last_source.unwrap_or_default()
+        } else {
+            job.source_for(SourceKey::Stream(st.origin.clone()), &st.origin)
+        };
+        st.last_source = Some(src);
+
+        // Learn identity.
+        {
+            let needs_index;
+            {
+                let s = &mut job.sources[src as usize];
+                if s.host.is_none() && !matches!(meta.producer, Producer::Kernel | Producer::Syslog)
+                {
+                    s.host = host;
+                }
+                if meta.producer == Producer::Nccl && s.pid.is_none() {
+                    s.pid = meta.pid;
+                }
+                if s.local_rank.is_none() {
+                    s.local_rank = meta.local_rank.or(st.hints.local_rank);
+                }
+                if s.rank.is_none() {
+                    s.rank = meta.grank.or(st.hints.rank);
+                    needs_index = s.rank;
+                } else {
+                    needs_index = None;
+                }
+            }
+            if let Some(r) = needs_index {
+                job.index_rank(src, r);
+            }
+        }
+
+        // Time: printed on the line, else the record's, else carried from the source.
+        let (ts, exact) = match meta.ts_ms.or(event_ms) {
+            Some(t) => (Some(t), true),
+            None => (job.sources[src as usize].last_ts.or(ingest_ms), false),
+        };
+        if let Some(t) = ts {
+            let s = &mut job.sources[src as usize];
+            if exact {
+                s.last_ts = Some(t);
+                if s.first_ts.is_none() {
+                    s.first_ts = Some(t);
+                }
+                job.max_event_ms = Some(job.max_event_ms.map_or(t, |m| m.max(t)));
+            }
+        }
+
+        // Level, traceback and record tracking.
+        let mut level = meta.level;
+        if msg.starts_with("Traceback (most recent call last):") {
+            level = level.max(Level::Error);
+            st.in_traceback = true;
+        } else if st.in_traceback && !continuation {
+            st.in_traceback = false;
+        }
+        if st.in_traceback && is_exception_line(msg) {
+            level = level.max(Level::Error);
+        }
+        st.after_last_error = msg.trim_end() == "Last error:";
+        if continuation {
+            if st.record.len() < MAX_RECORD_LINES {
+                st.record.push(line.to_string());
+            }
+            if let Some(h) = st.open_hit {
+                if let Some(hit) = job.hits.get_mut(h) {
+                    if hit.record.len() < MAX_RECORD_LINES {
+                        hit.record.push(line.to_string());
+                    }
+                }
+            }
+        } else {
+            st.record.clear();
+            st.record.push(line.to_string());
+            st.open_hit = None;
+        }
+
+        // Remember the line.
+        {
+            let ring_lines = job.ring_lines;
+            let s = &mut job.sources[src as usize];
+            let before = s.ring.bytes();
+            s.ring
+                .push(seq, ts, continuation, line, ring_lines, self.cfg.ring_bytes);
+            let after = s.ring.bytes();
+            s.lines += 1;
+            s.last_seq = seq;
+            if level >= Level::Warn && s.first_warn.is_none() {
+                s.first_warn = Some(LineRef {
+                    seq,
+                    ts_ms: ts,
+                    text: line.to_string(),
+                });
+            }
+            if level >= Level::Error && s.first_error.is_none() {
+                s.first_error = Some(LineRef {
+                    seq,
+                    ts_ms: ts,
+                    text: line.to_string(),
+                });
+            }
+            job.mem_bytes = (job.mem_bytes + after).saturating_sub(before);
+            self.stats.memory_bytes = (self.stats.memory_bytes + after).saturating_sub(before);
+        }
+
+        // Classify.
+        self.expr_buf.clear();
+        let catalog = self.catalog.clone();
+        catalog
+            .matcher()
+            .scan_into(msg.as_bytes(), &mut self.scratch, &mut self.expr_buf);
+        let mut opened = false;
+        if !self.expr_buf.is_empty() {
+            let mut sigs = std::mem::take(&mut self.sig_buf);
+            catalog.signatures_for(&self.expr_buf, &mut sigs);
+            for &sig in &sigs {
+                self.stats.signature_hits += 1;
+                *self.stats.hits_by_signature.entry(sig).or_default() += 1;
+                let spec = &catalog.signatures[sig as usize];
+                let mut fields = Vec::new();
+                catalog.extract_fields(sig, msg, &mut fields);
+                self.learn_from_fields(job, src, sig, &fields, line, seq, ts, exact, st);
+                if spec.role != Role::Context {
+                    opened = true;
+                    let hit = Hit {
+                        sig: Some(sig),
+                        source: src,
+                        seq,
+                        line_no: st.line_no,
+                        ts_ms: ts,
+                        ts_exact: exact,
+                        ingest_ms,
+                        text: line.to_string(),
+                        origin: st.origin.clone(),
+                        fields,
+                        record: st.record.clone(),
+                        incident: u32::MAX,
+                    };
+                    if let Some(i) = self.add_hit(job, hit, spec.role == Role::Cause) {
+                        st.open_hit = Some(i);
+                    }
+                }
+            }
+            self.sig_buf = sigs;
+        }
+        if !opened && level >= Level::Error && !continuation {
+            self.stats.unclassified_errors += 1;
+            let s = &mut job.sources[src as usize];
+            s.unclassified += 1;
+            if s.unclassified <= 2 {
+                let hit = Hit {
+                    sig: None,
+                    source: src,
+                    seq,
+                    line_no: st.line_no,
+                    ts_ms: ts,
+                    ts_exact: exact,
+                    ingest_ms,
+                    text: line.to_string(),
+                    origin: st.origin.clone(),
+                    fields: Vec::new(),
+                    record: st.record.clone(),
+                    incident: u32::MAX,
+                };
+                if let Some(i) = self.add_hit(job, hit, false) {
+                    st.open_hit = Some(i);
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn learn_from_fields(
+        &mut self,
+        job: &mut Job,
+        src: u32,
+        sig: u16,
+        fields: &[(String, String)],
+        line: &str,
+        seq: u64,
+        ts: Option<i64>,
+        exact: bool,
+        st: &Stream,
+    ) {
+        let spec = &self.catalog.signatures[sig as usize];
+        let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        if spec.role == Role::Context {
+            if let Some(d) = get("cuda_dev").and_then(|v| v.parse::<u16>().ok()) {
+                job.sources[src as usize].cuda_dev = Some(d);
+            }
+            if let Some(b) = get("bus_id") {
+                job.sources[src as usize].bus_id = Some(b.trim_start_matches("0x").to_lowercase());
+            }
+            if let (Some(r), Some(n)) = (
+                get("rank").and_then(|v| v.parse::<u32>().ok()),
+                get("nranks").and_then(|v| v.parse::<u32>().ok()),
+            ) {
+                job.learn_rank(src, r, n);
+            }
+            let host = job.source_host(src);
+            for &f in CONTEXT_FIELDS {
+                let Some(v) = get(f) else { continue };
+                if let (Some(h), "ip") = (host, f) {
+                    job.ip_host.entry(v.to_string()).or_insert(h);
+                }
+                let weight = spec.weight;
+                let replace = match job.context.get(&(f, src)) {
+                    None => true,
+                    Some(o) => self.catalog.signatures[o.sig as usize].weight < weight,
+                };
+                if replace {
+                    job.context.insert(
+                        (f, src),
+                        ContextObs {
+                            value: v.to_string(),
+                            source: src,
+                            seq,
+                            ts_ms: ts,
+                            line: line.to_string(),
+                            origin: st.origin.clone(),
+                            line_no: st.line_no,
+                            sig,
+                        },
+                    );
+                }
+            }
+        }
+        if let (Some(sync), Some(t), true) = (spec.sync, ts, exact) {
+            if let Some(host) = job.source_host(src) {
+                let key = match sync {
+                    Sync::Seq => get("seq").and_then(|v| v.parse::<u64>().ok()),
+                    Sync::Init => Some(0),
+                };
+                if let Some(key) = key {
+                    if job.sync.len() < 200_000 {
+                        job.sync.push(SyncObs {
+                            sig,
+                            key,
+                            host,
+                            ts_ms: t,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn add_hit(&mut self, job: &mut Job, mut hit: Hit, is_cause: bool) -> Option<usize> {
+        let count = job.hit_counts.entry((hit.source, hit.sig)).or_default();
+        *count += 1;
+        if *count > self.cfg.hits_per_source_signature || job.hits.len() >= self.cfg.max_hits_per_job
+        {
+            job.dropped_hits += 1;
+            self.stats.dropped_hits += 1;
+            return None;
+        }
+        if is_cause && job.sources[hit.source as usize].snapshot.is_none() {
+            let snap = job.sources[hit.source as usize]
+                .ring
+                .before(hit.seq, self.cfg.preceding_lines);
+            let bytes: usize = snap.iter().map(|l| l.text.len() + 48).sum();
+            job.mem_bytes += bytes;
+            self.stats.memory_bytes += bytes;
+            job.sources[hit.source as usize].snapshot = Some(snap);
+        }
+        let idx = job.hits.len();
+        let bytes = hit.approx_bytes();
+        job.mem_bytes += bytes;
+        self.stats.memory_bytes += bytes;
+        hit.incident = correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
+        job.hits.push(hit);
+        Some(idx)
+    }
+
+    fn now_wall(&self) -> i64 {
+        self.wall_ms
+    }
+
+    /// Keeps total memory under the budget: idle jobs are finalized and evicted (least recently
+    /// active first); if one job alone is over, its rings are halved.
+    fn enforce_budget(&mut self, active: &str) {
+        self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
+        if self.stats.memory_bytes <= self.cfg.memory_budget_bytes {
+            return;
+        }
+        let mut order: Vec<(u64, String)> = self
+            .jobs
+            .iter()
+            .filter(|(n, _)| n.as_str() != active)
+            .map(|(n, j)| (j.last_activity, n.clone()))
+            .collect();
+        order.sort();
+        for (_, name) in order {
+            if self.stats.memory_bytes <= self.cfg.memory_budget_bytes {
+                return;
+            }
+            if let Some(job) = self.jobs.remove(&name) {
+                let mut job = job;
+                let diags = correlate::diagnose_ready(&mut job, &self.catalog, &self.cfg, i64::MAX, true);
+                self.pending.extend(diags);
+                self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(job.mem_bytes);
+                self.stats.jobs_evicted += 1;
+            }
+        }
+        while self.stats.memory_bytes > self.cfg.memory_budget_bytes {
+            let Some(job) = self.jobs.get_mut(active) else {
+                return;
+            };
+            if job.ring_lines <= 8 {
+                return;
+            }
+            job.ring_lines /= 2;
+            self.stats.ring_shrinks += 1;
+            let mut freed = 0usize;
+            for s in &mut job.sources {
+                let before = s.ring.bytes();
+                s.ring.shrink_to(job.ring_lines);
+                freed += before - s.ring.bytes();
+            }
+            job.mem_bytes = job.mem_bytes.saturating_sub(freed);
+            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(freed);
+        }
+    }
+
+    /// Diagnoses whose incidents are ready (event-time watermark past start + settle, or
+    /// waited `max_wait_ms` of wall time) and new or changed since last published.
+    pub fn poll(&mut self, now_wall_ms: i64) -> Vec<Diagnosis> {
+        self.wall_ms = now_wall_ms;
+        let mut out = std::mem::take(&mut self.pending);
+        for job in self.jobs.values_mut() {
+            out.extend(correlate::diagnose_ready(
+                job,
+                &self.catalog,
+                &self.cfg,
+                now_wall_ms,
+                false,
+            ));
+        }
+        self.stats.diagnoses_emitted += out.len() as u64;
+        out
+    }
+
+    /// Every incident of every job, diagnosed now (end of input).
+    pub fn finish(&mut self) -> Vec<Diagnosis> {
+        let ids: Vec<u64> = self.streams.keys().copied().collect();
+        for id in ids {
+            self.close_stream(id);
+        }
+        let mut out = std::mem::take(&mut self.pending);
+        let mut names: Vec<String> = self.jobs.keys().cloned().collect();
+        names.sort();
+        for n in names {
+            if let Some(job) = self.jobs.get_mut(&n) {
+                out.extend(correlate::diagnose_ready(
+                    job,
+                    &self.catalog,
+                    &self.cfg,
+                    i64::MAX,
+                    true,
+                ));
+            }
+        }
+        self.stats.diagnoses_emitted += out.len() as u64;
+        out
+    }
+
+    pub fn job_names(&self) -> Vec<String> {
+        self.jobs.keys().cloned().collect()
+    }
+
+    /// Forgets a job entirely (after its final diagnosis, or when told to).
+    pub fn drop_job(&mut self, name: &str) {
+        if let Some(j) = self.jobs.remove(name) {
+            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(j.mem_bytes);
+        }
+    }
+
+    pub fn job_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn incident_count(&self) -> usize {
+        self.jobs.values().map(|j| j.incidents.len()).sum()
+    }
+}
+

@@ -1,0 +1,308 @@
+//! Per-job state: the processes (sources) seen, their rings, identity maps (host+pid -> rank,
+//! host+local rank -> rank, address -> host), context observations, clock-sync observations
+//! and the signature hits that correlation works from.
+
+use crate::ring::{Ring, RingLine};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub type HostId = u32;
+
+/// How lines are routed to a source (one process, as far as the logs let us tell).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SourceKey {
+    /// Given by the caller (a per-rank file, a torchrun log-dir folder, a record's rank).
+    Hint(Arc<str>),
+    /// `[defaultN]:` inside one stream (per-node console files).
+    StreamLocal(Arc<str>, u16),
+    /// `[rankN]:` global rank prefix in a mixed stream.
+    Rank(u32),
+    /// NCCL `host:pid` in a mixed stream.
+    HostPid(HostId, u32),
+    /// Lines of a stream that carry no identity of their own (agent output, plain text).
+    Stream(Arc<str>),
+}
+
+#[derive(Debug, Clone)]
+pub struct LineRef {
+    pub seq: u64,
+    pub ts_ms: Option<i64>,
+    pub text: String,
+}
+
+#[derive(Debug, Default)]
+pub struct Source {
+    pub origin: Arc<str>,
+    pub host: Option<HostId>,
+    pub pid: Option<u32>,
+    pub local_rank: Option<u16>,
+    /// Rank stated by a hint or a `[rankN]:` prefix.
+    pub rank: Option<u32>,
+    /// (rank, nranks) from the NCCL communicator init line with the largest nranks.
+    pub init_rank: Option<(u32, u32)>,
+    pub cuda_dev: Option<u16>,
+    pub bus_id: Option<String>,
+    pub ring: Ring,
+    pub lines: u64,
+    pub last_seq: u64,
+    pub first_ts: Option<i64>,
+    pub last_ts: Option<i64>,
+    pub first_warn: Option<LineRef>,
+    pub first_error: Option<LineRef>,
+    /// Lines that preceded this source's first cause hit, kept when the hit happened.
+    pub snapshot: Option<Vec<RingLine>>,
+    pub unclassified: u32,
+}
+
+impl Source {
+    pub fn stated_rank(&self) -> Option<u32> {
+        self.rank.or(self.init_rank.map(|(r, _)| r))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Hit {
+    /// Catalog signature index; `None` for an ERROR/fatal/traceback line no signature matched.
+    pub sig: Option<u16>,
+    pub source: u32,
+    pub seq: u64,
+    pub line_no: u64,
+    pub ts_ms: Option<i64>,
+    /// The time was printed on this line (not carried from an earlier one).
+    pub ts_exact: bool,
+    pub ingest_ms: Option<i64>,
+    pub text: String,
+    pub origin: Arc<str>,
+    pub fields: Vec<(String, String)>,
+    /// The multi-line record this line belongs to: its start and continuation lines.
+    pub record: Vec<String>,
+    pub incident: u32,
+}
+
+impl Hit {
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn approx_bytes(&self) -> usize {
+        160 + self.text.len()
+            + self
+                .fields
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 48)
+                .sum::<usize>()
+            + self.record.iter().map(|l| l.len() + 24).sum::<usize>()
+    }
+}
+
+/// First observation of a context field on a host, with the line that showed it.
+#[derive(Debug, Clone)]
+pub struct ContextObs {
+    pub value: String,
+    pub source: u32,
+    pub seq: u64,
+    pub ts_ms: Option<i64>,
+    pub line: String,
+    pub origin: Arc<str>,
+    pub line_no: u64,
+    pub sig: u16,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct SyncObs {
+    pub sig: u16,
+    pub key: u64,
+    pub host: HostId,
+    pub ts_ms: i64,
+}
+
+/// An incident as tracked while lines stream in. Its id is fixed when it opens.
+#[derive(Debug, Clone)]
+pub struct Incident {
+    pub id: String,
+    pub start_ms: Option<i64>,
+    pub min_ms: Option<i64>,
+    pub opened_seq: u64,
+    pub opened_wall_ms: i64,
+    pub hits: Vec<u32>,
+    pub published_hash: Option<u64>,
+    pub final_published: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Job {
+    pub name: String,
+    pub hosts: Vec<String>,
+    pub host_ids: HashMap<String, HostId>,
+    pub sources: Vec<Source>,
+    pub source_keys: HashMap<SourceKey, u32>,
+    pub stream_hosts: HashMap<Arc<str>, HostId>,
+    pub by_host_pid: HashMap<(HostId, u32), u32>,
+    pub by_host_local: HashMap<(HostId, u16), u32>,
+    pub by_host_bus: HashMap<(HostId, String), u32>,
+    pub ip_host: HashMap<String, HostId>,
+    /// (field, source) -> the observation from the most specific signature (highest weight).
+    pub context: HashMap<(&'static str, u32), ContextObs>,
+    pub sync: Vec<SyncObs>,
+    pub hits: Vec<Hit>,
+    pub hit_counts: HashMap<(u32, Option<u16>), u32>,
+    pub dropped_hits: u64,
+    pub incidents: Vec<Incident>,
+    pub max_nranks: u32,
+    pub seq: u64,
+    pub lines: u64,
+    pub bytes_in: u64,
+    pub mem_bytes: usize,
+    pub last_activity: u64,
+    pub max_event_ms: Option<i64>,
+    pub last_wall_ms: i64,
+    pub ring_lines: usize,
+}
+
+pub const CONTEXT_FIELDS: &[&str] = &[
+    "nccl_version",
+    "cuda_driver",
+    "iface",
+    "ip",
+    "ib_dev",
+    "transport",
+];
+
+impl Job {
+    pub fn new(name: &str, ring_lines: usize) -> Job {
+        Job {
+            name: name.to_string(),
+            ring_lines,
+            ..Default::default()
+        }
+    }
+
+    pub fn host_id(&mut self, name: &str) -> HostId {
+        if let Some(&id) = self.host_ids.get(name) {
+            return id;
+        }
+        let id = self.hosts.len() as HostId;
+        self.hosts.push(name.to_string());
+        self.host_ids.insert(name.to_string(), id);
+        id
+    }
+
+    pub fn source_for(&mut self, key: SourceKey, origin: &Arc<str>) -> u32 {
+        if let Some(&i) = self.source_keys.get(&key) {
+            return i;
+        }
+        let i = self.sources.len() as u32;
+        let mut s = Source {
+            origin: origin.clone(),
+            ..Default::default()
+        };
+        match &key {
+            SourceKey::Rank(r) => s.rank = Some(*r),
+            SourceKey::HostPid(h, p) => {
+                s.host = Some(*h);
+                s.pid = Some(*p);
+            }
+            SourceKey::StreamLocal(_, l) => s.local_rank = Some(*l),
+            _ => {}
+        }
+        self.sources.push(s);
+        self.source_keys.insert(key, i);
+        i
+    }
+
+    /// The host a source runs on: its own, or the host seen elsewhere in its stream.
+    pub fn source_host(&self, src: u32) -> Option<HostId> {
+        let s = &self.sources[src as usize];
+        s.host
+            .or_else(|| self.stream_hosts.get(&s.origin).copied())
+    }
+
+    /// Best-known global rank of a source.
+    pub fn source_rank(&self, src: u32) -> Option<u32> {
+        let s = &self.sources[src as usize];
+        if let Some(r) = s.stated_rank() {
+            return Some(r);
+        }
+        let host = self.source_host(src)?;
+        if let Some(pid) = s.pid {
+            if let Some(&r) = self.by_host_pid.get(&(host, pid)) {
+                return Some(r);
+            }
+        }
+        if let Some(l) = s.local_rank {
+            if let Some(&r) = self.by_host_local.get(&(host, l)) {
+                return Some(r);
+            }
+        }
+        None
+    }
+
+    /// Records what an identity-bearing line taught us about a source.
+    pub fn learn_rank(&mut self, src: u32, rank: u32, nranks: u32) {
+        if nranks < self.max_nranks {
+            return;
+        }
+        self.max_nranks = nranks;
+        let s = &mut self.sources[src as usize];
+        if s.init_rank.is_none_or(|(_, n)| nranks >= n) {
+            s.init_rank = Some((rank, nranks));
+        }
+        self.index_rank(src, rank);
+    }
+
+    pub fn index_rank(&mut self, src: u32, rank: u32) {
+        let host = self.source_host(src);
+        let s = &self.sources[src as usize];
+        if let Some(h) = host {
+            if let Some(p) = s.pid {
+                self.by_host_pid.insert((h, p), rank);
+            }
+            if let Some(l) = s.local_rank.or(s.cuda_dev) {
+                self.by_host_local.entry((h, l)).or_insert(rank);
+            }
+            if let Some(b) = s.bus_id.clone() {
+                self.by_host_bus.insert((h, b), rank);
+            }
+        }
+    }
+
+    /// Resolves a process named by pid (and optionally host and local rank) to a rank.
+    pub fn rank_of_pid(&self, pid: u32, host: Option<HostId>, local: Option<u16>) -> Option<u32> {
+        if let Some(h) = host {
+            if let Some(&r) = self.by_host_pid.get(&(h, pid)) {
+                return Some(r);
+            }
+            if let Some(l) = local {
+                if let Some(&r) = self.by_host_local.get(&(h, l)) {
+                    return Some(r);
+                }
+            }
+        }
+        let mut found: Option<u32> = None;
+        for (&(h, p), &r) in &self.by_host_pid {
+            if p != pid || host.is_some_and(|x| x != h) {
+                continue;
+            }
+            if let Some(l) = local {
+                if self.by_host_local.get(&(h, l)).is_some_and(|&lr| lr != r) {
+                    continue;
+                }
+            }
+            if found.is_some_and(|f| f != r) {
+                return None;
+            }
+            found = Some(r);
+        }
+        found
+    }
+
+    /// All sources whose resolved rank is `rank`.
+    pub fn sources_of_rank(&self, rank: u32) -> Vec<u32> {
+        (0..self.sources.len() as u32)
+            .filter(|&s| self.source_rank(s) == Some(rank))
+            .collect()
+    }
+}

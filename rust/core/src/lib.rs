@@ -1,0 +1,19 @@
+//! rankwatch-core: the engine behind rankwatch, in plain Rust.
+//!
+//! - [`prefix`] peels launcher/torchrun/NCCL/c10 prefixes off a line (the decoder),
+//! - [`catalog`] loads the TOML signature catalog into one Hyperscan database ([`matcher`]),
+//! - [`engine`] routes lines to per-process [`ring`]s and records signature hits per [`job`],
+//! - [`correlate`] turns a job's hits into one diagnosis per incident.
+
+pub mod catalog;
+pub mod correlate;
+pub mod engine;
+pub mod job;
+pub mod matcher;
+pub mod prefix;
+pub mod ring;
+pub mod timefmt;
+
+pub use catalog::{Catalog, CatalogError};
+pub use correlate::Diagnosis;
+pub use engine::{Config, Engine, Stats, StreamHints};

@@ -1,0 +1,300 @@
+//! A small FFI over the system Hyperscan (Vectorscan) library: one block-mode database of many
+//! expressions, scanned line by line. Only the calls rankwatch needs are bound.
+
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr, CString};
+use std::ptr;
+
+#[repr(C)]
+struct HsDatabase {
+    _private: [u8; 0],
+}
+#[repr(C)]
+struct HsScratch {
+    _private: [u8; 0],
+}
+#[repr(C)]
+struct HsCompileError {
+    message: *mut c_char,
+    expression: c_int,
+}
+#[repr(C)]
+struct HsPlatformInfo {
+    _private: [u8; 0],
+}
+
+type MatchHandler = unsafe extern "C" fn(
+    id: c_uint,
+    from: c_ulonglong,
+    to: c_ulonglong,
+    flags: c_uint,
+    ctx: *mut c_void,
+) -> c_int;
+
+#[link(name = "hs")]
+extern "C" {
+    fn hs_compile_multi(
+        expressions: *const *const c_char,
+        flags: *const c_uint,
+        ids: *const c_uint,
+        elements: c_uint,
+        mode: c_uint,
+        platform: *const HsPlatformInfo,
+        db: *mut *mut HsDatabase,
+        error: *mut *mut HsCompileError,
+    ) -> c_int;
+    fn hs_free_database(db: *mut HsDatabase) -> c_int;
+    fn hs_free_compile_error(error: *mut HsCompileError) -> c_int;
+    fn hs_alloc_scratch(db: *const HsDatabase, scratch: *mut *mut HsScratch) -> c_int;
+    fn hs_free_scratch(scratch: *mut HsScratch) -> c_int;
+    fn hs_scan(
+        db: *const HsDatabase,
+        data: *const c_char,
+        length: c_uint,
+        flags: c_uint,
+        scratch: *mut HsScratch,
+        on_event: Option<MatchHandler>,
+        context: *mut c_void,
+    ) -> c_int;
+    fn hs_version() -> *const c_char;
+}
+
+const HS_SUCCESS: c_int = 0;
+const HS_SCAN_TERMINATED: c_int = -3;
+const HS_MODE_BLOCK: c_uint = 1;
+pub const FLAG_CASELESS: u32 = 1;
+pub const FLAG_SINGLEMATCH: u32 = 8;
+
+/// One expression to compile, with the id reported when it matches.
+pub struct Expression<'a> {
+    pub pattern: &'a str,
+    pub id: u32,
+    pub flags: u32,
+}
+
+/// Why an expression set did not compile: which expression (index into the input) and the
+/// library's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompileError {
+    pub expression: Option<usize>,
+    pub message: String,
+}
+
+impl std::fmt::Display for CompileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A compiled block-mode database. Immutable after compilation; shareable across threads.
+pub struct Matcher {
+    db: *mut HsDatabase,
+    len: usize,
+}
+
+// The database is read-only after compilation; Hyperscan documents it as safe to share.
+unsafe impl Send for Matcher {}
+unsafe impl Sync for Matcher {}
+
+impl Matcher {
+    pub fn compile(exprs: &[Expression<'_>]) -> Result<Matcher, CompileError> {
+        if exprs.is_empty() {
+            return Err(CompileError {
+                expression: None,
+                message: "no expressions to compile".into(),
+            });
+        }
+        let mut cstrings = Vec::with_capacity(exprs.len());
+        for (i, e) in exprs.iter().enumerate() {
+            cstrings.push(CString::new(e.pattern).map_err(|_| CompileError {
+                expression: Some(i),
+                message: "pattern contains a NUL byte".into(),
+            })?);
+        }
+        let ptrs: Vec<*const c_char> = cstrings.iter().map(|c| c.as_ptr()).collect();
+        let flags: Vec<c_uint> = exprs.iter().map(|e| e.flags).collect();
+        let ids: Vec<c_uint> = exprs.iter().map(|e| e.id).collect();
+        let mut db: *mut HsDatabase = ptr::null_mut();
+        let mut err: *mut HsCompileError = ptr::null_mut();
+        let rc = unsafe {
+            hs_compile_multi(
+                ptrs.as_ptr(),
+                flags.as_ptr(),
+                ids.as_ptr(),
+                exprs.len() as c_uint,
+                HS_MODE_BLOCK,
+                ptr::null(),
+                &mut db,
+                &mut err,
+            )
+        };
+        if rc != HS_SUCCESS {
+            let mut out = CompileError {
+                expression: None,
+                message: format!("hyperscan compile failed with code {rc}"),
+            };
+            if !err.is_null() {
+                unsafe {
+                    let e = &*err;
+                    if !e.message.is_null() {
+                        out.message = CStr::from_ptr(e.message).to_string_lossy().into_owned();
+                    }
+                    if e.expression >= 0 {
+                        out.expression = Some(e.expression as usize);
+                    }
+                    hs_free_compile_error(err);
+                }
+            }
+            return Err(out);
+        }
+        Ok(Matcher {
+            db,
+            len: exprs.len(),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn scratch(&self) -> Scratch {
+        let mut s: *mut HsScratch = ptr::null_mut();
+        let rc = unsafe { hs_alloc_scratch(self.db, &mut s) };
+        assert!(rc == HS_SUCCESS, "hs_alloc_scratch failed: {rc}");
+        Scratch { ptr: s }
+    }
+
+    /// Scans `data` and appends the id of every expression that matched (once each with
+    /// SINGLEMATCH) to `out`.
+    pub fn scan_into(&self, data: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
+        unsafe extern "C" fn on_match(
+            id: c_uint,
+            _from: c_ulonglong,
+            _to: c_ulonglong,
+            _flags: c_uint,
+            ctx: *mut c_void,
+        ) -> c_int {
+            let out = &mut *(ctx as *mut Vec<u32>);
+            out.push(id);
+            0
+        }
+        let len = data.len().min(u32::MAX as usize) as c_uint;
+        let rc = unsafe {
+            hs_scan(
+                self.db,
+                data.as_ptr() as *const c_char,
+                len,
+                0,
+                scratch.ptr,
+                Some(on_match),
+                out as *mut Vec<u32> as *mut c_void,
+            )
+        };
+        debug_assert!(rc == HS_SUCCESS || rc == HS_SCAN_TERMINATED, "hs_scan: {rc}");
+    }
+
+    /// Counts matches without collecting them (used by the ceiling benchmark).
+    pub fn count_matches(&self, data: &[u8], scratch: &mut Scratch) -> u64 {
+        unsafe extern "C" fn on_match(
+            _id: c_uint,
+            _from: c_ulonglong,
+            _to: c_ulonglong,
+            _flags: c_uint,
+            ctx: *mut c_void,
+        ) -> c_int {
+            *(ctx as *mut u64) += 1;
+            0
+        }
+        let mut n: u64 = 0;
+        let len = data.len().min(u32::MAX as usize) as c_uint;
+        unsafe {
+            hs_scan(
+                self.db,
+                data.as_ptr() as *const c_char,
+                len,
+                0,
+                scratch.ptr,
+                Some(on_match),
+                &mut n as *mut u64 as *mut c_void,
+            );
+        }
+        n
+    }
+}
+
+impl Drop for Matcher {
+    fn drop(&mut self) {
+        unsafe {
+            hs_free_database(self.db);
+        }
+    }
+}
+
+/// Per-thread scan scratch space for one database.
+pub struct Scratch {
+    ptr: *mut HsScratch,
+}
+
+// A scratch is used by one thread at a time (enforced by &mut); moving it between threads is fine.
+unsafe impl Send for Scratch {}
+unsafe impl Sync for Scratch {}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        unsafe {
+            hs_free_scratch(self.ptr);
+        }
+    }
+}
+
+/// The library's version string, e.g. "5.4.9 2023-01-01".
+pub fn library_version() -> String {
+    unsafe { CStr::from_ptr(hs_version()).to_string_lossy().into_owned() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compile(pats: &[&str]) -> Result<Matcher, CompileError> {
+        let exprs: Vec<Expression> = pats
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Expression {
+                pattern: p,
+                id: i as u32,
+                flags: FLAG_SINGLEMATCH,
+            })
+            .collect();
+        Matcher::compile(&exprs)
+    }
+
+    #[test]
+    fn matches_report_ids_once() {
+        let m = compile(&["Connect to \\S+ failed", "NCCL WARN", "^never"]).unwrap();
+        let mut s = m.scratch();
+        let mut out = Vec::new();
+        m.scan_into(
+            b"x NCCL WARN Connect to 1.2.3.4<5> failed : no; NCCL WARN again",
+            &mut s,
+            &mut out,
+        );
+        out.sort();
+        assert_eq!(out, vec![0, 1]);
+    }
+
+    #[test]
+    fn bad_pattern_names_the_expression() {
+        let err = compile(&["fine", "(?<=look)behind"]).err().unwrap();
+        assert_eq!(err.expression, Some(1));
+        assert!(!err.message.is_empty());
+    }
+
+    #[test]
+    fn version_is_reported() {
+        assert!(!library_version().is_empty());
+    }
+}

@@ -1,0 +1,239 @@
+//! pyo3 bindings over rankwatch-core. Thin by design: structured results cross the boundary
+//! as JSON bytes (parsed with orjson on the Python side), and every call that touches lines
+//! releases the GIL.
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use rankwatch_core::catalog::Role;
+use rankwatch_core::correlate::Diagnosis;
+use rankwatch_core::prefix::peel;
+use rankwatch_core::{Catalog, Config, Engine, StreamHints};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+create_exception!(_core, CatalogError, PyValueError);
+
+fn bytes(py: Python<'_>, v: &Value) -> Py<PyBytes> {
+    PyBytes::new(py, v.to_string().as_bytes()).unbind()
+}
+
+#[pyclass(name = "Catalog", module = "rankwatch._core", frozen)]
+struct PyCatalog {
+    inner: Arc<Catalog>,
+}
+
+#[pymethods]
+impl PyCatalog {
+    /// Builds a catalog from (file name, TOML text) pairs.
+    #[new]
+    fn new(py: Python<'_>, sources: Vec<(String, String)>) -> PyResult<Self> {
+        let cat = py
+            .detach(|| Catalog::from_sources(&sources))
+            .map_err(|e| CatalogError::new_err(e.to_string()))?;
+        Ok(PyCatalog {
+            inner: Arc::new(cat),
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn ids(&self) -> Vec<String> {
+        self.inner.signatures.iter().map(|s| s.id.clone()).collect()
+    }
+
+    /// All signatures as a JSON array.
+    fn signatures_json(&self, py: Python<'_>) -> Py<PyBytes> {
+        bytes(py, &serde_json::to_value(&self.inner.signatures).unwrap_or(Value::Null))
+    }
+
+    /// Peels and classifies one line, as the engine would; returns JSON.
+    fn test_line(&self, py: Python<'_>, line: &str, year: i32) -> Py<PyBytes> {
+        let meta = peel(line, year);
+        let msg = &line[meta.msg_start..];
+        let mut scratch = self.inner.matcher().scratch();
+        let mut ids = Vec::new();
+        self.inner
+            .matcher()
+            .scan_into(msg.as_bytes(), &mut scratch, &mut ids);
+        let mut sigs = Vec::new();
+        self.inner.signatures_for(&ids, &mut sigs);
+        let hits: Vec<Value> = sigs
+            .iter()
+            .map(|&s| {
+                let sig = &self.inner.signatures[s as usize];
+                let mut f = Vec::new();
+                self.inner.extract_fields(s, msg, &mut f);
+                let fields: serde_json::Map<String, Value> =
+                    f.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+                json!({"id": sig.id, "title": sig.title, "role": match sig.role {
+                    Role::Cause => "cause", Role::Symptom => "symptom", Role::Context => "context" },
+                    "subsystem": sig.subsystem, "weight": sig.weight, "fields": fields})
+            })
+            .collect();
+        let v = json!({
+            "message": msg,
+            "host": meta.host(line),
+            "pid": meta.pid,
+            "tid": meta.tid,
+            "cuda_dev": meta.cuda_dev,
+            "rank": meta.grank,
+            "local_rank": meta.local_rank,
+            "ts": meta.ts_ms.map(rankwatch_core::correlate::iso_ms),
+            "level": meta.level.as_str(),
+            "hits": hits,
+        });
+        bytes(py, &v)
+    }
+}
+
+fn config_from_json(text: Option<&str>) -> PyResult<Config> {
+    let mut cfg = Config::default();
+    let Some(text) = text else { return Ok(cfg) };
+    let v: Value =
+        serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("config: {e}")))?;
+    let Value::Object(map) = v else {
+        return Err(PyValueError::new_err("config must be a JSON object"));
+    };
+    for (k, val) in map {
+        let n = val.as_i64().ok_or_else(|| {
+            PyValueError::new_err(format!("engine option {k} must be an integer"))
+        })?;
+        if n < 0 {
+            return Err(PyValueError::new_err(format!("engine option {k} must not be negative")));
+        }
+        let u = n as usize;
+        match k.as_str() {
+            "ring_lines" => cfg.ring_lines = u.max(1),
+            "ring_bytes" => cfg.ring_bytes = u.max(256),
+            "memory_budget_bytes" => cfg.memory_budget_bytes = u,
+            "settle_ms" => cfg.settle_ms = n,
+            "incident_horizon_ms" => cfg.incident_horizon_ms = n,
+            "max_wait_ms" => cfg.max_wait_ms = n,
+            "max_line_bytes" => cfg.max_line_bytes = u.max(64),
+            "preceding_lines" => cfg.preceding_lines = u,
+            "max_hits_per_job" => cfg.max_hits_per_job = u,
+            "default_year" => cfg.default_year = n as i32,
+            "clock_uncertainty_ms" => cfg.clock_uncertainty_ms = n,
+            _ => return Err(PyKeyError::new_err(format!("unknown engine option {k}"))),
+        }
+    }
+    Ok(cfg)
+}
+
+fn diagnoses_json(d: Vec<Diagnosis>) -> Value {
+    Value::Array(d.into_iter().map(|d| d.json).collect())
+}
+
+#[pyclass(name = "Engine", module = "rankwatch._core")]
+struct PyEngine {
+    inner: Engine,
+}
+
+#[pymethods]
+impl PyEngine {
+    #[new]
+    #[pyo3(signature = (catalog, config_json=None))]
+    fn new(catalog: &PyCatalog, config_json: Option<&str>) -> PyResult<Self> {
+        let cfg = config_from_json(config_json)?;
+        Ok(PyEngine {
+            inner: Engine::new(catalog.inner.clone(), cfg),
+        })
+    }
+
+    #[pyo3(signature = (job, origin, source_key=None, rank=None, local_rank=None, host=None))]
+    fn open_stream(
+        &mut self,
+        job: &str,
+        origin: &str,
+        source_key: Option<String>,
+        rank: Option<u32>,
+        local_rank: Option<u16>,
+        host: Option<String>,
+    ) -> u64 {
+        self.inner.open_stream(
+            job,
+            origin,
+            StreamHints {
+                source_key,
+                rank,
+                local_rank,
+                host,
+            },
+        )
+    }
+
+    /// Feeds a chunk of a stream's bytes (any size; partial lines carry over).
+    #[pyo3(signature = (stream, data, ingest_ms=None))]
+    fn feed(&mut self, py: Python<'_>, stream: u64, data: &[u8], ingest_ms: Option<i64>) -> PyResult<()> {
+        let engine = &mut self.inner;
+        let ok = py.detach(|| engine.feed(stream, data, ingest_ms));
+        if ok {
+            Ok(())
+        } else {
+            Err(PyKeyError::new_err(format!("unknown stream {stream}")))
+        }
+    }
+
+    fn close_stream(&mut self, py: Python<'_>, stream: u64) {
+        let engine = &mut self.inner;
+        py.detach(|| engine.close_stream(stream));
+    }
+
+    /// Diagnoses that became ready or changed, as a JSON array.
+    fn poll(&mut self, py: Python<'_>, now_ms: i64) -> Py<PyBytes> {
+        let engine = &mut self.inner;
+        let v = py.detach(|| diagnoses_json(engine.poll(now_ms)));
+        bytes(py, &v)
+    }
+
+    /// Ends the input: every incident is diagnosed; JSON array.
+    fn finish(&mut self, py: Python<'_>) -> Py<PyBytes> {
+        let engine = &mut self.inner;
+        let v = py.detach(|| diagnoses_json(engine.finish()));
+        bytes(py, &v)
+    }
+
+    fn drop_job(&mut self, job: &str) {
+        self.inner.drop_job(job);
+    }
+
+    fn stats_json(&self, py: Python<'_>) -> Py<PyBytes> {
+        let s = &self.inner.stats;
+        let cat = self.inner.catalog();
+        let by_sig: serde_json::Map<String, Value> = s
+            .hits_by_signature
+            .iter()
+            .map(|(k, v)| (cat.signatures[*k as usize].id.clone(), json!(v)))
+            .collect();
+        let v = json!({
+            "lines": s.lines, "bytes": s.bytes, "blank_lines": s.blank_lines,
+            "truncated_lines": s.truncated_lines, "invalid_utf8_lines": s.invalid_utf8_lines,
+            "signature_hits": s.signature_hits, "hits_by_signature": by_sig,
+            "unclassified_errors": s.unclassified_errors, "dropped_hits": s.dropped_hits,
+            "jobs": self.inner.job_count(), "incidents": self.inner.incident_count(),
+            "jobs_evicted": s.jobs_evicted, "ring_shrinks": s.ring_shrinks,
+            "diagnoses_emitted": s.diagnoses_emitted, "memory_bytes": s.memory_bytes,
+            "peak_memory_bytes": s.peak_memory_bytes,
+            "memory_budget_bytes": self.inner.cfg.memory_budget_bytes,
+        });
+        bytes(py, &v)
+    }
+}
+
+#[pyfunction]
+fn hyperscan_version() -> String {
+    rankwatch_core::matcher::library_version()
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyCatalog>()?;
+    m.add_class::<PyEngine>()?;
+    m.add("CatalogError", m.py().get_type::<CatalogError>())?;
+    m.add_function(wrap_pyfunction!(hyperscan_version, m)?)?;
+    Ok(())
+}
