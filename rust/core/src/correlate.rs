@@ -887,6 +887,7 @@ impl<'a> Ctx<'a> {
         // Suspects and alternatives.
         let suspects: Vec<Value> = ranked
             .iter()
+            .filter(|c| c.who == top.who || !c.reasons.is_empty())
             .take(5)
             .map(|c| self.cand_json(c, top))
             .collect();

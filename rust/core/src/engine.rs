@@ -6,6 +6,7 @@ use crate::correlate::{self, Diagnosis};
 use crate::job::{ContextObs, Hit, Job, LineRef, SourceKey, SyncObs, CONTEXT_FIELDS};
 use crate::matcher::Scratch;
 use crate::prefix::{peel, Level, Producer};
+use crate::records::{decode, DecoderConfig};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -60,6 +61,8 @@ pub struct Stats {
     pub diagnoses_emitted: u64,
     pub memory_bytes: usize,
     pub peak_memory_bytes: usize,
+    pub records: u64,
+    pub rejected: HashMap<&'static str, u64>,
 }
 
 /// Identity a caller knows about a stream before reading it.
@@ -99,6 +102,7 @@ pub struct Engine {
     expr_buf: Vec<u32>,
     sig_buf: Vec<u16>,
     wall_ms: i64,
+    record_streams: HashMap<(String, String), u64>,
 }
 
 const MAX_RECORD_LINES: usize = 40;
@@ -170,6 +174,7 @@ impl Engine {
             expr_buf: Vec::new(),
             sig_buf: Vec::new(),
             wall_ms: 0,
+            record_streams: HashMap::new(),
         }
     }
 
@@ -208,6 +213,16 @@ impl Engine {
     /// Feeds a chunk of bytes of a stream; complete lines are processed, a trailing partial
     /// line is kept for the next chunk.
     pub fn feed(&mut self, stream_id: u64, data: &[u8], ingest_ms: Option<i64>) -> bool {
+        self.feed_chunk(stream_id, data, ingest_ms, None)
+    }
+
+    fn feed_chunk(
+        &mut self,
+        stream_id: u64,
+        data: &[u8],
+        ingest_ms: Option<i64>,
+        event_ms: Option<i64>,
+    ) -> bool {
         let Some(mut st) = self.streams.remove(&stream_id) else {
             return false;
         };
@@ -220,7 +235,7 @@ impl Engine {
                 Some(nl) => {
                     let mut line = std::mem::take(&mut st.partial);
                     line.extend_from_slice(&data[..nl]);
-                    self.raw_line(&mut job, &mut st, &line, ingest_ms, None);
+                    self.raw_line(&mut job, &mut st, &line, ingest_ms, event_ms);
                     start = nl + 1;
                 }
                 None => {
@@ -234,7 +249,7 @@ impl Engine {
         let rest = &data[start..];
         let mut pos = 0;
         for nl in memchr::memchr_iter(b'\n', rest) {
-            self.raw_line(&mut job, &mut st, &rest[pos..nl], ingest_ms, None);
+            self.raw_line(&mut job, &mut st, &rest[pos..nl], ingest_ms, event_ms);
             pos = nl + 1;
         }
         if pos < rest.len() {
@@ -243,6 +258,49 @@ impl Engine {
         }
         self.put_back(job, st, stream_id);
         true
+    }
+
+    /// Decodes and feeds a batch of Kafka records `(value, key, job header, broker time ms)`.
+    /// Returns the index and reason of every record that was rejected.
+    pub fn feed_records(
+        &mut self,
+        cfg: &DecoderConfig,
+        origin: &str,
+        records: &[(&[u8], Option<&[u8]>, Option<&[u8]>, Option<i64>)],
+    ) -> Vec<(usize, &'static str)> {
+        let mut rejected = Vec::new();
+        for (i, (value, key, header, broker_ms)) in records.iter().enumerate() {
+            self.stats.records += 1;
+            let d = match decode(cfg, value, *key, *header) {
+                Ok(d) => d,
+                Err(reason) => {
+                    *self.stats.rejected.entry(reason).or_default() += 1;
+                    rejected.push((i, reason));
+                    continue;
+                }
+            };
+            let k = (d.job.clone(), d.source.clone());
+            let id = match self.record_streams.get(&k) {
+                Some(&id) if self.streams.contains_key(&id) => id,
+                _ => {
+                    let hints = StreamHints {
+                        source_key: Some(d.source.clone()),
+                        rank: d.rank,
+                        local_rank: None,
+                        host: d.host.clone(),
+                    };
+                    let id = self.open_stream(&d.job, &format!("{origin}/{}", d.source), hints);
+                    self.record_streams.insert(k, id);
+                    id
+                }
+            };
+            if d.chunked {
+                self.feed_chunk(id, d.text.as_bytes(), *broker_ms, d.event_ms);
+            } else {
+                self.feed_line(id, d.text.as_bytes(), d.event_ms, *broker_ms);
+            }
+        }
+        rejected
     }
 
     /// Feeds one complete line with its own event time (from a record envelope).
@@ -785,6 +843,16 @@ impl Engine {
 
     /// Forgets a job entirely (after its final diagnosis, or when told to).
     pub fn drop_job(&mut self, name: &str) {
+        let streams: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.job == name)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in streams {
+            self.streams.remove(&id);
+        }
+        self.record_streams.retain(|(j, _), _| j != name);
         if let Some(j) = self.jobs.remove(name) {
             self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(j.mem_bytes);
         }

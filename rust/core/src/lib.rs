@@ -3,7 +3,8 @@
 //! - [`prefix`] peels launcher/torchrun/NCCL/c10 prefixes off a line (the decoder),
 //! - [`catalog`] loads the TOML signature catalog into one Hyperscan database ([`matcher`]),
 //! - [`engine`] routes lines to per-process [`ring`]s and records signature hits per [`job`],
-//! - [`correlate`] turns a job's hits into one diagnosis per incident.
+//! - [`correlate`] turns a job's hits into one diagnosis per incident,
+//! - [`records`] decodes Kafka record values (canonical, Fluent Bit, Vector, docker, CRI, text).
 
 pub mod catalog;
 pub mod correlate;
@@ -11,6 +12,7 @@ pub mod engine;
 pub mod job;
 pub mod matcher;
 pub mod prefix;
+pub mod records;
 pub mod ring;
 pub mod timefmt;
 

@@ -5,10 +5,11 @@
 use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList};
 use rankwatch_core::catalog::Role;
 use rankwatch_core::correlate::Diagnosis;
 use rankwatch_core::prefix::peel;
+use rankwatch_core::records::DecoderConfig;
 use rankwatch_core::{Catalog, Config, Engine, StreamHints};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -128,6 +129,37 @@ fn diagnoses_json(d: Vec<Diagnosis>) -> Value {
     Value::Array(d.into_iter().map(|d| d.json).collect())
 }
 
+/// A parsed record decoder (format preset plus field-path overrides).
+#[pyclass(name = "Decoder", module = "rankwatch._core", frozen)]
+struct PyDecoder {
+    inner: DecoderConfig,
+}
+
+#[pymethods]
+impl PyDecoder {
+    #[new]
+    fn new(config_json: &str) -> PyResult<Self> {
+        let mut cfg: DecoderConfig = serde_json::from_str(config_json)
+            .map_err(|e| PyValueError::new_err(format!("decoder config: {e}")))?;
+        cfg.fill_defaults();
+        Ok(PyDecoder { inner: cfg })
+    }
+
+    #[staticmethod]
+    fn formats() -> Vec<&'static str> {
+        vec!["canonical", "fluent-bit", "vector", "docker", "cri", "text", "json"]
+    }
+
+    #[staticmethod]
+    fn reject_reasons() -> Vec<&'static str> {
+        rankwatch_core::records::REASONS.to_vec()
+    }
+
+    fn describe(&self) -> String {
+        format!("{:?}", self.inner)
+    }
+}
+
 #[pyclass(name = "Engine", module = "rankwatch._core")]
 struct PyEngine {
     inner: Engine,
@@ -178,6 +210,42 @@ impl PyEngine {
         }
     }
 
+    /// Decodes and feeds a batch of records in one call with the GIL released. Lists are
+    /// parallel: value bytes, key bytes or None, job header bytes or None, broker time in ms
+    /// or None. Returns (index, reason) for each rejected record.
+    fn feed_records(
+        &mut self,
+        py: Python<'_>,
+        decoder: &PyDecoder,
+        origin: &str,
+        values: &Bound<'_, PyList>,
+        keys: &Bound<'_, PyList>,
+        headers: &Bound<'_, PyList>,
+        timestamps: &Bound<'_, PyList>,
+    ) -> PyResult<Vec<(usize, &'static str)>> {
+        let n = values.len();
+        if keys.len() != n || headers.len() != n || timestamps.len() != n {
+            return Err(PyValueError::new_err("feed_records: lists differ in length"));
+        }
+        let vals: Vec<Bound<'_, PyBytes>> = values.extract()?;
+        let ks: Vec<Option<Bound<'_, PyBytes>>> = keys.extract()?;
+        let hs: Vec<Option<Bound<'_, PyBytes>>> = headers.extract()?;
+        let ts: Vec<Option<i64>> = timestamps.extract()?;
+        let records: Vec<(&[u8], Option<&[u8]>, Option<&[u8]>, Option<i64>)> = (0..n)
+            .map(|i| {
+                (
+                    vals[i].as_bytes(),
+                    ks[i].as_ref().map(|b| b.as_bytes()),
+                    hs[i].as_ref().map(|b| b.as_bytes()),
+                    ts[i],
+                )
+            })
+            .collect();
+        let engine = &mut self.inner;
+        let cfg = &decoder.inner;
+        Ok(py.detach(|| engine.feed_records(cfg, origin, &records)))
+    }
+
     fn close_stream(&mut self, py: Python<'_>, stream: u64) {
         let engine = &mut self.inner;
         py.detach(|| engine.close_stream(stream));
@@ -219,6 +287,8 @@ impl PyEngine {
             "diagnoses_emitted": s.diagnoses_emitted, "memory_bytes": s.memory_bytes,
             "peak_memory_bytes": s.peak_memory_bytes,
             "memory_budget_bytes": self.inner.cfg.memory_budget_bytes,
+            "records": s.records,
+            "rejected": s.rejected,
         });
         bytes(py, &v)
     }
@@ -233,6 +303,7 @@ fn hyperscan_version() -> String {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCatalog>()?;
     m.add_class::<PyEngine>()?;
+    m.add_class::<PyDecoder>()?;
     m.add("CatalogError", m.py().get_type::<CatalogError>())?;
     m.add_function(wrap_pyfunction!(hyperscan_version, m)?)?;
     Ok(())

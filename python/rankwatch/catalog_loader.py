@@ -1,0 +1,71 @@
+"""Finding and loading signature catalog files: the shipped ones plus the user's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rankwatch import _core
+
+BUILTIN_DIR = Path(__file__).parent / "catalog"
+
+
+class CatalogError(ValueError):
+    """A catalog file could not be read or failed validation (the message names file and id)."""
+
+
+def catalog_files(extra: Iterable[str | Path] = (), include_builtin: bool = True) -> list[Path]:
+    """The TOML files to load: the shipped catalog, then each extra file or folder."""
+    files: list[Path] = []
+    if include_builtin:
+        files.extend(sorted(BUILTIN_DIR.glob("*.toml")))
+    for item in extra:
+        p = Path(item)
+        if p.is_dir():
+            found = sorted(p.rglob("*.toml"))
+            if not found:
+                raise CatalogError(f"{p}: folder holds no .toml catalog files")
+            files.extend(found)
+        elif p.exists():
+            files.append(p)
+        else:
+            raise CatalogError(f"{p}: no such catalog file or folder")
+    return files
+
+
+class Catalog:
+    """The validated signature catalog, compiled into one Hyperscan database."""
+
+    def __init__(self, extra: Sequence[str | Path] = (), include_builtin: bool = True) -> None:
+        sources: list[tuple[str, str]] = []
+        for f in catalog_files(extra, include_builtin):
+            try:
+                sources.append((str(f), f.read_text(encoding="utf-8")))
+            except (OSError, UnicodeDecodeError) as e:
+                raise CatalogError(f"{f}: cannot read catalog file: {e}") from None
+        try:
+            self._core = _core.Catalog(sources)
+        except _core.CatalogError as e:
+            raise CatalogError(str(e)) from None
+        self.files = [Path(s[0]) for s in sources]
+
+    def __len__(self) -> int:
+        return len(self._core)
+
+    def ids(self) -> list[str]:
+        return self._core.ids()
+
+    def signatures(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = orjson.loads(self._core.signatures_json())
+        return result
+
+    def signature(self, sig_id: str) -> dict[str, Any] | None:
+        return next((s for s in self.signatures() if s["id"] == sig_id), None)
+
+    def test(self, line: str, year: int = 2026) -> dict[str, Any]:
+        """Peels and classifies one line the way the engine does."""
+        result: dict[str, Any] = orjson.loads(self._core.test_line(line, year))
+        return result

@@ -1,0 +1,190 @@
+"""The `rankwatch` command."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import orjson
+
+from rankwatch.catalog_loader import Catalog, CatalogError
+from rankwatch.engine import Engine, EngineConfig
+from rankwatch.local import InputError, analyze_files, discover
+from rankwatch.report import Style, render_report
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+REPORT_SCHEMA = "rankwatch.report/1"
+
+
+class UsageError(Exception):
+    """Bad usage or input: printed as one line, exit status 2."""
+
+
+def _load_catalog(paths: Sequence[str]) -> Catalog:
+    try:
+        return Catalog(paths)
+    except CatalogError as e:
+        raise UsageError(f"catalog: {e}") from None
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    catalog = _load_catalog(args.catalog)
+    cfg = EngineConfig(
+        ring_lines=args.ring_lines,
+        memory_budget_bytes=args.memory_budget_bytes,
+        incident_horizon_ms=args.incident_horizon_ms,
+    )
+    try:
+        files, skipped = discover(args.paths, job=args.job, rank_pattern=args.rank_pattern)
+    except InputError as e:
+        raise UsageError(str(e)) from None
+    for s in skipped:
+        print(f"rankwatch: skipped {s}", file=sys.stderr)
+    engine = Engine(catalog, cfg)
+    result = analyze_files(
+        engine,
+        files,
+        progress=sys.stderr.isatty() and not args.quiet,
+        on_error=lambda m: print(f"rankwatch: skipped {m}", file=sys.stderr),
+    )
+    if args.json:
+        doc = {
+            "schema": REPORT_SCHEMA,
+            "diagnoses": result.diagnoses,
+            "input": {
+                "files": result.files,
+                "bytes": result.bytes,
+                "lines": result.lines,
+                "skipped": skipped + result.skipped,
+                "seconds": round(result.seconds, 3),
+            },
+        }
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        style = Style(color=sys.stdout.isatty() and "NO_COLOR" not in os.environ)
+        jobs = sorted({f.job for f in files})
+        header = (
+            f"rankwatch: {len(result.diagnoses)} incident(s) in job(s) {', '.join(jobs)}; "
+            f"{result.lines:,} lines from {result.files} files in {result.seconds:.1f} s"
+        )
+        print(render_report(result.diagnoses, style, header, context_lines=args.context))
+    return EXIT_OK
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    catalog = _load_catalog(args.catalog)
+    if args.action == "list":
+        for s in catalog.signatures():
+            print(f"{s['id']:<40} {s['role']:<8} {s['subsystem']:<10} {s['title']}")
+        print(f"{len(catalog)} signatures from {len(catalog.files)} files", file=sys.stderr)
+        return EXIT_OK
+    if args.action == "show":
+        if not args.arg:
+            raise UsageError("catalog show needs a signature id")
+        sig = catalog.signature(args.arg)
+        if sig is None:
+            raise UsageError(f"no signature with id {args.arg!r} (see `rankwatch catalog list`)")
+        sys.stdout.buffer.write(orjson.dumps(sig, option=orjson.OPT_INDENT_2) + b"\n")
+        return EXIT_OK
+    if not args.arg:
+        raise UsageError('catalog test needs a line, e.g. rankwatch catalog test "LINE"')
+    result = catalog.test(args.arg)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
+        return EXIT_OK
+    ident = {k: result[k] for k in ("host", "pid", "cuda_dev", "rank", "local_rank", "ts", "level")}
+    print("message: " + result["message"])
+    print("prefix:  " + ", ".join(f"{k}={v}" for k, v in ident.items() if v is not None))
+    if not result["hits"]:
+        print("no signature matched")
+    for h in result["hits"]:
+        fields = ", ".join(f"{k}={v}" for k, v in h["fields"].items())
+        print(f"match:   {h['id']} ({h['role']}, weight {h['weight']}) {fields}")
+    return EXIT_OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    catalog = _load_catalog(args.catalog)
+    print(f"catalog ok: {len(catalog)} signatures from {len(catalog.files)} files")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rankwatch",
+        description=(
+            "Find the rank, host, GPU and line that started a distributed-training failure."
+        ),
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("analyze", help="analyze local log files or folders (no upload)")
+    a.add_argument("paths", nargs="+", metavar="PATH")
+    a.add_argument("--job", help="treat all inputs as one job with this name")
+    a.add_argument("--json", action="store_true", help="print rankwatch.report/1 JSON")
+    a.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="extra catalog file or folder (repeatable)",
+    )
+    a.add_argument(
+        "--rank-pattern",
+        metavar="REGEX",
+        help="regex with (?P<rank>...) that finds the rank in a file path",
+    )
+    a.add_argument(
+        "--context",
+        type=int,
+        default=20,
+        metavar="N",
+        help="preceding lines to print per incident (JSON always has all)",
+    )
+    a.add_argument("--ring-lines", type=int, default=256, metavar="N")
+    a.add_argument("--memory-budget-bytes", type=int, default=1 << 30, metavar="BYTES")
+    a.add_argument("--incident-horizon-ms", type=int, default=20 * 60_000, metavar="MS")
+    a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    a.set_defaults(func=cmd_analyze)
+
+    c = sub.add_parser("catalog", help="list, show or test signatures")
+    c.add_argument("action", choices=["list", "show", "test"])
+    c.add_argument("arg", nargs="?", help="signature id (show) or a log line (test)")
+    c.add_argument("--catalog", action="append", default=[], metavar="PATH")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_catalog)
+
+    v = sub.add_parser("validate", help="validate the catalog (and config)")
+    v.add_argument("--catalog", action="append", default=[], metavar="PATH")
+    v.set_defaults(func=cmd_validate)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except UsageError as e:
+        print(f"rankwatch: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("rankwatch: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as e:  # a bug: say so plainly, without a traceback
+        print(f"rankwatch: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+        if os.environ.get("RANKWATCH_DEBUG"):
+            raise
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The typed Python face of the Rust engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from rankwatch import _core
+from rankwatch.catalog_loader import Catalog
+
+Diagnosis = dict[str, Any]
+
+
+def _this_year() -> int:
+    return _dt.datetime.now(_dt.UTC).year
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine limits and windows. Units are in the names."""
+
+    ring_lines: int = 256
+    ring_bytes: int = 64 * 1024
+    memory_budget_bytes: int = 1 << 30
+    settle_ms: int = 5_000
+    incident_horizon_ms: int = 20 * 60_000
+    max_wait_ms: int = 30_000
+    max_line_bytes: int = 16 * 1024
+    preceding_lines: int = 100
+    max_hits_per_job: int = 200_000
+    clock_uncertainty_ms: int = 1_500
+    default_year: int = field(default_factory=_this_year)
+
+    def to_json(self) -> str:
+        return orjson.dumps(dataclasses.asdict(self)).decode()
+
+
+RECORD_FORMATS = tuple(_core.Decoder.formats())
+REJECT_REASONS = tuple(_core.Decoder.reject_reasons())
+
+
+class Decoder:
+    """How to read record values of one topic: a format preset and optional field paths.
+
+    Paths are lists of keys (`["kubernetes", "labels", "training.kubeflow.org/job-name"]`)."""
+
+    def __init__(
+        self,
+        format: str = "canonical",
+        *,
+        job_path: list[str] | None = None,
+        rank_path: list[str] | None = None,
+        host_path: list[str] | None = None,
+        ts_path: list[str] | None = None,
+        line_path: list[str] | None = None,
+        source_path: list[str] | None = None,
+        job_header: str = "job",
+        max_record_bytes: int = 1 << 20,
+    ) -> None:
+        if format not in RECORD_FORMATS:
+            raise ValueError(
+                f"unknown record format {format!r}; one of {', '.join(RECORD_FORMATS)}"
+            )
+        spec: dict[str, Any] = {
+            "format": format,
+            "job_header": job_header,
+            "max_record_bytes": max_record_bytes,
+        }
+        for name, value in (
+            ("job_path", job_path),
+            ("rank_path", rank_path),
+            ("host_path", host_path),
+            ("ts_path", ts_path),
+            ("line_path", line_path),
+            ("source_path", source_path),
+        ):
+            if value is not None:
+                spec[name] = list(value)
+        self.format = format
+        self._core = _core.Decoder(orjson.dumps(spec).decode())
+
+
+class Engine:
+    """Streams of log bytes in, diagnoses out. One Rust call per chunk, GIL released."""
+
+    def __init__(self, catalog: Catalog | None = None, config: EngineConfig | None = None) -> None:
+        self.catalog = catalog if catalog is not None else Catalog()
+        self.config = config or EngineConfig()
+        self._core = _core.Engine(self.catalog._core, self.config.to_json())
+
+    def open_stream(
+        self,
+        job: str,
+        origin: str,
+        *,
+        source_key: str | None = None,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        host: str | None = None,
+    ) -> int:
+        """Declares a stream of lines (a file, a record source) and what is known about it."""
+        return self._core.open_stream(job, origin, source_key, rank, local_rank, host)
+
+    def feed(self, stream: int, data: bytes, ingest_ms: int | None = None) -> None:
+        self._core.feed(stream, data, ingest_ms)
+
+    def feed_records(
+        self,
+        decoder: Decoder,
+        origin: str,
+        values: list[bytes],
+        keys: list[bytes | None],
+        headers: list[bytes | None],
+        timestamps: list[int | None],
+    ) -> list[tuple[int, str]]:
+        """Decodes and feeds a batch of Kafka records in one call (GIL released).
+
+        The lists are parallel: value, key, job header value, broker timestamp in ms.
+        Returns (index, reason) for every record that was rejected."""
+        return self._core.feed_records(decoder._core, origin, values, keys, headers, timestamps)
+
+    def close_stream(self, stream: int) -> None:
+        self._core.close_stream(stream)
+
+    def poll(self, now_ms: int) -> list[Diagnosis]:
+        """Diagnoses that became ready (or changed) since the last poll."""
+        result: list[Diagnosis] = orjson.loads(self._core.poll(now_ms))
+        return result
+
+    def finish(self) -> list[Diagnosis]:
+        """Ends the input and returns a diagnosis for every incident, most likely first."""
+        result: list[Diagnosis] = orjson.loads(self._core.finish())
+        result.sort(key=lambda d: (-float(d.get("confidence", 0.0)), d.get("id", "")))
+        return result
+
+    def drop_job(self, job: str) -> None:
+        self._core.drop_job(job)
+
+    def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = orjson.loads(self._core.stats_json())
+        return result
