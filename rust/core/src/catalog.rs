@@ -49,7 +49,13 @@ pub const SUBSYSTEMS: &[&str] = &[
     "kernel",
 ];
 
-pub const OUTLIER_FIELDS: &[&str] = &["subnet", "iface", "nccl_version", "cuda_driver", "transport"];
+pub const OUTLIER_FIELDS: &[&str] = &[
+    "subnet",
+    "iface",
+    "nccl_version",
+    "cuda_driver",
+    "transport",
+];
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -178,21 +184,21 @@ impl Catalog {
         if signatures.is_empty() {
             return Err(err("<catalog>", None, "no signatures found"));
         }
-        for i in 0..signatures.len() {
+        for sig in signatures.iter_mut() {
             let mut idx = Vec::new();
-            for target in &signatures[i].explains {
+            for target in &sig.explains {
                 match by_id.get(target) {
                     None => {
                         return Err(err(
-                            &signatures[i].file,
-                            Some(&signatures[i].id),
+                            &sig.file,
+                            Some(&sig.id),
                             format!("explains unknown signature '{target}'"),
                         ))
                     }
                     Some(&t) => idx.push(t),
                 }
             }
-            signatures[i].explains_idx = idx;
+            sig.explains_idx = idx;
         }
         let mut exprs = Vec::new();
         let mut expr_sig = Vec::new();
@@ -218,7 +224,10 @@ impl Catalog {
                 err(
                     &sig.file,
                     Some(&sig.id),
-                    format!("pattern {:?} rejected by Hyperscan: {}", exprs[i].0, e.message),
+                    format!(
+                        "pattern {:?} rejected by Hyperscan: {}",
+                        exprs[i].0, e.message
+                    ),
                 )
             }
             None => err("<catalog>", None, format!("Hyperscan: {}", e.message)),
@@ -449,7 +458,10 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
 
     #[test]
     fn rejects_duplicate_ids() {
-        let twice = format!("{SMALL}\n{}", &SMALL[SMALL.find("[[signature]]\nid = \"timeout\"").unwrap()..]);
+        let twice = format!(
+            "{SMALL}\n{}",
+            &SMALL[SMALL.find("[[signature]]\nid = \"timeout\"").unwrap()..]
+        );
         let e = load_err(&twice);
         assert!(e.reason.contains("duplicate"), "{e}");
     }

@@ -52,8 +52,12 @@ pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms
             return i as u32;
         }
     }
-    let start = hit.ts_ms.map_or_else(|| format!("seq:{}", hit.seq), |t| t.to_string());
-    let sig = hit.sig.map_or_else(|| "unclassified".to_string(), |s| s.to_string());
+    let start = hit
+        .ts_ms
+        .map_or_else(|| format!("seq:{}", hit.seq), |t| t.to_string());
+    let sig = hit
+        .sig
+        .map_or_else(|| "unclassified".to_string(), |s| s.to_string());
     let id = format!("rw-{:016x}", fnv(&[&job.name, &start, &sig]));
     job.incidents.push(Incident {
         id,
@@ -244,6 +248,14 @@ impl Cand {
             .map(Root::Hit)
     }
 }
+
+/// The root cause as JSON, its signature, (seq, source, time) of its line, and the line.
+type RenderedRoot<'a> = (
+    Value,
+    Option<&'a Signature>,
+    Option<(u64, u32, Option<i64>)>,
+    String,
+);
 
 struct Ctx<'a> {
     job: &'a Job,
@@ -580,10 +592,8 @@ impl<'a> Ctx<'a> {
                 }
                 if h.field("lagging_ranks").is_some() {
                     if !n.reasons.iter().any(|r| r.starts_with("named as lagging")) {
-                        n.reasons.push(format!(
-                            "named as lagging by a desync report ({})",
-                            sig.id
-                        ));
+                        n.reasons
+                            .push(format!("named as lagging by a desync report ({})", sig.id));
                     }
                     n.score += 40;
                     n.evidence = Some(i);
@@ -641,9 +651,7 @@ impl<'a> Ctx<'a> {
                 }
             }
             if nranks as usize > 1 && n_major * 2 >= nranks as usize {
-                let missing: Vec<u32> = (0..nranks)
-                    .filter(|r| !seq_of.contains_key(r))
-                    .collect();
+                let missing: Vec<u32> = (0..nranks).filter(|r| !seq_of.contains_key(r)).collect();
                 if !missing.is_empty() && missing.len() * 10 <= nranks as usize + 9 {
                     for r in missing {
                         let who = Who::Rank(r);
@@ -659,13 +667,17 @@ impl<'a> Ctx<'a> {
         }
 
         // 3. Ranks that went silent while the others went on logging.
-        let incident_start = hits.iter().filter_map(|&i| self.hit_time(&job.hits[i])).min();
+        let incident_start = hits
+            .iter()
+            .filter_map(|&i| self.hit_time(&job.hits[i]))
+            .min();
         if let Some(t0) = incident_start {
             let mut last: BTreeMap<u32, i64> = BTreeMap::new();
             for (si, s) in job.sources.iter().enumerate() {
-                if let (Some(r), Some(t)) =
-                    (job.source_rank(si as u32), self.corrected(si as u32, s.last_ts))
-                {
+                if let (Some(r), Some(t)) = (
+                    job.source_rank(si as u32),
+                    self.corrected(si as u32, s.last_ts),
+                ) {
                     let e = last.entry(r).or_insert(t);
                     *e = (*e).max(t);
                 }
@@ -676,7 +688,9 @@ impl<'a> Ctx<'a> {
                 .map(|(&r, _)| r)
                 .collect();
             let active = last.values().filter(|&&t| t >= t0).count();
-            if !quiet.is_empty() && quiet.len() * 20 <= last.len().max(20) && active * 2 >= last.len()
+            if !quiet.is_empty()
+                && quiet.len() * 20 <= last.len().max(20)
+                && active * 2 >= last.len()
             {
                 for r in quiet {
                     let who = Who::Rank(r);
@@ -728,7 +742,9 @@ impl<'a> Ctx<'a> {
                     "field": field, "host": job.hosts[host as usize], "value": obs.value,
                     "named_by_failures": linked,
                 }));
-                let c = cands.entry(who).or_insert_with(|| Cand::new(who, Some(host)));
+                let c = cands
+                    .entry(who)
+                    .or_insert_with(|| Cand::new(who, Some(host)));
                 if c.outlier.is_none() {
                     c.outlier = Some((src, obs_field));
                     c.best_weight = c.best_weight.max(weight);
@@ -750,7 +766,10 @@ impl<'a> Ctx<'a> {
         let mut host_named: HashMap<HostId, BTreeSet<Who>> = HashMap::new();
         for c in cands.values() {
             if let (Who::Host(h), false) = (c.who, c.named_by.is_empty()) {
-                host_named.entry(h).or_default().extend(c.named_by.iter().copied());
+                host_named
+                    .entry(h)
+                    .or_default()
+                    .extend(c.named_by.iter().copied());
             }
         }
         for c in cands.values_mut() {
@@ -763,8 +782,10 @@ impl<'a> Ctx<'a> {
             named.remove(&c.who);
             if !named.is_empty() {
                 c.score += if named.len() >= 2 { 20 } else { 10 };
-                c.reasons
-                    .push(format!("named as the failing peer by {} other ranks", named.len()));
+                c.reasons.push(format!(
+                    "named as the failing peer by {} other ranks",
+                    named.len()
+                ));
             }
             if let Some(b) = c.best_cause {
                 c.score += c.best_weight as i32;
@@ -821,8 +842,10 @@ impl<'a> Ctx<'a> {
         let sig_json = match root_sig {
             Some(s) => json!({"id": s.id, "title": s.title, "subsystem": s.subsystem,
                               "role": role_str(s.role), "severity": format!("{:?}", s.severity).to_lowercase()}),
-            None => json!({"id": "unclassified", "title": "Unclassified error", "subsystem": "unknown",
-                           "role": "cause", "severity": "error"}),
+            None => {
+                json!({"id": "unclassified", "title": "Unclassified error", "subsystem": "unknown",
+                           "role": "cause", "severity": "error"})
+            }
         };
         let cause_sig = top
             .best_cause
@@ -834,15 +857,22 @@ impl<'a> Ctx<'a> {
 
         // First warning: the earliest warning-or-worse line of the incident, if it is another.
         let first_warning = if top.outlier.is_some() {
-            blaming
-                .iter()
-                .copied()
-                .min_by_key(|&i| (self.hit_time(&job.hits[i]).unwrap_or(i64::MAX), job.hits[i].seq))
+            blaming.iter().copied().min_by_key(|&i| {
+                (
+                    self.hit_time(&job.hits[i]).unwrap_or(i64::MAX),
+                    job.hits[i].seq,
+                )
+            })
         } else {
             hits.iter()
                 .copied()
                 .filter(|&i| job.hits[i].sig.is_some())
-                .min_by_key(|&i| (self.hit_time(&job.hits[i]).unwrap_or(i64::MAX), job.hits[i].seq))
+                .min_by_key(|&i| {
+                    (
+                        self.hit_time(&job.hits[i]).unwrap_or(i64::MAX),
+                        job.hits[i].seq,
+                    )
+                })
         }
         .filter(|&i| job.hits[i].text != root_text);
         let first_warning_json = first_warning.map(|i| self.hit_json(i));
@@ -856,11 +886,15 @@ impl<'a> Ctx<'a> {
         let mut all_coll: BTreeSet<u32> = BTreeSet::new();
         for &i in &hits {
             let h = &job.hits[i];
-            let Some(r) = job.source_rank(h.source) else { continue };
+            let Some(r) = job.source_rank(h.source) else {
+                continue;
+            };
             if Some(r) == culprit_rank {
                 continue;
             }
-            let id = self.sig(h).map_or("unclassified".to_string(), |s| s.id.clone());
+            let id = self
+                .sig(h)
+                .map_or("unclassified".to_string(), |s| s.id.clone());
             let explained = h.sig.is_some_and(|s| explains.contains(&s));
             let e = coll.entry(id).or_default();
             e.0.insert(r);
@@ -898,7 +932,8 @@ impl<'a> Ctx<'a> {
             .take(5)
             .map(|c| {
                 let mut v = self.cand_json(c, top);
-                v["why_not"] = json!(self.why_not(c, top, tie_with.iter().any(|t| t.who == c.who), &explains));
+                v["why_not"] =
+                    json!(self.why_not(c, top, tie_with.iter().any(|t| t.who == c.who), &explains));
                 v
             })
             .collect();
@@ -907,11 +942,22 @@ impl<'a> Ctx<'a> {
         let preceding = self.preceding(top, root_seq);
 
         // Confidence.
-        let named_n = top.reasons.iter().any(|r| r.starts_with("named as the failing peer"));
+        let named_n = top
+            .reasons
+            .iter()
+            .any(|r| r.starts_with("named as the failing peer"));
         let mut conf: f64 = if top.outlier.is_some() {
-            if top.reasons.iter().any(|r| r.contains("point at this host")) { 0.9 } else { 0.75 }
+            if top.reasons.iter().any(|r| r.contains("point at this host")) {
+                0.9
+            } else {
+                0.75
+            }
         } else if top.best_cause.is_some() {
-            if named_n || top.score > top.best_weight as i32 { 0.9 } else { 0.75 }
+            if named_n || top.score > top.best_weight as i32 {
+                0.9
+            } else {
+                0.75
+            }
         } else if top.evidence.is_some() || top.score >= 20 {
             0.6
         } else if classified {
@@ -937,7 +983,8 @@ impl<'a> Ctx<'a> {
         let (fix, verify, cause_text) = match cause_sig {
             Some(s) => (s.fix.clone(), s.verify.clone(), s.cause.clone()),
             None => (
-                "Read the preceding lines of the initiating rank; no catalog signature matched.".into(),
+                "Read the preceding lines of the initiating rank; no catalog signature matched."
+                    .into(),
                 "Rerun and check that the same rank no longer reports errors.".into(),
                 "An error was logged that no catalog signature recognises.".into(),
             ),
@@ -945,7 +992,9 @@ impl<'a> Ctx<'a> {
         let summary = format!(
             "{}{}: {}",
             culprit_rank.map_or("unknown rank".to_string(), |r| format!("rank {r}")),
-            host_name.as_deref().map_or(String::new(), |h| format!(" on {h}")),
+            host_name
+                .as_deref()
+                .map_or(String::new(), |h| format!(" on {h}")),
             sig_json["title"].as_str().unwrap_or("")
         );
         let start = inc.min_ms.or(inc.start_ms);
@@ -992,11 +1041,7 @@ impl<'a> Ctx<'a> {
         })
     }
 
-    fn render_root(
-        &self,
-        top: &Cand,
-        root: Option<Root>,
-    ) -> (Value, Option<&'a Signature>, Option<u64>, String) {
+    fn render_root(&self, top: &Cand, root: Option<Root>) -> RenderedRoot<'a> {
         let job = self.job;
         let rank = match top.who {
             Who::Rank(r) => Some(r),
@@ -1008,9 +1053,11 @@ impl<'a> Ctx<'a> {
             Who::Host(_) => Vec::new(),
         };
         let pid = srcs.iter().find_map(|&s| job.sources[s as usize].pid);
-        let device = srcs
-            .iter()
-            .find_map(|&s| job.sources[s as usize].cuda_dev.or(job.sources[s as usize].local_rank));
+        let device = srcs.iter().find_map(|&s| {
+            job.sources[s as usize]
+                .cuda_dev
+                .or(job.sources[s as usize].local_rank)
+        });
         let host = top.host.map(|h| job.hosts[h as usize].clone());
         match root {
             Some(Root::Hit(i)) => {
@@ -1021,9 +1068,15 @@ impl<'a> Ctx<'a> {
                     "ts": t.map(iso_ms), "ts_corrected": self.hit_time(h).map(iso_ms),
                     "ts_exact": h.ts_exact,
                     "line": h.text, "origin": format!("{}:{}", h.origin, h.line_no),
-                    "record": h.record, "fields": fields_json(&h.fields),
+                    "record": if h.record.is_empty() { vec![h.text.clone()] } else { h.record.clone() },
+                    "fields": fields_json(&h.fields),
                 });
-                (v, self.sig(h), Some(h.seq), h.text.clone())
+                (
+                    v,
+                    self.sig(h),
+                    Some((h.seq, h.source, h.ts_ms)),
+                    h.text.clone(),
+                )
             }
             Some(Root::Context(src, field)) => {
                 let obs: &ContextObs = &job.context[&(field, src)];
@@ -1037,7 +1090,7 @@ impl<'a> Ctx<'a> {
                 (
                     v,
                     Some(&self.cat.signatures[obs.sig as usize]),
-                    Some(obs.seq),
+                    Some((obs.seq, src, obs.ts_ms)),
                     obs.line.clone(),
                 )
             }
@@ -1054,7 +1107,9 @@ impl<'a> Ctx<'a> {
     fn hit_json(&self, i: usize) -> Value {
         let h = &self.job.hits[i];
         let rank = self.job.source_rank(h.source);
-        let host = self.host_of(h.source).map(|x| self.job.hosts[x as usize].clone());
+        let host = self
+            .host_of(h.source)
+            .map(|x| self.job.hosts[x as usize].clone());
         let s = &self.job.sources[h.source as usize];
         json!({
             "rank": rank, "host": host, "device": s.cuda_dev.or(s.local_rank), "pid": s.pid,
@@ -1076,9 +1131,11 @@ impl<'a> Ctx<'a> {
         });
         let sig = c.root().and_then(|r| match r {
             Root::Hit(i) => self.sig(&self.job.hits[i]).map(|s| s.id.clone()),
-            Root::Context(s, f) => {
-                Some(self.cat.signatures[self.job.context[&(f, s)].sig as usize].id.clone())
-            }
+            Root::Context(s, f) => Some(
+                self.cat.signatures[self.job.context[&(f, s)].sig as usize]
+                    .id
+                    .clone(),
+            ),
         });
         json!({
             "rank": rank,
@@ -1108,10 +1165,7 @@ impl<'a> Ctx<'a> {
             return "only symptoms or indirect evidence point at it".into();
         }
         if c.score < top.score {
-            return format!(
-                "weaker evidence (score {} against {})",
-                c.score, top.score
-            );
+            return format!("weaker evidence (score {} against {})", c.score, top.score);
         }
         match (c.ts, top.ts) {
             (Some(a), Some(b)) if a > b => format!("later by {} ms after clock correction", a - b),
@@ -1119,7 +1173,10 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn preceding(&self, top: &Cand, root_seq: Option<u64>) -> Vec<String> {
+    /// The lines the initiating process printed before the root-cause line. When the root
+    /// line came from elsewhere (a launcher or kernel line, a peer's desync report), they are
+    /// the process's own last lines up to that moment.
+    fn preceding(&self, top: &Cand, root: Option<(u64, u32, Option<i64>)>) -> Vec<String> {
         let job = self.job;
         let srcs: Vec<u32> = match top.who {
             Who::Rank(r) => job.sources_of_rank(r),
@@ -1127,10 +1184,25 @@ impl<'a> Ctx<'a> {
             Who::Host(_) => Vec::new(),
         };
         let limit = self.cfg.preceding_lines;
+        let own = root.is_none_or(|(_, src, _)| srcs.contains(&src));
+        let until = root.and_then(|(_, src, ts)| self.corrected(src, ts));
         let mut lines: Vec<RingLine> = Vec::new();
         for &s in &srcs {
             let src = &job.sources[s as usize];
-            let seq = root_seq.unwrap_or(u64::MAX);
+            if !own {
+                let slack = self.offsets.uncertainty_ms;
+                lines.extend(
+                    src.ring
+                        .iter()
+                        .filter(|l| match (until, self.corrected(s, l.ts_ms)) {
+                            (Some(u), Some(t)) => t <= u + slack,
+                            _ => true,
+                        })
+                        .cloned(),
+                );
+                continue;
+            }
+            let seq = root.map_or(u64::MAX, |(seq, _, _)| seq);
             let mut from_ring = src.ring.before(seq, limit);
             if let Some(snap) = &src.snapshot {
                 // The snapshot taken at the first cause hit, when the ring has moved on.

@@ -63,6 +63,7 @@ pub struct Stats {
     pub peak_memory_bytes: usize,
     pub records: u64,
     pub rejected: HashMap<&'static str, u64>,
+    pub compacted_hits: u64,
 }
 
 /// Identity a caller knows about a stream before reading it.
@@ -85,7 +86,8 @@ struct Stream {
     last_source: Option<u32>,
     after_last_error: bool,
     in_traceback: bool,
-    record: Vec<String>,
+    /// Where the current multi-line record started (its first line's seq).
+    record_start: u64,
     open_hit: Option<usize>,
 }
 
@@ -105,7 +107,13 @@ pub struct Engine {
     record_streams: HashMap<(String, String), u64>,
 }
 
-const MAX_RECORD_LINES: usize = 40;
+/// Lines of a multi-line record kept with a hit: whole records for causes, the head only for
+/// symptoms (thousands of ranks print the same symptom record).
+/// A Kafka record as handed over: value, key, job header, broker time in ms.
+pub type RawRecord<'a> = (&'a [u8], Option<&'a [u8]>, Option<&'a [u8]>, Option<i64>);
+
+const CAUSE_RECORD_LINES: usize = 40;
+const SYMPTOM_RECORD_LINES: usize = 0;
 
 fn is_exception_line(msg: &str) -> bool {
     // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback.
@@ -186,7 +194,9 @@ impl Engine {
         let id = self.next_stream;
         self.next_stream += 1;
         let key = if let Some(k) = &hints.source_key {
-            Some(SourceKey::Hint(Arc::from(format!("{job}\u{0}{k}").as_str())))
+            Some(SourceKey::Hint(Arc::from(
+                format!("{job}\u{0}{k}").as_str(),
+            )))
         } else {
             hints.rank.map(SourceKey::Rank)
         };
@@ -203,7 +213,7 @@ impl Engine {
                 last_source: None,
                 after_last_error: false,
                 in_traceback: false,
-                record: Vec::new(),
+                record_start: 0,
                 open_hit: None,
             },
         );
@@ -266,7 +276,7 @@ impl Engine {
         &mut self,
         cfg: &DecoderConfig,
         origin: &str,
-        records: &[(&[u8], Option<&[u8]>, Option<&[u8]>, Option<i64>)],
+        records: &[RawRecord<'_>],
     ) -> Vec<(usize, &'static str)> {
         let mut rejected = Vec::new();
         for (i, (value, key, header, broker_ms)) in records.iter().enumerate() {
@@ -348,8 +358,7 @@ impl Engine {
     fn put_back(&mut self, job: Job, st: Stream, id: u64) {
         let name = st.job.clone();
         self.streams.insert(id, st);
-        self.jobs.insert(name.clone(), job);
-        self.enforce_budget(&name);
+        self.jobs.insert(name, job);
     }
 
     pub fn close_stream(&mut self, stream_id: u64) {
@@ -532,19 +541,25 @@ impl Engine {
         }
         st.after_last_error = msg.trim_end() == "Last error:";
         if continuation {
-            if st.record.len() < MAX_RECORD_LINES {
-                st.record.push(line.to_string());
-            }
             if let Some(h) = st.open_hit {
                 if let Some(hit) = job.hits.get_mut(h) {
-                    if hit.record.len() < MAX_RECORD_LINES {
+                    let is_cause = hit
+                        .sig
+                        .is_some_and(|s| self.catalog.signatures[s as usize].role == Role::Cause);
+                    let cap = if is_cause {
+                        CAUSE_RECORD_LINES
+                    } else {
+                        SYMPTOM_RECORD_LINES
+                    };
+                    if hit.record.len() < cap {
                         hit.record.push(line.to_string());
+                        job.mem_bytes += line.len() + 24;
+                        self.stats.memory_bytes += line.len() + 24;
                     }
                 }
             }
         } else {
-            st.record.clear();
-            st.record.push(line.to_string());
+            st.record_start = seq;
             st.open_hit = None;
         }
 
@@ -606,7 +621,19 @@ impl Engine {
                         text: line.to_string(),
                         origin: st.origin.clone(),
                         fields,
-                        record: st.record.clone(),
+                        record: job.sources[src as usize]
+                            .ring
+                            .record_from(
+                                st.record_start,
+                                if spec.role == Role::Cause {
+                                    CAUSE_RECORD_LINES
+                                } else {
+                                    SYMPTOM_RECORD_LINES
+                                },
+                            )
+                            .into_iter()
+                            .map(|l| l.text)
+                            .collect(),
                         incident: u32::MAX,
                     };
                     if let Some(i) = self.add_hit(job, hit, spec.role == Role::Cause) {
@@ -632,7 +659,12 @@ impl Engine {
                     text: line.to_string(),
                     origin: st.origin.clone(),
                     fields: Vec::new(),
-                    record: st.record.clone(),
+                    record: job.sources[src as usize]
+                        .ring
+                        .record_from(st.record_start, SYMPTOM_RECORD_LINES)
+                        .into_iter()
+                        .map(|l| l.text)
+                        .collect(),
                     incident: u32::MAX,
                 };
                 if let Some(i) = self.add_hit(job, hit, false) {
@@ -640,6 +672,10 @@ impl Engine {
                 }
             }
         }
+        if self.stats.memory_bytes > self.cfg.memory_budget_bytes {
+            self.relieve_memory(job);
+        }
+        self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -682,6 +718,9 @@ impl Engine {
                     Some(o) => self.catalog.signatures[o.sig as usize].weight < weight,
                 };
                 if replace {
+                    let added = line.len() + v.len() + 160;
+                    job.mem_bytes += added;
+                    self.stats.memory_bytes += added;
                     job.context.insert(
                         (f, src),
                         ContextObs {
@@ -706,6 +745,8 @@ impl Engine {
                 };
                 if let Some(key) = key {
                     if job.sync.len() < 200_000 {
+                        job.mem_bytes += std::mem::size_of::<SyncObs>();
+                        self.stats.memory_bytes += std::mem::size_of::<SyncObs>();
                         job.sync.push(SyncObs {
                             sig,
                             key,
@@ -721,8 +762,12 @@ impl Engine {
     fn add_hit(&mut self, job: &mut Job, mut hit: Hit, is_cause: bool) -> Option<usize> {
         let count = job.hit_counts.entry((hit.source, hit.sig)).or_default();
         *count += 1;
-        if *count > self.cfg.hits_per_source_signature || job.hits.len() >= self.cfg.max_hits_per_job
-        {
+        let cap = if is_cause {
+            self.cfg.hits_per_source_signature
+        } else {
+            self.cfg.hits_per_source_signature.min(2)
+        };
+        if *count > cap || job.hits.len() >= self.cfg.max_hits_per_job {
             job.dropped_hits += 1;
             self.stats.dropped_hits += 1;
             return None;
@@ -740,7 +785,8 @@ impl Engine {
         let bytes = hit.approx_bytes();
         job.mem_bytes += bytes;
         self.stats.memory_bytes += bytes;
-        hit.incident = correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
+        hit.incident =
+            correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
         job.hits.push(hit);
         Some(idx)
     }
@@ -749,48 +795,72 @@ impl Engine {
         self.wall_ms
     }
 
-    /// Keeps total memory under the budget: idle jobs are finalized and evicted (least recently
-    /// active first); if one job alone is over, its rings are halved.
-    fn enforce_budget(&mut self, active: &str) {
-        self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
-        if self.stats.memory_bytes <= self.cfg.memory_budget_bytes {
-            return;
+    /// Keeps total memory under the budget while `active` (taken out of the map) is being
+    /// fed: idle jobs are finalized and evicted first (least recently active first), then the
+    /// active job's rings are halved.
+    fn relieve_memory(&mut self, active: &mut Job) {
+        // Free down to 90% of the budget so relief is not needed again on the next line.
+        let budget = self.cfg.memory_budget_bytes / 10 * 9;
+        if self.stats.memory_bytes > budget {
+            let mut order: Vec<(u64, String)> = self
+                .jobs
+                .iter()
+                .map(|(n, j)| (j.last_activity, n.clone()))
+                .collect();
+            order.sort();
+            for (_, name) in order {
+                if self.stats.memory_bytes <= budget {
+                    break;
+                }
+                if let Some(mut job) = self.jobs.remove(&name) {
+                    let diags = correlate::diagnose_ready(
+                        &mut job,
+                        &self.catalog,
+                        &self.cfg,
+                        i64::MAX,
+                        true,
+                    );
+                    self.pending.extend(diags);
+                    self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(job.mem_bytes);
+                    self.stats.jobs_evicted += 1;
+                    self.record_streams.retain(|(j, _), _| *j != name);
+                }
+            }
         }
-        let mut order: Vec<(u64, String)> = self
-            .jobs
-            .iter()
-            .filter(|(n, _)| n.as_str() != active)
-            .map(|(n, j)| (j.last_activity, n.clone()))
-            .collect();
-        order.sort();
-        for (_, name) in order {
-            if self.stats.memory_bytes <= self.cfg.memory_budget_bytes {
-                return;
-            }
-            if let Some(job) = self.jobs.remove(&name) {
-                let mut job = job;
-                let diags = correlate::diagnose_ready(&mut job, &self.catalog, &self.cfg, i64::MAX, true);
-                self.pending.extend(diags);
-                self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(job.mem_bytes);
-                self.stats.jobs_evicted += 1;
-            }
-        }
-        while self.stats.memory_bytes > self.cfg.memory_budget_bytes {
-            let Some(job) = self.jobs.get_mut(active) else {
-                return;
-            };
-            if job.ring_lines <= 8 {
-                return;
-            }
-            job.ring_lines /= 2;
+        while self.stats.memory_bytes > budget && active.ring_lines > 16 {
+            active.ring_lines /= 2;
             self.stats.ring_shrinks += 1;
             let mut freed = 0usize;
-            for s in &mut job.sources {
+            for s in &mut active.sources {
                 let before = s.ring.bytes();
-                s.ring.shrink_to(job.ring_lines);
+                s.ring.shrink_to(active.ring_lines);
                 freed += before - s.ring.bytes();
             }
-            job.mem_bytes = job.mem_bytes.saturating_sub(freed);
+            active.mem_bytes = active.mem_bytes.saturating_sub(freed);
+            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(freed);
+        }
+        if self.stats.memory_bytes > budget {
+            // Last resort: symptom lines beyond the first few per signature keep their
+            // signature, source, time and fields (enough for collateral and sequence analysis)
+            // but give up their text.
+            let mut freed = 0usize;
+            let start = active.compacted_upto;
+            active.compacted_upto = active.hits.len();
+            for hit in &mut active.hits[start..] {
+                let is_cause = hit
+                    .sig
+                    .is_some_and(|s| self.catalog.signatures[s as usize].role == Role::Cause);
+                let n = active.kept_text.entry(hit.sig).or_default();
+                *n += 1;
+                if is_cause || *n <= 16 || hit.text.is_empty() {
+                    continue;
+                }
+                freed += hit.text.len() + hit.record.iter().map(|l| l.len() + 24).sum::<usize>();
+                hit.text = String::new();
+                hit.record = Vec::new();
+                self.stats.compacted_hits += 1;
+            }
+            active.mem_bytes = active.mem_bytes.saturating_sub(freed);
             self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(freed);
         }
     }
@@ -858,6 +928,28 @@ impl Engine {
         }
     }
 
+    /// Where the accounted memory is: (rings, hits, snapshots, context, sync) in bytes.
+    pub fn memory_breakdown(&self) -> [usize; 5] {
+        let mut out = [0usize; 5];
+        for j in self.jobs.values() {
+            for s in &j.sources {
+                out[0] += s.ring.bytes();
+                out[2] += s
+                    .snapshot
+                    .as_ref()
+                    .map_or(0, |v| v.iter().map(|l| l.text.len() + 48).sum());
+            }
+            out[1] += j.hits.iter().map(Hit::approx_bytes).sum::<usize>();
+            out[3] += j
+                .context
+                .iter()
+                .map(|((_, _), o)| o.line.len() + o.value.len() + 160)
+                .sum::<usize>();
+            out[4] += j.sync.len() * std::mem::size_of::<SyncObs>();
+        }
+        out
+    }
+
     pub fn job_count(&self) -> usize {
         self.jobs.len()
     }
@@ -866,4 +958,3 @@ impl Engine {
         self.jobs.values().map(|j| j.incidents.len()).sum()
     }
 }
-

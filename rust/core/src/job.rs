@@ -160,6 +160,10 @@ pub struct Job {
     pub max_event_ms: Option<i64>,
     pub last_wall_ms: i64,
     pub ring_lines: usize,
+    /// Hits before this index were already considered for compaction under memory pressure.
+    pub compacted_upto: usize,
+    /// Symptom hits per signature that kept their text through compaction.
+    pub kept_text: HashMap<Option<u16>, u32>,
 }
 
 pub const CONTEXT_FIELDS: &[&str] = &[
@@ -216,8 +220,7 @@ impl Job {
     /// The host a source runs on: its own, or the host seen elsewhere in its stream.
     pub fn source_host(&self, src: u32) -> Option<HostId> {
         let s = &self.sources[src as usize];
-        s.host
-            .or_else(|| self.stream_hosts.get(&s.origin).copied())
+        s.host.or_else(|| self.stream_hosts.get(&s.origin).copied())
     }
 
     /// Best-known global rank of a source.
@@ -261,7 +264,7 @@ impl Job {
                 self.by_host_pid.insert((h, p), rank);
             }
             if let Some(l) = s.local_rank.or(s.cuda_dev) {
-                self.by_host_local.entry((h, l)).or_insert(rank);
+                self.by_host_local.insert((h, l), rank);
             }
             if let Some(b) = s.bus_id.clone() {
                 self.by_host_bus.insert((h, b), rank);

@@ -193,7 +193,10 @@ impl Matcher {
                 out as *mut Vec<u32> as *mut c_void,
             )
         };
-        debug_assert!(rc == HS_SUCCESS || rc == HS_SCAN_TERMINATED, "hs_scan: {rc}");
+        debug_assert!(
+            rc == HS_SUCCESS || rc == HS_SCAN_TERMINATED,
+            "hs_scan: {rc}"
+        );
     }
 
     /// Counts matches without collecting them (used by the ceiling benchmark).

@@ -340,7 +340,10 @@ fn rank_or_tee(b: &[u8], m: &mut LineMeta) -> Option<usize> {
         return None;
     }
     let inner = &b[1..close];
-    let dstart = inner.iter().rposition(|c| !c.is_ascii_digit()).map_or(0, |p| p + 1);
+    let dstart = inner
+        .iter()
+        .rposition(|c| !c.is_ascii_digit())
+        .map_or(0, |p| p + 1);
     if dstart == inner.len() {
         return None;
     }
@@ -563,7 +566,10 @@ pub fn peel(line: &str, year: i32) -> LineMeta {
                 leading_number(&rest[1 + sp..], 12).map(|(v, n)| (v, n + sp))
             }) {
                 if rest.get(1 + n) == Some(&b'.') {
-                    let fr = rest[2 + n..].iter().take_while(|c| c.is_ascii_digit()).count();
+                    let fr = rest[2 + n..]
+                        .iter()
+                        .take_while(|c| c.is_ascii_digit())
+                        .count();
                     if fr > 0 && rest.get(2 + n + fr) == Some(&b']') {
                         pos += 3 + n + fr;
                         if b.get(pos) == Some(&b' ') {
@@ -697,7 +703,9 @@ mod tests {
         let (t, m) = msg("[1,13]<stdout>:node-07:40213:40213 [5] NCCL INFO Using network IB");
         assert_eq!(t, "Using network IB");
         assert_eq!(m.grank, Some(13));
-        let (t, m) = msg("\x1b[36m(RayTrainWorker pid=40213, ip=10.20.3.7)\x1b[0m [rank13]: RuntimeError: x");
+        let (t, m) = msg(
+            "\x1b[36m(RayTrainWorker pid=40213, ip=10.20.3.7)\x1b[0m [rank13]: RuntimeError: x",
+        );
         assert_eq!(t, "RuntimeError: x");
         assert_eq!(m.pid, Some(40213));
         let (t, m) = msg("2026-03-14T09:22:05.412233870Z stdout P node-07:40213:40213 [5] NCCL INFO Channel 00/02 :");
@@ -711,7 +719,8 @@ mod tests {
         assert!(t.starts_with("failed (exitcode: -9)"));
         assert_eq!(m.pid, Some(40190));
         assert_eq!(m.level, Level::Error);
-        let (t, m) = msg("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1)");
+        let (t, m) =
+            msg("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1)");
         assert_eq!(t, "failed (exitcode: 1)");
         assert_eq!(m.level, Level::Error);
         let line = "Nov 30 12:00:01 node-007 kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=1, GPU has fallen off the bus.";

@@ -148,7 +148,11 @@ fn as_time_ms(v: &Value) -> Option<i64> {
                 return None;
             }
             // Seconds (Fluent Bit's epoch double) or milliseconds.
-            Some(if f < 1e11 { (f * 1000.0) as i64 } else { f as i64 })
+            Some(if f < 1e11 {
+                (f * 1000.0) as i64
+            } else {
+                f as i64
+            })
         }
         Value::String(s) => iso_datetime(s.as_bytes()).map(|(t, _)| t),
         _ => None,
@@ -202,7 +206,11 @@ pub fn decode(
         .map(str::to_string);
     let text_value = || -> Result<String, &'static str> {
         let s = std::str::from_utf8(value).map_err(|_| "not_utf8")?;
-        if s.bytes().filter(|b| *b < 0x09 || (*b > 0x0d && *b < 0x20)).count() * 10 > s.len()
+        if s.bytes()
+            .filter(|b| *b < 0x09 || (*b > 0x0d && *b < 0x20))
+            .count()
+            * 10
+            > s.len()
             && !s.is_empty()
         {
             return Err("binary");
@@ -314,13 +322,19 @@ mod tests {
         assert_eq!(d.job, "jobB");
         assert_eq!(decode(&t, b"hello", None, None), Err("no_job"));
         assert_eq!(decode(&t, b"\xff\xfe", Some(b"j"), None), Err("not_utf8"));
-        assert_eq!(decode(&t, b"\x00\x01\x02\x03\x04", Some(b"j"), None), Err("binary"));
+        assert_eq!(
+            decode(&t, b"\x00\x01\x02\x03\x04", Some(b"j"), None),
+            Err("binary")
+        );
         let c = DecoderConfig::preset(Format::Canonical);
         assert_eq!(decode(&c, b"{nope", Some(b"j"), None), Err("bad_json"));
         assert_eq!(decode(&c, b"[1]", Some(b"j"), None), Err("not_an_object"));
         assert_eq!(decode(&c, br#"{"job":"j"}"#, None, None), Err("no_line"));
         let mut small = c.clone();
         small.max_record_bytes = 4;
-        assert_eq!(decode(&small, b"{\"line\":1}", None, None), Err("oversized"));
+        assert_eq!(
+            decode(&small, b"{\"line\":1}", None, None),
+            Err("oversized")
+        );
     }
 }

@@ -140,6 +140,9 @@ mod tests {
         let b = r.before(10, 3);
         assert_eq!(b.iter().map(|l| l.seq).collect::<Vec<_>>(), vec![7, 8, 9]);
         let rec = r.record_from(4, 50);
-        assert_eq!(rec.iter().map(|l| l.seq).collect::<Vec<_>>(), vec![4, 5, 6, 7]);
+        assert_eq!(
+            rec.iter().map(|l| l.seq).collect::<Vec<_>>(),
+            vec![4, 5, 6, 7]
+        );
     }
 }

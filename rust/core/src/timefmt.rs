@@ -144,10 +144,7 @@ mod tests {
     fn civil_roundtrip_known_dates() {
         assert_eq!(days_from_civil(1970, 1, 1), 0);
         assert_eq!(days_from_civil(2000, 3, 1), 11017);
-        assert_eq!(
-            epoch_ms(2026, 11, 30, 12, 0, 1, 5),
-            Some(1_796_040_001_005)
-        );
+        assert_eq!(epoch_ms(2026, 11, 30, 12, 0, 1, 5), Some(1_796_040_001_005));
     }
 
     #[test]

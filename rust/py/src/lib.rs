@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use rankwatch_core::catalog::Role;
 use rankwatch_core::correlate::Diagnosis;
+use rankwatch_core::engine::RawRecord;
 use rankwatch_core::prefix::peel;
 use rankwatch_core::records::DecoderConfig;
 use rankwatch_core::{Catalog, Config, Engine, StreamHints};
@@ -48,7 +49,29 @@ impl PyCatalog {
 
     /// All signatures as a JSON array.
     fn signatures_json(&self, py: Python<'_>) -> Py<PyBytes> {
-        bytes(py, &serde_json::to_value(&self.inner.signatures).unwrap_or(Value::Null))
+        bytes(
+            py,
+            &serde_json::to_value(&self.inner.signatures).unwrap_or(Value::Null),
+        )
+    }
+
+    /// Benchmark ceiling: scans every newline-separated line of `data` with the catalog's
+    /// Hyperscan database (no decoding, no state). Returns (lines, matches).
+    fn scan_lines(&self, py: Python<'_>, data: &[u8]) -> (u64, u64) {
+        let cat = &self.inner;
+        py.detach(|| {
+            let m = cat.matcher();
+            let mut scratch = m.scratch();
+            let (mut lines, mut matches) = (0u64, 0u64);
+            for line in data.split(|b| *b == b'\n') {
+                if line.is_empty() {
+                    continue;
+                }
+                lines += 1;
+                matches += m.count_matches(line, &mut scratch);
+            }
+            (lines, matches)
+        })
     }
 
     /// Peels and classifies one line, as the engine would; returns JSON.
@@ -104,7 +127,9 @@ fn config_from_json(text: Option<&str>) -> PyResult<Config> {
             PyValueError::new_err(format!("engine option {k} must be an integer"))
         })?;
         if n < 0 {
-            return Err(PyValueError::new_err(format!("engine option {k} must not be negative")));
+            return Err(PyValueError::new_err(format!(
+                "engine option {k} must not be negative"
+            )));
         }
         let u = n as usize;
         match k.as_str() {
@@ -147,7 +172,15 @@ impl PyDecoder {
 
     #[staticmethod]
     fn formats() -> Vec<&'static str> {
-        vec!["canonical", "fluent-bit", "vector", "docker", "cri", "text", "json"]
+        vec![
+            "canonical",
+            "fluent-bit",
+            "vector",
+            "docker",
+            "cri",
+            "text",
+            "json",
+        ]
     }
 
     #[staticmethod]
@@ -200,7 +233,13 @@ impl PyEngine {
 
     /// Feeds a chunk of a stream's bytes (any size; partial lines carry over).
     #[pyo3(signature = (stream, data, ingest_ms=None))]
-    fn feed(&mut self, py: Python<'_>, stream: u64, data: &[u8], ingest_ms: Option<i64>) -> PyResult<()> {
+    fn feed(
+        &mut self,
+        py: Python<'_>,
+        stream: u64,
+        data: &[u8],
+        ingest_ms: Option<i64>,
+    ) -> PyResult<()> {
         let engine = &mut self.inner;
         let ok = py.detach(|| engine.feed(stream, data, ingest_ms));
         if ok {
@@ -213,6 +252,7 @@ impl PyEngine {
     /// Decodes and feeds a batch of records in one call with the GIL released. Lists are
     /// parallel: value bytes, key bytes or None, job header bytes or None, broker time in ms
     /// or None. Returns (index, reason) for each rejected record.
+    #[allow(clippy::too_many_arguments)]
     fn feed_records(
         &mut self,
         py: Python<'_>,
@@ -225,13 +265,15 @@ impl PyEngine {
     ) -> PyResult<Vec<(usize, &'static str)>> {
         let n = values.len();
         if keys.len() != n || headers.len() != n || timestamps.len() != n {
-            return Err(PyValueError::new_err("feed_records: lists differ in length"));
+            return Err(PyValueError::new_err(
+                "feed_records: lists differ in length",
+            ));
         }
         let vals: Vec<Bound<'_, PyBytes>> = values.extract()?;
         let ks: Vec<Option<Bound<'_, PyBytes>>> = keys.extract()?;
         let hs: Vec<Option<Bound<'_, PyBytes>>> = headers.extract()?;
         let ts: Vec<Option<i64>> = timestamps.extract()?;
-        let records: Vec<(&[u8], Option<&[u8]>, Option<&[u8]>, Option<i64>)> = (0..n)
+        let records: Vec<RawRecord<'_>> = (0..n)
             .map(|i| {
                 (
                     vals[i].as_bytes(),
@@ -277,6 +319,9 @@ impl PyEngine {
             .iter()
             .map(|(k, v)| (cat.signatures[*k as usize].id.clone(), json!(v)))
             .collect();
+        let b = self.inner.memory_breakdown();
+        let breakdown =
+            json!({"rings": b[0], "hits": b[1], "snapshots": b[2], "context": b[3], "sync": b[4]});
         let v = json!({
             "lines": s.lines, "bytes": s.bytes, "blank_lines": s.blank_lines,
             "truncated_lines": s.truncated_lines, "invalid_utf8_lines": s.invalid_utf8_lines,
@@ -284,9 +329,11 @@ impl PyEngine {
             "unclassified_errors": s.unclassified_errors, "dropped_hits": s.dropped_hits,
             "jobs": self.inner.job_count(), "incidents": self.inner.incident_count(),
             "jobs_evicted": s.jobs_evicted, "ring_shrinks": s.ring_shrinks,
+            "compacted_hits": s.compacted_hits,
             "diagnoses_emitted": s.diagnoses_emitted, "memory_bytes": s.memory_bytes,
             "peak_memory_bytes": s.peak_memory_bytes,
             "memory_budget_bytes": self.inner.cfg.memory_budget_bytes,
+            "memory_breakdown": breakdown,
             "records": s.records,
             "rejected": s.rejected,
         });

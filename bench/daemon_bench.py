@@ -1,0 +1,529 @@
+"""End-to-end benchmark of `rankwatch run` against the dev broker, in one run:
+
+1. Kafka's own Java `ConsumerPerformance` on the input topic (the broker's ceiling);
+2. aiokafka consuming the same topic and discarding every record (the client's ceiling);
+3. `rankwatch run` (a subprocess, default settings) consuming the same topic end to end:
+   decode, scan, correlate, publish, commit;
+4. latency from a root-cause line's produce time to its diagnosis on the output topic, while a
+   background producer keeps loading the input topic.
+
+The input is fleetgen logs (bench/fleetgen.py): healthy jobs plus a few failing ones, copied
+under new job names up to `--records`, as canonical records keyed by job (what
+`rankwatch replay` sends). Prints a markdown table (and `--json` writes the numbers).
+
+    python bench/daemon_bench.py                      # fresh broker on 127.0.0.1:19392
+    python bench/daemon_bench.py --records 300000 --latency-samples 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import fleetgen  # noqa: E402
+from rankwatch.daemon.replay import BatchSender, canonical_record, interleave, new_producer  # noqa: E402
+from rankwatch.local import discover  # noqa: E402
+
+KAFKA = ROOT / "deploy" / "kafka"
+HEALTHY = ["healthy", "healthy_noisy"]
+FAILING = ["cuda_error", "ib_link_down", "xid79", "desync", "cuda_oom", "shm_full", "oom_kill"]
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# --- corpus ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    name: str
+    scenario: str
+    records: list[bytes]  # canonical record values, interleaved like `rankwatch replay`
+    lines: list[bytes]
+    truth: Any
+
+
+def make_jobs(root: Path, specs: list[tuple[str, int]], ranks: int) -> list[Job]:
+    jobs = []
+    for scenario, seed in specs:
+        name = f"{scenario.replace('_', '-')}-{seed}"
+        truth = fleetgen.generate(scenario, root / name, ranks=ranks, seed=seed, job=name)
+        files, _ = discover([root / name])
+        pairs = list(interleave(files))
+        jobs.append(
+            Job(
+                name,
+                scenario,
+                [canonical_record(f, line) for f, line in pairs],
+                [line for _, line in pairs],
+                truth,
+            )
+        )
+    return jobs
+
+
+def renamed(job: Job, new_name: str) -> list[bytes]:
+    """The job's records under another job name (same lines, a different job to the engine)."""
+    old = orjson.dumps(job.name)
+    new = orjson.dumps(new_name)
+    return [r.replace(b'"job":' + old, b'"job":' + new, 1) for r in job.records]
+
+
+# --- Kafka helpers --------------------------------------------------------------------------
+
+
+def dev_broker(port: int) -> str:
+    out = subprocess.run(
+        [str(KAFKA / "dev-broker"), "start", "--port", str(port), "--fresh"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+async def create_topics(bootstrap: str, topics: dict[str, int]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [NewTopic(name=t, num_partitions=n, replication_factor=1) for t, n in topics.items()]
+        )
+        while True:
+            described = await admin.describe_topics(list(topics))
+            if all(d["error_code"] == 0 and d["partitions"] for d in described):
+                return
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+
+
+async def produce(bootstrap: str, topic: str, batches: list[tuple[str, list[bytes]]]) -> int:
+    producer = new_producer({"bootstrap_servers": bootstrap})
+    await producer.start()
+    try:
+        sender = BatchSender(producer, topic, sorted(await producer.partitions_for(topic)))
+        for job, records in batches:
+            key = job.encode()
+            for value in records:
+                await sender.add(key, value)
+        await sender.flush()
+        return sender.bytes
+    finally:
+        await producer.stop()
+
+
+async def aiokafka_discard(bootstrap: str, topic: str, total: int) -> tuple[float, int]:
+    """Reads `total` records with the daemon's consumer settings, discarding them."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=4 << 20,
+        fetch_max_wait_ms=100,
+    )
+    await consumer.start()
+    try:
+        cluster = await consumer._client.fetch_all_metadata()
+        tps = [TopicPartition(topic, p) for p in sorted(cluster.partitions_for_topic(topic))]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        n = nbytes = 0
+        t0 = 0.0
+        while n < total:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            if not t0 and batch:
+                t0 = time.perf_counter()
+            for records in batch.values():
+                n += len(records)
+                nbytes += sum(len(r.value) for r in records)
+        return time.perf_counter() - t0, nbytes
+    finally:
+        await consumer.stop()
+
+
+def consumer_perf(bootstrap: str, topic: str, total: int) -> dict[str, float]:
+    out = subprocess.run(
+        [
+            str(KAFKA / "kafka-class"),
+            "consumer-perf",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--num-records",
+            str(total),
+            "--group",
+            f"perf-{os.getpid()}",
+            "--timeout",
+            "60000",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    header = [h.strip() for h in lines[0].split(",")]
+    values = [v.strip() for v in lines[-1].split(",")]
+    row = dict(zip(header, values, strict=False))
+    return {
+        "records_per_s": float(row["nMsg.sec"]),
+        "mb_per_s": float(row["MB.sec"]),
+        "fetch_records_per_s": float(row.get("fetch.nMsg.sec", row["nMsg.sec"])),
+        "fetch_mb_per_s": float(row.get("fetch.MB.sec", row["MB.sec"])),
+    }
+
+
+# --- the daemon -----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+_SAMPLE = re.compile(r"^(rankwatch_[a-z_]+(?:\{[^}]*\})?) (\S+)$", re.M)
+
+
+@dataclass
+class DaemonProc:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    def metrics(self) -> dict[str, float]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return {}
+        return {m.group(1): float(m.group(2)) for m in _SAMPLE.finditer(text)}
+
+
+def start_daemon(
+    bootstrap: str, topic: str, out: str, workdir: Path, extra: list[str]
+) -> DaemonProc:
+    port = free_port()
+    log_path = workdir / "daemon.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "rankwatch.cli",
+        "run",
+        "--bootstrap-servers",
+        bootstrap,
+        "--topic",
+        topic,
+        "--output-topic",
+        out,
+        "--group-id",
+        f"bench-{os.getpid()}",
+        "--initial-offset",
+        "earliest",
+        "--metrics-addr",
+        f"127.0.0.1:{port}",
+        *extra,
+    ]
+    with open(log_path, "wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+    return DaemonProc(proc, port, log_path)
+
+
+def measure_daemon(d: DaemonProc, total: int) -> tuple[float, dict[str, float]]:
+    """Seconds from the first processed batch to the one that completes `total` records."""
+    t_first = 0.0
+    first_n = 0.0
+    while True:
+        if d.proc.poll() is not None:
+            raise SystemExit(f"daemon exited: {d.log_path.read_text()[-3000:]}")
+        m = d.metrics()
+        n = m.get("rankwatch_records_in_total", 0.0)
+        if n > 0 and not t_first:
+            t_first, first_n = time.time(), n
+        if n >= total:
+            t_last = m["rankwatch_last_batch_timestamp_seconds"]
+            # records counted before the first sample are credited at the sample's time
+            seconds = max(t_last - t_first, 1e-3) * total / max(total - first_n, 1)
+            return seconds, m
+        time.sleep(0.05)
+
+
+# --- latency --------------------------------------------------------------------------------
+
+
+@dataclass
+class Latency:
+    first: list[float] = field(default_factory=list)  # root-cause line -> first diagnosis
+    correct: list[float] = field(default_factory=list)  # -> diagnosis naming the truth line
+
+
+async def latency_run(
+    bootstrap: str,
+    topic: str,
+    out: str,
+    background: list[Job],
+    failing: list[Job],
+    samples: int,
+    rate: float,
+) -> tuple[Latency, int]:
+    producer = new_producer({"bootstrap_servers": bootstrap})
+    await producer.start()
+    partitions = sorted(await producer.partitions_for(topic))
+    watcher = AIOKafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="latest")
+    await watcher.start()
+    cluster = await watcher._client.fetch_all_metadata()
+    out_tps = [TopicPartition(out, p) for p in sorted(cluster.partitions_for_topic(out))]
+    watcher.assign(out_tps)
+    await watcher.seek_to_end(*out_tps)
+    for tp in out_tps:
+        await watcher.position(tp)
+
+    stop = asyncio.Event()
+    sent_bg = 0
+
+    async def load() -> None:  # background: healthy jobs at `rate` records/s
+        nonlocal sent_bg
+        sender = BatchSender(producer, topic, partitions)
+        t0 = time.monotonic()
+        i = 0
+        while not stop.is_set():
+            job = background[i % len(background)]
+            name = f"bg-live-{i}"
+            for value in renamed(job, name):
+                await sender.add(name.encode(), value)
+                sent_bg += 1
+                if sent_bg % 500 == 0:
+                    await sender.flush()
+                    ahead = sent_bg / rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        await asyncio.sleep(ahead)
+                if stop.is_set():
+                    break
+            i += 1
+        await sender.flush()
+
+    seen: dict[str, tuple[float, bool]] = {}  # job -> first arrival, correct yet
+    want: dict[str, tuple[bytes, float]] = {}  # job -> truth line, produce time
+    result = Latency()
+
+    async def watch() -> None:
+        while not stop.is_set():
+            batch = await watcher.getmany(timeout_ms=100)
+            now = time.time()
+            for records in batch.values():
+                for r in records:
+                    d = orjson.loads(r.value)
+                    job = d["job"]
+                    if job not in want:
+                        continue
+                    line, t_sent = want[job]
+                    if job not in seen:
+                        seen[job] = (now, False)
+                        result.first.append(now - t_sent)
+                    if (
+                        not seen[job][1]
+                        and str((d.get("root_cause") or {}).get("line")).encode() == line
+                    ):
+                        seen[job] = (seen[job][0], True)
+                        result.correct.append(now - t_sent)
+
+    bg = asyncio.create_task(load())
+    wt = asyncio.create_task(watch())
+    await asyncio.sleep(2.0)  # background load running
+    sender = BatchSender(producer, topic, partitions)
+    for i in range(samples):
+        job = failing[i % len(failing)]
+        name = f"lat-{i}-{job.name}"
+        truth_line = job.truth.root_cause["line"].encode()
+        key = name.encode()
+        t_sent = 0.0
+        for value, line in zip(renamed(job, name), job.lines, strict=True):
+            if line == truth_line and not t_sent:
+                await sender.flush()
+                t_sent = time.time()
+                await sender.add(key, value)
+                await sender.flush()
+                want[name] = (truth_line, t_sent)
+            else:
+                await sender.add(key, value)
+        await sender.flush()
+        deadline = time.monotonic() + 60
+        while not (name in seen and seen[name][1]) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if name not in seen or not seen[name][1]:
+            log(f"latency sample {name}: no correct diagnosis within 60 s")
+    stop.set()
+    await asyncio.gather(bg, wt)
+    await watcher.stop()
+    await producer.stop()
+    return result, sent_bg
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    return v[min(len(v) - 1, round(q * (len(v) - 1)))]
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--port", type=int, default=19392, help="dev broker port (started fresh)")
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--ranks", type=int, default=64, help="ranks per generated job")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--latency-samples", type=int, default=30)
+    ap.add_argument(
+        "--background-rate", type=float, default=0.0, help="records/s (default: 1/3 of measured)"
+    )
+    ap.add_argument("--daemon-arg", action="append", default=[], help="extra `run` flag")
+    ap.add_argument("--json", type=Path, help="also write the numbers here")
+    ap.add_argument("--keep-broker", action="store_true")
+    args = ap.parse_args()
+
+    bootstrap = dev_broker(args.port)
+    log(f"broker {bootstrap}")
+    topic, out = "bench.logs", "bench.diagnoses"
+    asyncio.run(create_topics(bootstrap, {topic: args.partitions, out: 2}))
+    results: dict[str, Any] = {"records": args.records, "partitions": args.partitions}
+    try:
+        with tempfile.TemporaryDirectory(prefix="rw-bench-") as tmp:
+            work = Path(tmp)
+            t = time.perf_counter()
+            healthy = make_jobs(
+                work / "healthy", [(HEALTHY[i % 2], 100 + i) for i in range(6)], args.ranks
+            )
+            failing = make_jobs(work / "failing", [(s, 200 + i) for i, s in enumerate(FAILING)], 16)
+            log(f"corpus generated in {time.perf_counter() - t:.1f} s")
+
+            # the throughput corpus: healthy jobs, and one failing job in 20, renamed copies
+            batches: list[tuple[str, list[bytes]]] = []
+            n = i = 0
+            while n < args.records:
+                src = failing[i // 20 % len(failing)] if i % 20 == 19 else healthy[i % len(healthy)]
+                name = f"job-{i:05d}"
+                recs = renamed(src, name)[: args.records - n]
+                batches.append((name, recs))
+                n += len(recs)
+                i += 1
+            t = time.perf_counter()
+            nbytes = asyncio.run(produce(bootstrap, topic, batches))
+            load_s = time.perf_counter() - t
+            results.update(jobs=len(batches), bytes=nbytes, load_records_per_s=n / load_s)
+            mb = nbytes / 1e6
+            log(f"loaded {n:,} records ({mb:.0f} MB, {len(batches)} jobs) in {load_s:.1f} s")
+
+            perf = consumer_perf(bootstrap, topic, n)
+            results["kafka_consumer_perf"] = perf
+            log(f"ConsumerPerformance: {perf['records_per_s']:,.0f} records/s")
+
+            secs, _ = asyncio.run(aiokafka_discard(bootstrap, topic, n))
+            results["aiokafka_discard"] = {"records_per_s": n / secs, "mb_per_s": mb / secs}
+            log(f"aiokafka discard: {n / secs:,.0f} records/s")
+
+            daemon = start_daemon(bootstrap, topic, out, work, args.daemon_arg)
+            try:
+                secs, m = measure_daemon(daemon, n)
+                cpu = _cpu_seconds(daemon.proc.pid)
+                results["daemon"] = {
+                    "records_per_s": n / secs,
+                    "mb_per_s": mb / secs,
+                    "lines_per_s": m.get("rankwatch_lines_in_total", 0) / secs,
+                    "diagnoses": m.get('rankwatch_diagnoses_out_total{kind="new"}', 0),
+                    "memory_bytes": m.get("rankwatch_ring_memory_bytes", 0),
+                    "cpu_seconds": cpu,
+                }
+                log(f"rankwatch run: {n / secs:,.0f} records/s")
+                rate = args.background_rate or round(n / secs / 3, -3)
+                lat, bg_sent = asyncio.run(
+                    latency_run(bootstrap, topic, out, healthy, failing, args.latency_samples, rate)
+                )
+                results["latency"] = {
+                    "background_records_per_s": rate,
+                    "background_records": bg_sent,
+                    "samples": len(lat.correct),
+                    "first_p50_s": pct(lat.first, 0.5),
+                    "first_p99_s": pct(lat.first, 0.99),
+                    "correct_p50_s": pct(lat.correct, 0.5),
+                    "correct_p99_s": pct(lat.correct, 0.99),
+                    "correct_mean_s": statistics.fmean(lat.correct) if lat.correct else None,
+                }
+            finally:
+                daemon.proc.send_signal(signal.SIGTERM)
+                daemon.proc.wait(timeout=60)
+    finally:
+        if not args.keep_broker:
+            subprocess.run(
+                [str(KAFKA / "dev-broker"), "stop", "--port", str(args.port)], check=False
+            )
+    print(render(results))
+    if args.json:
+        args.json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def render(r: dict[str, Any]) -> str:
+    size = r["bytes"] / r["records"]
+    perf, aio, dm, lat = r["kafka_consumer_perf"], r["aiokafka_discard"], r["daemon"], r["latency"]
+    rows = [
+        "| what | records/s | MB/s | notes |",
+        "|---|---:|---:|---|",
+        f"| Kafka `ConsumerPerformance` (Java) | {perf['records_per_s']:,.0f} | "
+        f"{perf['mb_per_s']:.1f} | broker ceiling; JVM start excluded by the tool |",
+        f"| aiokafka consume + discard | {aio['records_per_s']:,.0f} | {aio['mb_per_s']:.1f} | "
+        "client ceiling, same fetch settings as the daemon |",
+        f"| `rankwatch run` end to end | {dm['records_per_s']:,.0f} | {dm['mb_per_s']:.1f} | "
+        f"decode + scan + correlate + publish + commit; {dm['diagnoses']:.0f} diagnoses, "
+        f"{dm['memory_bytes'] / 1e6:.0f} MB engine memory |",
+        "",
+        f"Input: {r['records']:,} canonical records ({size:.0f} B average, {r['jobs']} jobs, "
+        f"{r['partitions']} partitions), loaded at {r['load_records_per_s']:,.0f} records/s.",
+        "",
+        "| latency: root-cause line produced -> diagnosis on the output topic | p50 | p99 |",
+        "|---|---:|---:|",
+        f"| first diagnosis of the job | {lat['first_p50_s'] * 1000:,.0f} ms | "
+        f"{lat['first_p99_s'] * 1000:,.0f} ms |",
+        f"| diagnosis naming the true root-cause line | {lat['correct_p50_s'] * 1000:,.0f} ms | "
+        f"{lat['correct_p99_s'] * 1000:,.0f} ms |",
+        "",
+        f"Latency: {lat['samples']} failing jobs injected one at a time under "
+        f"{lat['background_records_per_s']:,.0f} records/s of background load.",
+    ]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

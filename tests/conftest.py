@@ -1,0 +1,47 @@
+"""Shared fixtures: the shipped catalog, the fleet generator from bench/, and a helper that
+generates a job and analyzes it through the real engine."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import fleetgen  # noqa: E402
+from rankwatch import Catalog, Engine, EngineConfig  # noqa: E402
+from rankwatch.local import analyze_files, discover  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Catalog:
+    return Catalog()
+
+
+def analyze_dir(
+    path: Path, catalog: Catalog, config: EngineConfig | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    files, _ = discover([path], job=None)
+    engine = Engine(catalog, config)
+    result = analyze_files(engine, files)
+    return result.diagnoses, dict(result.stats)
+
+
+GenerateAndAnalyze = Callable[..., tuple[Any, list[dict[str, Any]]]]
+
+
+@pytest.fixture
+def generate_and_analyze(tmp_path: Path, catalog: Catalog) -> GenerateAndAnalyze:
+    def run(scenario: str, **kw: Any) -> tuple[Any, list[dict[str, Any]]]:
+        name = f"{scenario}-{kw.get('layout', 'per-rank')}-{kw.get('seed', 0)}"
+        out = tmp_path / name
+        truth = fleetgen.generate(scenario, out, job=name, **kw)
+        diagnoses, _ = analyze_dir(out, catalog)
+        return truth, diagnoses
+
+    return run
