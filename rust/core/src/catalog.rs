@@ -102,6 +102,9 @@ pub struct Signature {
     pub caseless: bool,
     #[serde(skip)]
     pub field_regexes: Vec<Regex>,
+    /// Per field regex: does it capture anything the correlator reads?
+    #[serde(skip)]
+    pub field_needed: Vec<bool>,
     pub fields: Vec<String>,
     pub explains: Vec<String>,
     #[serde(skip)]
@@ -112,7 +115,55 @@ pub struct Signature {
     pub fix: String,
     pub verify: String,
     pub file: String,
+    /// Fields must be extracted when the line arrives (hits, clock sync, identity and context
+    /// fields); other context lines are only classified.
+    #[serde(skip)]
+    pub ingest_fields: bool,
 }
+
+/// Field names the correlator reads; regexes capturing none of them run only when a
+/// diagnosis is rendered.
+const CORRELATOR_FIELDS: &[&str] = &[
+    "rank",
+    "nranks",
+    "cuda_dev",
+    "bus_id",
+    "pid",
+    "local_rank",
+    "host",
+    "exitcode",
+    "subject_rank",
+    "peer_addr",
+    "peer_host",
+    "peer_rank",
+    "lagging_ranks",
+    "seq",
+    "last_enqueued",
+    "last_completed",
+    "timeout_ms",
+    "ib_status",
+    "bdf",
+    "nccl_version",
+    "cuda_driver",
+    "iface",
+    "ip",
+    "ib_dev",
+    "transport",
+];
+
+/// Field names the engine reads from context lines as they arrive.
+const INGEST_CONTEXT_FIELDS: &[&str] = &[
+    "rank",
+    "nranks",
+    "cuda_dev",
+    "bus_id",
+    "nccl_version",
+    "cuda_driver",
+    "iface",
+    "ip",
+    "ib_dev",
+    "transport",
+];
 
 /// Error from loading a catalog: which file, which signature and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,9 +317,29 @@ impl Catalog {
         out.dedup();
     }
 
-    /// Runs a signature's field regexes over a message and collects named groups.
-    pub fn extract_fields(&self, sig: u16, text: &str, out: &mut Vec<(String, String)>) {
-        for re in &self.signatures[sig as usize].field_regexes {
+    /// Runs a signature's field regexes over a message and collects named groups; with
+    /// `needed_only`, just the regexes that capture fields the correlator reads.
+    pub fn extract_fields(
+        &self,
+        sig: u16,
+        text: &str,
+        needed_only: bool,
+        out: &mut Vec<(String, String)>,
+    ) {
+        let spec = &self.signatures[sig as usize];
+        for (re, needed) in spec.field_regexes.iter().zip(&spec.field_needed) {
+            if needed_only && !needed {
+                continue;
+            }
+            // Version variants repeat the same names: once they are filled, skip the rest.
+            if !out.is_empty()
+                && re
+                    .capture_names()
+                    .flatten()
+                    .all(|n| out.iter().any(|(k, _)| k == n))
+            {
+                continue;
+            }
             if let Some(caps) = re.captures(text) {
                 for name in re.capture_names().flatten() {
                     if let Some(m) = caps.name(name) {
@@ -347,7 +418,25 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     if weight > 100 {
         return Err(e(format!("weight {weight} is above 100")));
     }
+    let ingest_fields = !field_regexes.is_empty()
+        && (s.role != Role::Context
+            || sync == Some(Sync::Seq)
+            || field_regexes.iter().any(|re| {
+                re.capture_names()
+                    .flatten()
+                    .any(|n| INGEST_CONTEXT_FIELDS.contains(&n))
+            }));
+    let field_needed = field_regexes
+        .iter()
+        .map(|re| {
+            re.capture_names()
+                .flatten()
+                .any(|n| CORRELATOR_FIELDS.contains(&n))
+        })
+        .collect();
     Ok(Signature {
+        field_needed,
+        ingest_fields,
         id: s.id,
         title: s.title,
         subsystem: s.subsystem,
@@ -434,6 +523,7 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
         c.extract_fields(
             sigs[0],
             "Connect to 172.17.0.1<39275> failed : Network is unreachable",
+            false,
             &mut f,
         );
         assert_eq!(f[0], ("peer_addr".into(), "172.17.0.1".into()));

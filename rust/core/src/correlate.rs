@@ -167,12 +167,7 @@ pub fn diagnose_ready(
                 (Some(w), Some(s)) => w > s + cfg.incident_horizon_ms,
                 _ => false,
             };
-        let ctx = Ctx {
-            job,
-            cat,
-            cfg,
-            offsets: &offsets,
-        };
+        let ctx = Ctx::new(job, cat, cfg, &offsets);
         let Some(mut d) = ctx.diagnose(i) else {
             continue;
         };
@@ -262,6 +257,41 @@ struct Ctx<'a> {
     cat: &'a Catalog,
     cfg: &'a Config,
     offsets: &'a Offsets,
+    /// Resolved rank and host of every source, computed once per correlation pass.
+    ranks: Vec<Option<u32>>,
+    hosts: Vec<Option<HostId>>,
+    by_rank: HashMap<u32, Vec<u32>>,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(job: &'a Job, cat: &'a Catalog, cfg: &'a Config, offsets: &'a Offsets) -> Ctx<'a> {
+        let n = job.sources.len() as u32;
+        let ranks: Vec<Option<u32>> = (0..n).map(|s| job.source_rank(s)).collect();
+        let hosts: Vec<Option<HostId>> = (0..n).map(|s| job.source_host(s)).collect();
+        let mut by_rank: HashMap<u32, Vec<u32>> = HashMap::new();
+        for (s, r) in ranks.iter().enumerate() {
+            if let Some(r) = r {
+                by_rank.entry(*r).or_default().push(s as u32);
+            }
+        }
+        Ctx {
+            job,
+            cat,
+            cfg,
+            offsets,
+            ranks,
+            hosts,
+            by_rank,
+        }
+    }
+
+    fn rank_of(&self, src: u32) -> Option<u32> {
+        self.ranks[src as usize]
+    }
+
+    fn sources_of(&self, rank: u32) -> Vec<u32> {
+        self.by_rank.get(&rank).cloned().unwrap_or_default()
+    }
 }
 
 /// Parses `1, 5-7` / `[1,2]` / `{3}` into ranks.
@@ -364,7 +394,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn host_of(&self, src: u32) -> Option<HostId> {
-        self.job.source_host(src)
+        self.hosts[src as usize]
     }
 
     fn corrected(&self, src: u32, ts: Option<i64>) -> Option<i64> {
@@ -381,7 +411,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn printer(&self, h: &Hit) -> Who {
-        match self.job.source_rank(h.source) {
+        match self.rank_of(h.source) {
             Some(r) => Who::Rank(r),
             None => Who::Source(h.source),
         }
@@ -426,7 +456,7 @@ impl<'a> Ctx<'a> {
         }
         if h.field("pid").is_some() || h.field("bdf").is_some() {
             if let Some(hh) = host {
-                if printer_host != Some(hh) || self.job.source_rank(h.source).is_none() {
+                if printer_host != Some(hh) || self.rank_of(h.source).is_none() {
                     return Who::Host(hh);
                 }
             }
@@ -460,10 +490,9 @@ impl<'a> Ctx<'a> {
             Who::Host(h) => Some(h),
             Who::Source(s) => self.host_of(s),
             Who::Rank(r) => self
-                .job
-                .sources_of_rank(r)
-                .into_iter()
-                .find_map(|s| self.host_of(s)),
+                .by_rank
+                .get(&r)
+                .and_then(|v| v.iter().find_map(|&s| self.host_of(s))),
         }
     }
 
@@ -520,7 +549,7 @@ impl<'a> Ctx<'a> {
                 let (_, srcs) = &host_value[&h];
                 // The representative process: lowest rank, then lowest source index.
                 srcs.iter()
-                    .min_by_key(|&&s| (self.job.source_rank(s).unwrap_or(u32::MAX), s))
+                    .min_by_key(|&&s| (self.rank_of(s).unwrap_or(u32::MAX), s))
                     .map(|&s| (h, s))
             })
             .collect()
@@ -611,7 +640,7 @@ impl<'a> Ctx<'a> {
             }
             let (Some(seq), Some(r)) = (
                 h.field("seq").and_then(|v| v.parse::<u64>().ok()),
-                job.source_rank(h.source),
+                self.rank_of(h.source),
             ) else {
                 continue;
             };
@@ -675,7 +704,7 @@ impl<'a> Ctx<'a> {
             let mut last: BTreeMap<u32, i64> = BTreeMap::new();
             for (si, s) in job.sources.iter().enumerate() {
                 if let (Some(r), Some(t)) = (
-                    job.source_rank(si as u32),
+                    self.rank_of(si as u32),
                     self.corrected(si as u32, s.last_ts),
                 ) {
                     let e = last.entry(r).or_insert(t);
@@ -725,7 +754,7 @@ impl<'a> Ctx<'a> {
         }
         for (field, weight) in fields_blamed {
             for (host, src) in self.outliers(field) {
-                let who = match job.source_rank(src) {
+                let who = match self.rank_of(src) {
                     Some(r) => Who::Rank(r),
                     None => Who::Source(src),
                 };
@@ -886,7 +915,7 @@ impl<'a> Ctx<'a> {
         let mut all_coll: BTreeSet<u32> = BTreeSet::new();
         for &i in &hits {
             let h = &job.hits[i];
-            let Some(r) = job.source_rank(h.source) else {
+            let Some(r) = self.rank_of(h.source) else {
                 continue;
             };
             if Some(r) == culprit_rank {
@@ -978,7 +1007,7 @@ impl<'a> Ctx<'a> {
         let culprit_offset = top.host.and_then(|h| self.offsets.by_host.get(&h).copied());
         let ranks_affected: BTreeSet<u32> = hits
             .iter()
-            .filter_map(|&i| job.source_rank(job.hits[i].source))
+            .filter_map(|&i| self.rank_of(job.hits[i].source))
             .collect();
         let (fix, verify, cause_text) = match cause_sig {
             Some(s) => (s.fix.clone(), s.verify.clone(), s.cause.clone()),
@@ -1048,7 +1077,7 @@ impl<'a> Ctx<'a> {
             _ => None,
         };
         let srcs: Vec<u32> = match top.who {
-            Who::Rank(r) => job.sources_of_rank(r),
+            Who::Rank(r) => self.sources_of(r),
             Who::Source(s) => vec![s],
             Who::Host(_) => Vec::new(),
         };
@@ -1069,7 +1098,7 @@ impl<'a> Ctx<'a> {
                     "ts_exact": h.ts_exact,
                     "line": h.text, "origin": format!("{}:{}", h.origin, h.line_no),
                     "record": if h.record.is_empty() { vec![h.text.clone()] } else { h.record.clone() },
-                    "fields": fields_json(&h.fields),
+                    "fields": fields_json(&self.all_fields(h)),
                 });
                 (
                     v,
@@ -1104,9 +1133,21 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Every field of a hit, including those not needed for correlation (not kept at ingest).
+    fn all_fields(&self, h: &Hit) -> Vec<(String, String)> {
+        let Some(sig) = h.sig else {
+            return Vec::new();
+        };
+        let meta = crate::prefix::peel(&h.text, self.cfg.default_year);
+        let mut out = h.fields.clone();
+        self.cat
+            .extract_fields(sig, &h.text[meta.msg_start..], false, &mut out);
+        out
+    }
+
     fn hit_json(&self, i: usize) -> Value {
         let h = &self.job.hits[i];
-        let rank = self.job.source_rank(h.source);
+        let rank = self.rank_of(h.source);
         let host = self
             .host_of(h.source)
             .map(|x| self.job.hosts[x as usize].clone());
@@ -1179,7 +1220,7 @@ impl<'a> Ctx<'a> {
     fn preceding(&self, top: &Cand, root: Option<(u64, u32, Option<i64>)>) -> Vec<String> {
         let job = self.job;
         let srcs: Vec<u32> = match top.who {
-            Who::Rank(r) => job.sources_of_rank(r),
+            Who::Rank(r) => self.sources_of(r),
             Who::Source(s) => vec![s],
             Who::Host(_) => Vec::new(),
         };
@@ -1191,15 +1232,12 @@ impl<'a> Ctx<'a> {
             let src = &job.sources[s as usize];
             if !own {
                 let slack = self.offsets.uncertainty_ms;
-                lines.extend(
-                    src.ring
-                        .iter()
-                        .filter(|l| match (until, self.corrected(s, l.ts_ms)) {
-                            (Some(u), Some(t)) => t <= u + slack,
-                            _ => true,
-                        })
-                        .cloned(),
-                );
+                lines.extend(src.ring.lines().into_iter().filter(|l| {
+                    match (until, self.corrected(s, l.ts_ms)) {
+                        (Some(u), Some(t)) => t <= u + slack,
+                        _ => true,
+                    }
+                }));
                 continue;
             }
             let seq = root.map_or(u64::MAX, |(seq, _, _)| seq);

@@ -75,7 +75,18 @@ pub struct StreamHints {
     pub host: Option<String>,
 }
 
+/// Per-stream memo of routing decisions for the job instance with `epoch`.
+#[derive(Default)]
+struct RouteCache {
+    epoch: u64,
+    key_src: Option<u32>,
+    local: Vec<(u16, u32)>,
+    host: Option<(String, crate::job::HostId)>,
+    host_noted: bool,
+}
+
 struct Stream {
+    cache: RouteCache,
     job: String,
     origin: Arc<str>,
     hints: StreamHints,
@@ -203,6 +214,7 @@ impl Engine {
         self.streams.insert(
             id,
             Stream {
+                cache: RouteCache::default(),
                 job: job.to_string(),
                 origin: Arc::from(origin),
                 hints,
@@ -347,10 +359,11 @@ impl Engine {
 
     fn take_job(&mut self, name: &str) -> Job {
         self.tick += 1;
+        let epoch = self.tick;
         let mut job = self
             .jobs
             .remove(name)
-            .unwrap_or_else(|| Job::new(name, self.cfg.ring_lines));
+            .unwrap_or_else(|| Job::new(name, self.cfg.ring_lines, epoch));
         job.last_activity = self.tick;
         job
     }
@@ -426,7 +439,7 @@ impl Engine {
             return;
         }
         let cleaned;
-        let line = if line.as_bytes().contains(&0x1b) {
+        let line = if memchr::memchr(0x1b, line.as_bytes()).is_some() {
             cleaned = strip_ansi(line);
             cleaned.as_str()
         } else {
@@ -458,22 +471,50 @@ impl Engine {
         let msg = &line[meta.msg_start..];
         let continuation = is_continuation(msg, st);
 
-        // Route the line to a source.
-        let host_name = meta.host(line).or(st.hints.host.as_deref());
-        let host = host_name.map(|h| job.host_id(h));
-        if let (Some(h), Some(_)) = (host, meta.host) {
+        // Route the line to a source. Routes and host ids are cached per stream; the cache is
+        // tied to this job instance (an evicted and recreated job starts afresh).
+        if st.cache.epoch != job.epoch {
+            st.cache = RouteCache {
+                epoch: job.epoch,
+                ..RouteCache::default()
+            };
+        }
+        let host = match meta.host(line).or(st.hints.host.as_deref()) {
+            None => None,
+            Some(h) => match &st.cache.host {
+                Some((name, id)) if name == h => Some(*id),
+                _ => {
+                    let id = job.host_id(h);
+                    st.cache.host = Some((h.to_string(), id));
+                    Some(id)
+                }
+            },
+        };
+        if let (Some(h), Some(_), false) = (host, meta.host, st.cache.host_noted) {
             if matches!(meta.producer, Producer::Nccl) {
                 job.stream_hosts.entry(st.origin.clone()).or_insert(h);
+                st.cache.host_noted = true;
             }
         }
-        let src = if let Some(k) = &st.key {
-            if let Some(l) = meta.local_rank {
-                job.source_for(SourceKey::StreamLocal(st.origin.clone(), l), &st.origin)
-            } else {
-                job.source_for(k.clone(), &st.origin)
+        let src = if let Some(l) = meta.local_rank {
+            match st.cache.local.iter().find(|(x, _)| *x == l) {
+                Some((_, s)) => *s,
+                None => {
+                    let s =
+                        job.source_for(SourceKey::StreamLocal(st.origin.clone(), l), &st.origin);
+                    st.cache.local.push((l, s));
+                    s
+                }
             }
-        } else if let Some(l) = meta.local_rank {
-            job.source_for(SourceKey::StreamLocal(st.origin.clone(), l), &st.origin)
+        } else if let Some(k) = &st.key {
+            match st.cache.key_src {
+                Some(s) => s,
+                None => {
+                    let s = job.source_for(k.clone(), &st.origin);
+                    st.cache.key_src = Some(s);
+                    s
+                }
+            }
         } else if let Some(r) = meta.grank {
             job.source_for(SourceKey::Rank(r), &st.origin)
         } else if let (Some(h), Some(p), Producer::Nccl) = (host, meta.pid, meta.producer) {
@@ -605,11 +646,18 @@ impl Engine {
                 self.stats.signature_hits += 1;
                 *self.stats.hits_by_signature.entry(sig).or_default() += 1;
                 let spec = &catalog.signatures[sig as usize];
+                let is_hit = spec.role != Role::Context;
+                opened |= is_hit;
+                // Hits over the per-process cap are only counted: no fields, no copy.
+                if is_hit && !self.admit(job, src, Some(sig), spec.role == Role::Cause) {
+                    continue;
+                }
                 let mut fields = Vec::new();
-                catalog.extract_fields(sig, msg, &mut fields);
+                if spec.ingest_fields {
+                    catalog.extract_fields(sig, msg, true, &mut fields);
+                }
                 self.learn_from_fields(job, src, sig, &fields, line, seq, ts, exact, st);
-                if spec.role != Role::Context {
-                    opened = true;
+                if is_hit {
                     let hit = Hit {
                         sig: Some(sig),
                         source: src,
@@ -636,9 +684,7 @@ impl Engine {
                             .collect(),
                         incident: u32::MAX,
                     };
-                    if let Some(i) = self.add_hit(job, hit, spec.role == Role::Cause) {
-                        st.open_hit = Some(i);
-                    }
+                    st.open_hit = Some(self.add_hit(job, hit, spec.role == Role::Cause));
                 }
             }
             self.sig_buf = sigs;
@@ -667,8 +713,8 @@ impl Engine {
                         .collect(),
                     incident: u32::MAX,
                 };
-                if let Some(i) = self.add_hit(job, hit, false) {
-                    st.open_hit = Some(i);
+                if self.admit(job, src, None, false) {
+                    st.open_hit = Some(self.add_hit(job, hit, false));
                 }
             }
         }
@@ -759,8 +805,9 @@ impl Engine {
         }
     }
 
-    fn add_hit(&mut self, job: &mut Job, mut hit: Hit, is_cause: bool) -> Option<usize> {
-        let count = job.hit_counts.entry((hit.source, hit.sig)).or_default();
+    /// Counts a hit of `sig` from `source` and says whether it is kept (per-process caps).
+    fn admit(&mut self, job: &mut Job, source: u32, sig: Option<u16>, is_cause: bool) -> bool {
+        let count = job.hit_counts.entry((source, sig)).or_default();
         *count += 1;
         let cap = if is_cause {
             self.cfg.hits_per_source_signature
@@ -770,8 +817,12 @@ impl Engine {
         if *count > cap || job.hits.len() >= self.cfg.max_hits_per_job {
             job.dropped_hits += 1;
             self.stats.dropped_hits += 1;
-            return None;
+            return false;
         }
+        true
+    }
+
+    fn add_hit(&mut self, job: &mut Job, mut hit: Hit, is_cause: bool) -> usize {
         if is_cause && job.sources[hit.source as usize].snapshot.is_none() {
             let snap = job.sources[hit.source as usize]
                 .ring
@@ -788,7 +839,7 @@ impl Engine {
         hit.incident =
             correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
         job.hits.push(hit);
-        Some(idx)
+        idx
     }
 
     fn now_wall(&self) -> i64 {

@@ -160,6 +160,8 @@ pub struct Job {
     pub max_event_ms: Option<i64>,
     pub last_wall_ms: i64,
     pub ring_lines: usize,
+    /// Identifies this job instance (a job evicted and seen again is a new instance).
+    pub epoch: u64,
     /// Hits before this index were already considered for compaction under memory pressure.
     pub compacted_upto: usize,
     /// Symptom hits per signature that kept their text through compaction.
@@ -176,10 +178,11 @@ pub const CONTEXT_FIELDS: &[&str] = &[
 ];
 
 impl Job {
-    pub fn new(name: &str, ring_lines: usize) -> Job {
+    pub fn new(name: &str, ring_lines: usize, epoch: u64) -> Job {
         Job {
             name: name.to_string(),
             ring_lines,
+            epoch,
             ..Default::default()
         }
     }

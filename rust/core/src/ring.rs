@@ -1,11 +1,13 @@
 //! A bounded ring of recent lines for one process (or one stream), capped in lines and bytes.
-//! Popped strings are reused, so a full ring allocates nothing per line.
+//! Line text lives in one growing byte arena that is compacted when half of it is dead, so
+//! storing a line costs no allocation of its own.
 
 use std::collections::VecDeque;
 
-/// Bytes charged per stored line on top of its text (struct and deque slot).
-pub const LINE_OVERHEAD: usize = 48;
+/// Bytes charged per stored line on top of its text (entry and deque slot).
+pub const LINE_OVERHEAD: usize = 32;
 
+/// A line handed out of the ring (an owned copy).
 #[derive(Debug, Clone)]
 pub struct RingLine {
     /// Arrival order within the job; unique and increasing.
@@ -16,11 +18,22 @@ pub struct RingLine {
     pub text: String,
 }
 
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    seq: u64,
+    ts_ms: Option<i64>,
+    continuation: bool,
+    start: usize,
+    len: usize,
+}
+
 #[derive(Debug, Default)]
 pub struct Ring {
-    lines: VecDeque<RingLine>,
+    entries: VecDeque<Entry>,
+    arena: String,
+    /// Bytes at the front of the arena that belong to popped lines.
+    dead: usize,
     bytes: usize,
-    spare: Vec<String>,
 }
 
 impl Ring {
@@ -34,78 +47,104 @@ impl Ring {
         max_bytes: usize,
     ) {
         let cost = text.len() + LINE_OVERHEAD;
-        while !self.lines.is_empty()
-            && (self.lines.len() >= max_lines || self.bytes + cost > max_bytes)
+        while !self.entries.is_empty()
+            && (self.entries.len() >= max_lines || self.bytes + cost > max_bytes)
         {
             self.pop_front();
         }
         if max_lines == 0 || cost > max_bytes {
             return;
         }
-        let mut s = self.spare.pop().unwrap_or_default();
-        s.clear();
-        s.push_str(text);
-        self.bytes += cost;
-        self.lines.push_back(RingLine {
+        if self.dead > 4096 && self.dead * 2 > self.arena.len() {
+            self.compact();
+        }
+        self.entries.push_back(Entry {
             seq,
             ts_ms,
             continuation,
-            text: s,
+            start: self.arena.len(),
+            len: text.len(),
         });
+        self.arena.push_str(text);
+        self.bytes += cost;
     }
 
     fn pop_front(&mut self) {
-        if let Some(l) = self.lines.pop_front() {
-            self.bytes -= l.text.len() + LINE_OVERHEAD;
-            if self.spare.len() < 4 {
-                self.spare.push(l.text);
+        if let Some(e) = self.entries.pop_front() {
+            self.bytes -= e.len + LINE_OVERHEAD;
+            self.dead = e.start + e.len;
+            if self.entries.is_empty() {
+                self.arena.clear();
+                self.dead = 0;
             }
         }
     }
 
-    /// Drops the oldest lines until at most `max_lines` remain.
-    pub fn shrink_to(&mut self, max_lines: usize) {
-        while self.lines.len() > max_lines {
-            self.pop_front();
+    fn compact(&mut self) {
+        let dead = self.dead;
+        self.arena.drain(..dead);
+        for e in &mut self.entries {
+            e.start -= dead;
         }
-        self.spare.clear();
+        self.dead = 0;
     }
 
+    /// Drops the oldest lines until at most `max_lines` remain, and returns arena slack.
+    pub fn shrink_to(&mut self, max_lines: usize) {
+        while self.entries.len() > max_lines {
+            self.pop_front();
+        }
+        self.compact();
+        self.arena.shrink_to_fit();
+        self.entries.shrink_to_fit();
+    }
+
+    /// Memory held: live lines plus arena bytes not yet reclaimed.
     pub fn bytes(&self) -> usize {
-        self.bytes + self.spare.iter().map(String::capacity).sum::<usize>()
+        self.bytes + self.dead
     }
 
     pub fn len(&self) -> usize {
-        self.lines.len()
+        self.entries.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.lines.is_empty()
+        self.entries.is_empty()
     }
 
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &RingLine> {
-        self.lines.iter()
+    fn line(&self, e: &Entry) -> RingLine {
+        RingLine {
+            seq: e.seq,
+            ts_ms: e.ts_ms,
+            continuation: e.continuation,
+            text: self.arena[e.start..e.start + e.len].to_string(),
+        }
+    }
+
+    /// Every line, oldest first (owned copies).
+    pub fn lines(&self) -> Vec<RingLine> {
+        self.entries.iter().map(|e| self.line(e)).collect()
     }
 
     /// Up to `n` lines that arrived before `seq` (oldest first).
     pub fn before(&self, seq: u64, n: usize) -> Vec<RingLine> {
-        let end = self.lines.partition_point(|l| l.seq < seq);
+        let end = self.entries.partition_point(|l| l.seq < seq);
         let start = end.saturating_sub(n);
-        self.lines.range(start..end).cloned().collect()
+        self.entries
+            .range(start..end)
+            .map(|e| self.line(e))
+            .collect()
     }
 
-    /// The lines from `seq` on (inclusive) that continue the record started at or before `seq`.
+    /// The line at `seq` and the continuation lines right after it.
     pub fn record_from(&self, seq: u64, max: usize) -> Vec<RingLine> {
-        let start = self.lines.partition_point(|l| l.seq < seq);
+        let start = self.entries.partition_point(|l| l.seq < seq);
         let mut out = Vec::new();
-        for (i, l) in self.lines.range(start..).enumerate() {
-            if i > 0 && !l.continuation {
+        for (i, e) in self.entries.range(start..).enumerate() {
+            if out.len() >= max || (i > 0 && !e.continuation) {
                 break;
             }
-            out.push(l.clone());
-            if out.len() >= max {
-                break;
-            }
+            out.push(self.line(e));
         }
         out
     }
@@ -122,13 +161,38 @@ mod tests {
             r.push(i, None, false, "0123456789", 10, 10_000);
         }
         assert_eq!(r.len(), 10);
-        assert_eq!(r.iter().next().unwrap().seq, 90);
+        assert_eq!(r.lines()[0].seq, 90);
+        assert_eq!(r.lines()[9].text, "0123456789");
         let mut r = Ring::default();
         for i in 0..100u64 {
             r.push(i, None, false, "0123456789", 1000, 3 * (10 + LINE_OVERHEAD));
         }
         assert_eq!(r.len(), 3);
-        assert!(r.bytes() <= 3 * (10 + LINE_OVERHEAD) + 4 * 64);
+    }
+
+    #[test]
+    fn arena_is_compacted_and_text_survives() {
+        let mut r = Ring::default();
+        for i in 0..10_000u64 {
+            r.push(
+                i,
+                Some(i as i64),
+                false,
+                &format!("line number {i}"),
+                50,
+                1 << 20,
+            );
+        }
+        assert!(
+            r.bytes() < 50 * (20 + LINE_OVERHEAD) + 8192,
+            "{}",
+            r.bytes()
+        );
+        let last = r.lines();
+        assert_eq!(last.len(), 50);
+        assert_eq!(last[49].text, "line number 9999");
+        r.shrink_to(5);
+        assert_eq!(r.lines()[0].text, "line number 9995");
     }
 
     #[test]

@@ -90,7 +90,7 @@ impl PyCatalog {
             .map(|&s| {
                 let sig = &self.inner.signatures[s as usize];
                 let mut f = Vec::new();
-                self.inner.extract_fields(s, msg, &mut f);
+                self.inner.extract_fields(s, msg, false, &mut f);
                 let fields: serde_json::Map<String, Value> =
                     f.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
                 json!({"id": sig.id, "title": sig.title, "role": match sig.role {
