@@ -114,6 +114,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rankwatch.demo import DemoError, run_demo
+
+    try:
+        return run_demo(port=args.port, settle_ms=args.settle_ms, timeout_s=args.timeout_s)
+    except DemoError as e:
+        raise UsageError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rankwatch",
@@ -162,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="validate the catalog (and config)")
     v.add_argument("--catalog", action="append", default=[], metavar="PATH")
     v.set_defaults(func=cmd_validate)
+
+    d = sub.add_parser("demo", help="end to end on a local Kafka: broker, daemon, a failing job")
+    d.add_argument("--port", type=int, default=19192, help="dev broker port")
+    d.add_argument("--settle-ms", type=int, default=3000)
+    d.add_argument("--timeout-s", type=float, default=180.0)
+    d.set_defaults(func=cmd_demo)
     return p
 
 
