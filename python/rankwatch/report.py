@@ -70,6 +70,9 @@ def render_diagnosis(d: Diagnosis, st: Style, context_lines: int = 20) -> str:
         + f"  {sig.get('title', '')} "
         + st.dim(f"[{sig.get('id')}]")
     )
+    cs = d.get("cause_signature") or {}
+    if cs.get("id") and cs.get("id") != sig.get("id"):
+        out.append(f"  because: {cs.get('title')} " + st.dim(f"[{cs.get('id')}]"))
     when = rc.get("ts_corrected") or rc.get("ts") or "time unknown"
     out.append(st.dim(f"  {when}  {rc.get('origin') or ''}"))
     if rc.get("line") is not None:

@@ -214,6 +214,8 @@ struct Cand {
     reasons: Vec<String>,
     named_by: BTreeSet<Who>,
     outlier: Option<(u32, &'static str)>,
+    /// The cause signature that made the outlier relevant (its fix applies).
+    outlier_cause: Option<u16>,
     ts: Option<i64>,
 }
 
@@ -230,6 +232,7 @@ impl Cand {
             reasons: Vec::new(),
             named_by: BTreeSet::new(),
             outlier: None,
+            outlier_cause: None,
             ts: None,
         }
     }
@@ -737,22 +740,26 @@ impl<'a> Ctx<'a> {
         // 4. Configuration outliers, when a cause in this incident is of a kind they explain.
         let mut outlier_note: Vec<Value> = Vec::new();
         let mut blaming: Vec<usize> = Vec::new();
-        let mut fields_blamed: Vec<(&'static str, u8)> = Vec::new();
+        // (field, weight, signature) of the strongest cause that blames each field.
+        let mut fields_blamed: Vec<(&'static str, u8, u16)> = Vec::new();
         for &i in &hits {
             if let Some(sig) = self.sig(&job.hits[i]) {
                 if sig.role == Role::Cause && !sig.blames_outlier.is_empty() {
                     blaming.push(i);
                     for f in &sig.blames_outlier {
                         if let Some(&ff) = crate::catalog::OUTLIER_FIELDS.iter().find(|x| *x == f) {
-                            if !fields_blamed.iter().any(|(x, _)| *x == ff) {
-                                fields_blamed.push((ff, sig.weight));
+                            let sig_idx = job.hits[i].sig.unwrap_or_default();
+                            match fields_blamed.iter_mut().find(|(x, _, _)| *x == ff) {
+                                None => fields_blamed.push((ff, sig.weight, sig_idx)),
+                                Some(e) if e.1 < sig.weight => *e = (ff, sig.weight, sig_idx),
+                                Some(_) => {}
                             }
                         }
                     }
                 }
             }
         }
-        for (field, weight) in fields_blamed {
+        for (field, weight, blaming_sig) in fields_blamed {
             for (host, src) in self.outliers(field) {
                 let who = match self.rank_of(src) {
                     Some(r) => Who::Rank(r),
@@ -767,8 +774,13 @@ impl<'a> Ctx<'a> {
                         .iter()
                         .any(|w| self.who_host(*w) == Some(host))
                 });
+                let shown = if field == "subnet" {
+                    subnet_of(&obs.value).unwrap_or_else(|| obs.value.clone())
+                } else {
+                    obs.value.clone()
+                };
                 outlier_note.push(json!({
-                    "field": field, "host": job.hosts[host as usize], "value": obs.value,
+                    "field": field, "host": job.hosts[host as usize], "value": shown,
                     "named_by_failures": linked,
                 }));
                 let c = cands
@@ -776,11 +788,11 @@ impl<'a> Ctx<'a> {
                     .or_insert_with(|| Cand::new(who, Some(host)));
                 if c.outlier.is_none() {
                     c.outlier = Some((src, obs_field));
+                    c.outlier_cause = Some(blaming_sig);
                     c.best_weight = c.best_weight.max(weight);
                     c.score += 30 + if linked { 20 } else { 0 };
                     c.reasons.push(format!(
-                        "its {field} ({}) differs from the rest of the job",
-                        obs.value
+                        "its {field} ({shown}) differs from the rest of the job"
                     ));
                     if linked {
                         c.reasons
@@ -879,6 +891,7 @@ impl<'a> Ctx<'a> {
         let cause_sig = top
             .best_cause
             .and_then(|b| self.sig(&job.hits[b]))
+            .or(top.outlier_cause.map(|s| &self.cat.signatures[s as usize]))
             .or(root_sig);
         let explains: BTreeSet<u16> = cause_sig
             .map(|s| s.explains_idx.iter().copied().collect())
@@ -1018,20 +1031,27 @@ impl<'a> Ctx<'a> {
                 "An error was logged that no catalog signature recognises.".into(),
             ),
         };
+        let headline = match (top.outlier, cause_sig) {
+            (Some((_, field)), Some(c)) => {
+                format!("{} (its {field} differs from the job)", c.title)
+            }
+            _ => sig_json["title"].as_str().unwrap_or("").to_string(),
+        };
         let summary = format!(
-            "{}{}: {}",
+            "{}{}: {headline}",
             culprit_rank.map_or("unknown rank".to_string(), |r| format!("rank {r}")),
             host_name
                 .as_deref()
                 .map_or(String::new(), |h| format!(" on {h}")),
-            sig_json["title"].as_str().unwrap_or("")
         );
+        let cause_sig_json = cause_sig.map(|c| json!({"id": c.id, "title": c.title}));
         let start = inc.min_ms.or(inc.start_ms);
         let json = json!({
             "schema": "rankwatch.diagnosis/1",
             "id": inc.id,
             "job": job.name,
             "summary": summary,
+            "cause_signature": cause_sig_json,
             "signature": sig_json,
             "root_cause": root_json,
             "first_warning": first_warning_json,
