@@ -7,6 +7,7 @@ from pathlib import Path
 import fleetgen
 from conftest import analyze_dir
 from rankwatch import Catalog, Engine, EngineConfig
+from rankwatch.local import analyze_files, discover
 
 WARN = (
     "node-03:40213:40377 [5] misc/socket.cc:484 NCCL WARN socketStartConnect: "
@@ -122,3 +123,26 @@ def test_catalog_examples_classify_as_documented(catalog: Catalog) -> None:
         assert e["signature"] in hits, (e["signature"], e["text"], list(hits))
         for k, v in e.get("fields", {}).items():
             assert hits[e["signature"]]["fields"].get(k) == str(v), (e["signature"], k)
+
+
+def test_baseline_diff_names_a_line_the_healthy_run_never_printed(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    fleetgen.generate("wrong_iface", tmp_path / "bad", ranks=32, layout="per-rank", seed=4)
+    fleetgen.generate("healthy", tmp_path / "good", ranks=32, layout="per-rank", seed=4)
+
+    def run(baseline: Path | None) -> dict[str, object]:
+        files, _ = discover([tmp_path / "bad"])
+        engine = Engine(catalog)
+        if baseline is not None:
+            for f in discover([baseline])[0]:
+                engine.add_baseline(f.path.read_bytes())
+        [d] = analyze_files(engine, files).diagnoses
+        return d
+
+    d = run(tmp_path / "good")
+    diff = d["baseline_diff"]
+    assert isinstance(diff, dict)
+    assert diff["line"] in [*d["preceding_lines"], d["root_cause"]["line"]]  # type: ignore[index, misc]
+    assert run(tmp_path / "bad")["baseline_diff"] is None, "nothing differs from itself"
+    assert "baseline_diff" not in run(None)

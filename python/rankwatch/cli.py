@@ -11,7 +11,7 @@ import orjson
 
 from rankwatch.catalog_loader import Catalog, CatalogError
 from rankwatch.engine import Engine, EngineConfig
-from rankwatch.local import InputError, analyze_files, discover
+from rankwatch.local import InputError, analyze_files, discover, read_log_bytes
 from rankwatch.report import Style, render_report
 
 EXIT_OK = 0
@@ -46,6 +46,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     for s in skipped:
         print(f"rankwatch: skipped {s}", file=sys.stderr)
     engine = Engine(catalog, cfg)
+    if args.baseline:
+        try:
+            base_files, _ = discover(args.baseline)
+        except InputError as e:
+            raise UsageError(f"--baseline: {e}") from None
+        for bf in base_files:
+            try:
+                engine.add_baseline(read_log_bytes(bf.path))
+            except OSError as e:
+                print(f"rankwatch: skipped baseline {bf.path}: {e.strerror}", file=sys.stderr)
     result = analyze_files(
         engine,
         files,
@@ -136,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("paths", nargs="+", metavar="PATH")
     a.add_argument("--job", help="treat all inputs as one job with this name")
     a.add_argument("--json", action="store_true", help="print rankwatch.report/1 JSON")
+    a.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="logs of a healthy run: report the first line the failing process printed that "
+        "the healthy run never did",
+    )
     a.add_argument(
         "--catalog",
         action="append",

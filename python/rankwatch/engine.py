@@ -137,6 +137,11 @@ class Engine:
         result.sort(key=lambda d: (-float(d.get("confidence", 0.0)), d.get("id", "")))
         return result
 
+    def add_baseline(self, data: bytes) -> None:
+        """Adds log bytes of a healthy run; diagnoses then name the first line of the failing
+        process that the healthy run never printed (`baseline_diff`)."""
+        self._core.add_baseline(data)
+
     def drop_job(self, job: str) -> None:
         self._core.drop_job(job)
 

@@ -126,6 +126,12 @@ def _open(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
+def read_log_bytes(path: Path) -> bytes:
+    """A whole log file (gzip-aware)."""
+    with _open(path) as fh:
+        return fh.read()
+
+
 class Progress:
     """A one-line progress bar on stderr, shown only for large inputs on a terminal."""
 

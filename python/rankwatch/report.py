@@ -91,6 +91,11 @@ def render_diagnosis(d: Diagnosis, st: Style, context_lines: int = 20) -> str:
             + st.dim(f"  [{fw.get('signature')}]  {fw.get('ts_corrected') or fw.get('ts') or ''}")
         )
         out.append("  > " + str(fw.get("line")))
+    bd = d.get("baseline_diff")
+    if bd:
+        where = "the root-cause line itself" if bd.get("is_root_cause") else "before the root cause"
+        out.append(st.yellow("First line a healthy run never printed  ") + st.dim(f"({where})"))
+        out.append("  > " + str(bd.get("line")))
     for odd in d.get("odd_context") or []:
         out.append(
             st.yellow("Odd one out  ")

@@ -1,6 +1,7 @@
 //! The engine: streams of bytes in, per-job state updated line by line, diagnoses out.
 //! Callers own I/O and time; the engine owns everything that touches every line.
 
+use crate::baseline::Baseline;
 use crate::catalog::{Catalog, Role, Sync};
 use crate::correlate::{self, Diagnosis};
 use crate::job::{ContextObs, Hit, Job, LineRef, SourceKey, SyncObs, CONTEXT_FIELDS};
@@ -116,6 +117,7 @@ pub struct Engine {
     sig_buf: Vec<u16>,
     wall_ms: i64,
     record_streams: HashMap<(String, String), u64>,
+    baseline: Baseline,
 }
 
 /// Lines of a multi-line record kept with a hit: whole records for causes, the head only for
@@ -194,6 +196,7 @@ impl Engine {
             sig_buf: Vec::new(),
             wall_ms: 0,
             record_streams: HashMap::new(),
+            baseline: Baseline::default(),
         }
     }
 
@@ -916,6 +919,36 @@ impl Engine {
         }
     }
 
+    /// Adds a healthy run's log bytes to the baseline that diagnoses are compared against.
+    pub fn add_baseline(&mut self, data: &[u8]) {
+        self.baseline.add(data, self.cfg.default_year);
+    }
+
+    /// Marks the first line of the initiating process that the healthy baseline never printed.
+    fn annotate(&self, mut out: Vec<Diagnosis>) -> Vec<Diagnosis> {
+        if self.baseline.is_empty() {
+            return out;
+        }
+        for d in &mut out {
+            let mut lines: Vec<String> = d.json["preceding_lines"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Some(l) = d.json["root_cause"]["line"].as_str() {
+                lines.push(l.to_string());
+            }
+            let diff = self.baseline.first_new(&lines, self.cfg.default_year).map(
+                |i| serde_json::json!({"line": lines[i], "is_root_cause": i + 1 == lines.len()}),
+            );
+            d.json["baseline_diff"] = diff.unwrap_or(serde_json::Value::Null);
+        }
+        out
+    }
+
     /// Diagnoses whose incidents are ready (event-time watermark past start + settle, or
     /// waited `max_wait_ms` of wall time) and new or changed since last published.
     pub fn poll(&mut self, now_wall_ms: i64) -> Vec<Diagnosis> {
@@ -931,7 +964,7 @@ impl Engine {
             ));
         }
         self.stats.diagnoses_emitted += out.len() as u64;
-        out
+        self.annotate(out)
     }
 
     /// Every incident of every job, diagnosed now (end of input).
@@ -955,7 +988,7 @@ impl Engine {
             }
         }
         self.stats.diagnoses_emitted += out.len() as u64;
-        out
+        self.annotate(out)
     }
 
     pub fn job_names(&self) -> Vec<String> {

@@ -6,6 +6,7 @@
 //! - [`correlate`] turns a job's hits into one diagnosis per incident,
 //! - [`records`] decodes Kafka record values (canonical, Fluent Bit, Vector, docker, CRI, text).
 
+pub mod baseline;
 pub mod catalog;
 pub mod correlate;
 pub mod engine;

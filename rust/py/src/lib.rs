@@ -307,6 +307,12 @@ impl PyEngine {
         bytes(py, &v)
     }
 
+    /// Adds a healthy run's log bytes to the comparison baseline (GIL released).
+    fn add_baseline(&mut self, py: Python<'_>, data: &[u8]) {
+        let engine = &mut self.inner;
+        py.detach(|| engine.add_baseline(data));
+    }
+
     fn drop_job(&mut self, job: &str) {
         self.inner.drop_job(job);
     }

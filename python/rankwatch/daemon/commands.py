@@ -1,0 +1,234 @@
+"""The `run`, `replay` and `stats` subcommands. `register(subparsers)` adds them to the
+`rankwatch` parser; each command prints errors as one line and returns 2 for bad usage or
+configuration, 1 when Kafka fails, 0 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any
+
+import orjson
+from aiokafka.errors import KafkaError
+
+from rankwatch.daemon.config import (
+    BOOL,
+    CHOICE,
+    INT,
+    LIST,
+    OPTIONS,
+    PATH,
+    ConfigError,
+    DaemonConfig,
+    env_name,
+    flag_name,
+    load_catalog,
+    load_config,
+    parse_path,
+)
+from rankwatch.daemon.kafka_clients import connection_kwargs, reader_consumer
+from rankwatch.daemon.logs import quiet_kafka, setup_logging
+from rankwatch.daemon.replay import replay_files
+from rankwatch.daemon.service import Daemon, DaemonError
+from rankwatch.daemon.stats import fleet_stats, read_diagnoses, render_stats
+from rankwatch.local import InputError, discover
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+def _error(message: str, code: int) -> int:
+    print(f"rankwatch: {message}", file=sys.stderr)
+    return code
+
+
+def _add_option_flags(p: argparse.ArgumentParser, keys: list[str] | None = None) -> None:
+    for key, f in OPTIONS.items():
+        if keys is not None and key not in keys:
+            continue
+        meta = f.metadata
+        kind = meta["kind"]
+        text = f"{meta['help']} [{env_name(key)}]"
+        kw: dict[str, Any] = {"dest": key, "default": argparse.SUPPRESS, "help": text}
+        if meta["metavar"]:
+            kw["metavar"] = meta["metavar"]
+        if kind == INT:
+            kw.update(type=int, metavar=meta["metavar"] or ("MS" if key.endswith("_ms") else "N"))
+        elif kind == BOOL:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif kind == LIST:
+            kw["action"] = "append"
+        elif kind == CHOICE:
+            kw["choices"] = meta["choices"]
+        elif kind == PATH:
+            kw["metavar"] = "KEYS"
+        p.add_argument(flag_name(key), **kw)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, f in OPTIONS.items():
+        if not hasattr(args, key):
+            continue
+        value = getattr(args, key)
+        if f.metadata["kind"] == PATH and isinstance(value, str):
+            value = parse_path(value, flag_name(key))
+        out[key] = value
+    return out
+
+
+# --- run ----------------------------------------------------------------------------------
+
+
+async def _run_daemon(daemon: Daemon) -> None:
+    daemon.install_signal_handlers()
+    await daemon.run()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config, overrides=_overrides(args))
+        catalog = load_catalog(cfg)
+    except ConfigError as e:
+        return _error(str(e), EXIT_USAGE)
+    setup_logging(cfg.log_level)
+    logging.getLogger("rankwatch.daemon").debug("config: %s", cfg.describe())
+    try:
+        asyncio.run(_run_daemon(Daemon(cfg, catalog)))
+    except DaemonError as e:
+        return _error(str(e), EXIT_FAILURE)
+    return EXIT_OK
+
+
+# --- replay ---------------------------------------------------------------------------------
+
+
+def _connection_config(args: argparse.Namespace) -> DaemonConfig:
+    overrides = _overrides(args)
+    return load_config(args.config, overrides=overrides, check=False)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if args.rate is not None and args.rate <= 0:
+        return _error("--rate must be a positive number of lines per second", EXIT_USAGE)
+    try:
+        cfg = _connection_config(args)
+        files, skipped = discover(args.paths, job=args.job, rank_pattern=args.rank_pattern)
+    except (ConfigError, InputError) as e:
+        return _error(str(e), EXIT_USAGE)
+    for s in skipped:
+        print(f"rankwatch: skipped {s}", file=sys.stderr)
+    quiet_kafka()
+    try:
+        result = asyncio.run(
+            replay_files(files, args.topic, connection_kwargs(cfg), rate=args.rate)
+        )
+    except KafkaError as e:
+        return _error(f"replay to {args.topic} at {cfg.bootstrap_servers} failed: {e}", 1)
+    except OSError as e:
+        return _error(f"reading input failed: {e}", EXIT_FAILURE)
+    print(
+        f"sent {result.records:,} records ({result.bytes:,} bytes) from {result.files} file(s) "
+        f"of {result.jobs} job(s) to {args.topic} in {result.seconds:.2f} s"
+    )
+    return EXIT_OK
+
+
+# --- stats ----------------------------------------------------------------------------------
+
+
+async def _fleet(cfg: DaemonConfig, topic: str) -> dict[str, Any]:
+    reader = reader_consumer(cfg)
+    try:
+        await reader.start()
+        diagnoses = await read_diagnoses(reader, topic)
+    finally:
+        await reader.stop()
+    return fleet_stats(diagnoses)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    try:
+        cfg = _connection_config(args)
+    except ConfigError as e:
+        return _error(str(e), EXIT_USAGE)
+    topic = args.topic or cfg.output_topic
+    quiet_kafka()
+    try:
+        stats = asyncio.run(_fleet(cfg, topic))
+    except KafkaError as e:
+        return _error(f"reading {topic} at {cfg.bootstrap_servers} failed: {e}", EXIT_FAILURE)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(stats, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(render_stats(stats))
+    return EXIT_OK
+
+
+# --- registration ---------------------------------------------------------------------------
+
+CONNECTION_KEYS = [
+    "bootstrap_servers",
+    "client_id",
+    "request_timeout_ms",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_password",
+]
+
+
+def register(subparsers: Any) -> None:
+    """Adds `run`, `replay` and `stats` to the `rankwatch` subcommand parsers."""
+    r = subparsers.add_parser(
+        "run",
+        help="run the Kafka daemon (one consumer-group member)",
+        description=(
+            "Consume log records from Kafka, diagnose failing jobs, publish diagnoses. Every "
+            "option can be set in the TOML file (--config), as RANKWATCH_<KEY> in the "
+            "environment, or as a flag; flags win, then the environment, then the file."
+        ),
+    )
+    r.add_argument("--config", metavar="FILE", help="TOML config file")
+    _add_option_flags(r)
+    r.set_defaults(func=cmd_run)
+
+    p = subparsers.add_parser(
+        "replay",
+        help="load log files into a Kafka topic as records",
+        description=(
+            "Send log files to a topic as canonical records keyed by job, lines of all files "
+            "interleaved; Kafka timestamps are now, line times are read by the engine."
+        ),
+    )
+    p.add_argument("paths", nargs="+", metavar="FILE")
+    p.add_argument("--topic", required=True, help="topic to write to")
+    p.add_argument("--job", help="treat all inputs as one job with this name")
+    p.add_argument("--rate", type=float, metavar="LINES_PER_S", help="send at most this fast")
+    p.add_argument(
+        "--rank-pattern",
+        metavar="REGEX",
+        help="regex with (?P<rank>...) that finds the rank in a file path",
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML config file (connection settings)")
+    _add_option_flags(p, CONNECTION_KEYS)
+    p.set_defaults(func=cmd_replay)
+
+    s = subparsers.add_parser(
+        "stats",
+        help="fleet statistics from the diagnoses topic",
+        description=(
+            "Read the diagnoses topic and count incidents by signature, subsystem and host; "
+            "hosts that initiated incidents in two or more jobs are suspect nodes."
+        ),
+    )
+    s.add_argument("--topic", help="diagnoses topic (default: output_topic of the config)")
+    s.add_argument("--json", action="store_true", help="print rankwatch.fleet-stats/1 JSON")
+    s.add_argument("--config", metavar="FILE", help="TOML config file (connection settings)")
+    _add_option_flags(s, CONNECTION_KEYS)
+    s.set_defaults(func=cmd_stats)

@@ -1,0 +1,536 @@
+"""The daemon's configuration: one TOML file, `RANKWATCH_<KEY>` environment overrides, and a
+command-line flag for every top-level key (flags win over the environment, which wins over the
+file). Units are in the names. Secrets are never shown: `describe()` masks them.
+
+Per-topic decoder settings live only in the file, as tables::
+
+    topic = ["logs.torchrun"]
+
+    [topics."logs.k8s"]
+    format = "fluent-bit"
+    job_path = ["kubernetes", "labels", "training.kubeflow.org/job-name"]
+
+A topic named in `[topics.NAME]` is consumed even if `topic` does not list it; topics without a
+table use the top-level decoder keys (`format`, `job_path`, ..., `max_record_bytes`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rankwatch.catalog_loader import Catalog, CatalogError
+from rankwatch.engine import RECORD_FORMATS, Decoder, EngineConfig
+
+ENV_PREFIX = "RANKWATCH_"
+PATH_KEYS = ("job_path", "rank_path", "host_path", "ts_path", "line_path", "source_path")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
+ISOLATION = ("read_uncommitted", "read_committed")
+INITIAL_OFFSET = ("window", "earliest", "latest")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names where the bad value came from."""
+
+
+# Kinds of values: how text (env, flags) is parsed and how values are checked.
+STR, OPT_STR, INT, BOOL, LIST, PATH, CHOICE, ADDR = (
+    "str",
+    "opt_str",
+    "int",
+    "bool",
+    "list",
+    "path",
+    "choice",
+    "addr",
+)
+
+
+def _opt(
+    default: Any,
+    help: str,
+    *,
+    kind: str = STR,
+    minimum: int | None = None,
+    choices: tuple[str, ...] = (),
+    secret: bool = False,
+    metavar: str | None = None,
+) -> Any:
+    meta = {
+        "help": help,
+        "kind": kind,
+        "minimum": minimum,
+        "choices": choices,
+        "secret": secret,
+        "metavar": metavar,
+    }
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, repr=not secret, metadata=meta)
+
+
+_ENGINE = EngineConfig()
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """How to decode the records of one input topic (see `rankwatch.engine.Decoder`)."""
+
+    format: str = "canonical"
+    job_path: list[str] | None = None
+    rank_path: list[str] | None = None
+    host_path: list[str] | None = None
+    ts_path: list[str] | None = None
+    line_path: list[str] | None = None
+    source_path: list[str] | None = None
+    job_header: str = "job"
+    max_record_bytes: int = 1 << 20
+
+    def decoder(self) -> Decoder:
+        source_path = self.source_path
+        if source_path is None and self.format == "canonical":
+            # `rankwatch replay` names each file's stream in an optional `source` field; a
+            # record without one falls back to its rank, then host, as the preset does.
+            source_path = ["source"]
+        return Decoder(
+            self.format,
+            job_path=self.job_path,
+            rank_path=self.rank_path,
+            host_path=self.host_path,
+            ts_path=self.ts_path,
+            line_path=self.line_path,
+            source_path=source_path,
+            job_header=self.job_header,
+            max_record_bytes=self.max_record_bytes,
+        )
+
+
+@dataclass
+class DaemonConfig:
+    """Every option of `rankwatch run`. Field metadata drives the TOML keys, the environment
+    variables and the flags."""
+
+    # --- Kafka: what to read and write --------------------------------------------------------
+    bootstrap_servers: str = _opt("127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]")
+    topic: list[str] = _opt(  # noqa: RUF009
+        [], "input topic of log records (repeatable)", kind=LIST, metavar="TOPIC"
+    )
+    output_topic: str = _opt("rankwatch.diagnoses", "topic the diagnoses are published to")
+    group_id: str = _opt("rankwatch", "Kafka consumer group of the daemons")
+    group_instance_id: str | None = _opt(
+        None, "static group membership id (KIP-345): a restart keeps its partitions", kind=OPT_STR
+    )
+    client_id: str = _opt("rankwatch", "Kafka client id")
+    dead_letter_topic: str | None = _opt(
+        None, "copy rejected records here, with a rankwatch-reject-reason header", kind=OPT_STR
+    )
+    dead_letter_max_bytes: int = _opt(
+        900_000, "truncate dead-letter copies to this many value bytes", kind=INT, minimum=1
+    )
+    transactional_id: str | None = _opt(
+        None,
+        "publish diagnoses and commit offsets in Kafka transactions under this id",
+        kind=OPT_STR,
+    )
+    # --- Kafka: security ----------------------------------------------------------------------
+    security_protocol: str = _opt(
+        "PLAINTEXT", "Kafka security protocol", kind=CHOICE, choices=SECURITY_PROTOCOLS
+    )
+    sasl_mechanism: str | None = _opt(None, "SASL mechanism", kind=CHOICE, choices=SASL_MECHANISMS)
+    sasl_username: str | None = _opt(None, "SASL user name", kind=OPT_STR)
+    sasl_password: str | None = _opt(
+        None, "SASL password (never logged)", kind=OPT_STR, secret=True
+    )
+    ssl_cafile: str | None = _opt(None, "CA bundle for SSL", kind=OPT_STR, metavar="FILE")
+    ssl_certfile: str | None = _opt(
+        None, "client certificate for SSL", kind=OPT_STR, metavar="FILE"
+    )
+    ssl_keyfile: str | None = _opt(None, "client key for SSL", kind=OPT_STR, metavar="FILE")
+    ssl_password: str | None = _opt(
+        None, "password of the SSL key (never logged)", kind=OPT_STR, secret=True
+    )
+    # --- Kafka: consumer and producer tuning --------------------------------------------------
+    session_timeout_ms: int = _opt(10_000, "group session timeout", kind=INT, minimum=1)
+    heartbeat_interval_ms: int = _opt(3_000, "group heartbeat interval", kind=INT, minimum=1)
+    max_poll_interval_ms: int = _opt(300_000, "max time between fetches", kind=INT, minimum=1)
+    max_partition_fetch_bytes: int = _opt(
+        4 << 20, "bytes fetched per partition per request", kind=INT, minimum=1024
+    )
+    fetch_max_wait_ms: int = _opt(100, "broker wait for fetch_min_bytes", kind=INT, minimum=0)
+    fetch_min_bytes: int = _opt(1, "broker waits for this many bytes", kind=INT, minimum=1)
+    max_batch_records: int = _opt(
+        10_000, "records handed to the engine per fetch", kind=INT, minimum=1
+    )
+    check_crcs: bool = _opt(True, "verify record CRCs (about 20%% of decode CPU)", kind=BOOL)
+    isolation_level: str = _opt(
+        "read_uncommitted", "isolation level for the input topics", kind=CHOICE, choices=ISOLATION
+    )
+    initial_offset: str = _opt(
+        "window",
+        "where a partition without a committed offset starts: the replay window, "
+        "earliest or latest",
+        kind=CHOICE,
+        choices=INITIAL_OFFSET,
+    )
+    linger_ms: int = _opt(5, "producer linger", kind=INT, minimum=0)
+    compression_type: str = _opt(
+        "none", "compression of published records", kind=CHOICE, choices=COMPRESSION
+    )
+    request_timeout_ms: int = _opt(40_000, "Kafka request timeout", kind=INT, minimum=1)
+    # --- daemon behaviour ---------------------------------------------------------------------
+    replay_window_ms: int = _opt(
+        30 * 60_000,
+        "on assignment, re-read this much input before the committed offset to rebuild state",
+        kind=INT,
+        minimum=0,
+    )
+    commit_interval_ms: int = _opt(
+        1_000, "commit offsets (after publishes are acknowledged) this often", kind=INT, minimum=0
+    )
+    poll_interval_ms: int = _opt(
+        250, "poll the engine at least this often, even without input", kind=INT, minimum=10
+    )
+    metrics_addr: str = _opt(
+        "127.0.0.1:9464", "host:port of /metrics and /healthz ('off' disables)", kind=ADDR
+    )
+    catalog: list[str] = _opt(  # noqa: RUF009
+        [], "extra catalog file or folder (repeatable)", kind=LIST, metavar="PATH"
+    )
+    log_level: str = _opt("info", "log level", kind=CHOICE, choices=LOG_LEVELS)
+    # --- default decoder (topics without a [topics.NAME] table) -------------------------------
+    format: str = _opt("canonical", "record format", kind=CHOICE, choices=RECORD_FORMATS)
+    job_path: list[str] | None = _opt(None, "field path of the job (JSON list)", kind=PATH)  # noqa: RUF009
+    rank_path: list[str] | None = _opt(None, "field path of the rank", kind=PATH)  # noqa: RUF009
+    host_path: list[str] | None = _opt(None, "field path of the host", kind=PATH)  # noqa: RUF009
+    ts_path: list[str] | None = _opt(None, "field path of the event time", kind=PATH)  # noqa: RUF009
+    line_path: list[str] | None = _opt(None, "field path of the log line", kind=PATH)  # noqa: RUF009
+    source_path: list[str] | None = _opt(None, "field path of the source id", kind=PATH)  # noqa: RUF009
+    job_header: str = _opt("job", "record header that carries the job")
+    max_record_bytes: int = _opt(1 << 20, "reject larger records", kind=INT, minimum=1)
+    # --- engine -------------------------------------------------------------------------------
+    settle_ms: int = _opt(
+        _ENGINE.settle_ms, "event time to wait after an incident opens", kind=INT, minimum=0
+    )
+    max_wait_ms: int = _opt(
+        _ENGINE.max_wait_ms,
+        "wall time after which an open incident is diagnosed even if its job went silent",
+        kind=INT,
+        minimum=0,
+    )
+    incident_horizon_ms: int = _opt(
+        _ENGINE.incident_horizon_ms, "hits this close belong to one incident", kind=INT, minimum=1
+    )
+    ring_lines: int = _opt(_ENGINE.ring_lines, "lines kept per rank", kind=INT, minimum=1)
+    ring_bytes: int = _opt(_ENGINE.ring_bytes, "bytes kept per rank", kind=INT, minimum=1)
+    memory_budget_bytes: int = _opt(
+        _ENGINE.memory_budget_bytes, "total engine memory budget", kind=INT, minimum=1 << 16
+    )
+    max_line_bytes: int = _opt(
+        _ENGINE.max_line_bytes, "longer lines are truncated", kind=INT, minimum=64
+    )
+    preceding_lines: int = _opt(
+        _ENGINE.preceding_lines, "lines before the root cause in a diagnosis", kind=INT, minimum=0
+    )
+    max_hits_per_job: int = _opt(
+        _ENGINE.max_hits_per_job, "signature hits kept per job", kind=INT, minimum=1
+    )
+    clock_uncertainty_ms: int = _opt(
+        _ENGINE.clock_uncertainty_ms, "events closer than this are ties", kind=INT, minimum=0
+    )
+    # --- TOML only ----------------------------------------------------------------------------
+    topics: dict[str, TopicConfig] = field(default_factory=dict)
+
+    def input_topics(self) -> list[str]:
+        """`topic` plus the topics that have a `[topics.NAME]` table, without duplicates."""
+        return list(dict.fromkeys([*self.topic, *self.topics]))
+
+    def topic_config(self, name: str) -> TopicConfig:
+        return self.topics.get(name) or self.default_topic_config()
+
+    def default_topic_config(self) -> TopicConfig:
+        return TopicConfig(
+            format=self.format,
+            job_path=self.job_path,
+            rank_path=self.rank_path,
+            host_path=self.host_path,
+            ts_path=self.ts_path,
+            line_path=self.line_path,
+            source_path=self.source_path,
+            job_header=self.job_header,
+            max_record_bytes=self.max_record_bytes,
+        )
+
+    def engine_config(self) -> EngineConfig:
+        names = {f.name for f in dataclasses.fields(EngineConfig)}
+        values = {k: getattr(self, k) for k in names if hasattr(self, k)}
+        return EngineConfig(**values)
+
+    def metrics_listen(self) -> tuple[str, int] | None:
+        if self.metrics_addr == "off":
+            return None
+        host, _, port = self.metrics_addr.rpartition(":")
+        return host.strip("[]") or "127.0.0.1", int(port)
+
+    def describe(self) -> dict[str, Any]:
+        """The configuration as a dict for logs, secrets masked."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("secret") and value is not None:
+                value = "***"
+            elif f.name == "topics":
+                value = {k: dataclasses.asdict(v) for k, v in value.items()}
+            out[f.name] = value
+        return out
+
+    def __repr__(self) -> str:
+        return f"DaemonConfig({self.describe()!r})"
+
+
+OPTIONS: dict[str, dataclasses.Field[Any]] = {
+    f.name: f for f in dataclasses.fields(DaemonConfig) if "kind" in f.metadata
+}
+TOPIC_KEYS = tuple(f.name for f in dataclasses.fields(TopicConfig))
+
+
+def env_name(key: str) -> str:
+    return ENV_PREFIX + key.upper()
+
+
+def flag_name(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+# --- parsing values -------------------------------------------------------------------------
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def parse_text(key: str, text: str, where: str) -> Any:
+    """Turns the text of an environment variable or flag into a value of the key's kind."""
+    kind = OPTIONS[key].metadata["kind"]
+    if kind == INT:
+        try:
+            return int(text.replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"{where}: expected an integer, got {text!r}") from None
+    if kind == BOOL:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: expected true or false, got {text!r}")
+    if kind == LIST:
+        return [t.strip() for t in text.split(",") if t.strip()]
+    if kind == PATH:
+        return parse_path(text, where)
+    if text == "" and OPTIONS[key].default is None:
+        return None
+    return text
+
+
+def parse_path(text: str, where: str) -> list[str]:
+    """A field path: a JSON list of keys, or a dotted path when no key contains a dot."""
+    text = text.strip()
+    if text.startswith("["):
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            raise ConfigError(f"{where}: not a JSON list of keys: {text!r}") from None
+        return _check_path(value, where)
+    return _check_path(text.split("."), where)
+
+
+def _check_path(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(k, str) and k for k in value):
+        raise ConfigError(f"{where}: a field path is a non-empty list of keys, got {value!r}")
+    return list(value)
+
+
+def _check_value(key: str, value: Any, where: str) -> Any:
+    """Type- and range-checks one value (from any source); returns it normalised."""
+    meta = OPTIONS[key].metadata
+    kind = meta["kind"]
+    if kind == INT:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        minimum = meta["minimum"]
+        if minimum is not None and value < minimum:
+            raise ConfigError(f"{where}: must be at least {minimum:,}, got {value:,}")
+        return value
+    if kind == BOOL:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if kind == LIST:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{where}: expected a list of non-empty strings, got {value!r}")
+        return list(value)
+    if kind == PATH:
+        if value is None:
+            return None
+        return _check_path(value, where)
+    if value is None and kind in (OPT_STR, CHOICE):
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if kind == CHOICE and value not in meta["choices"]:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(meta['choices'])}")
+    if kind == ADDR:
+        _check_addr(value, where)
+    if kind == STR and not value.strip():
+        raise ConfigError(f"{where}: must not be empty")
+    return value
+
+
+def _check_addr(value: str, where: str) -> None:
+    if value == "off":
+        return
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{where}: expected host:port or 'off', got {value!r}")
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such config file") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read config file: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    return data
+
+
+def _topic_tables(raw: Any, where: str, base: TopicConfig) -> dict[str, TopicConfig]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: [topics] must be a table of [topics.NAME] tables")
+    out: dict[str, TopicConfig] = {}
+    for name, table in raw.items():
+        w = f"{where}: [topics.{name!r}]"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{w}: must be a table")
+        values: dict[str, Any] = {}
+        for key, value in table.items():
+            if key not in TOPIC_KEYS:
+                raise ConfigError(f"{w}: unknown key {key!r}{_suggest(key, list(TOPIC_KEYS))}")
+            values[key] = _check_value(key, value, f"{w}.{key}")
+        out[name] = dataclasses.replace(base, **values)
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    check: bool = True,
+) -> DaemonConfig:
+    """Defaults, then the TOML file, then `RANKWATCH_<KEY>` variables, then `overrides`
+    (already-typed values from flags). Raises ConfigError naming the source of a bad value.
+    `check=False` skips the rules between keys (for commands that only need a connection)."""
+    values: dict[str, Any] = {}
+    topic_raw: Any = None
+    where_topics = ""
+    if path is not None:
+        data = read_toml(path)
+        for key, value in data.items():
+            if key == "topics":
+                topic_raw, where_topics = value, str(path)
+                continue
+            if key not in OPTIONS:
+                raise ConfigError(
+                    f"{path}: unknown key {key!r}{_suggest(key, [*OPTIONS, 'topics'])}"
+                )
+            values[key] = _check_value(key, value, f"{path}: {key}")
+    env = os.environ if environ is None else environ
+    for key in OPTIONS:
+        name = env_name(key)
+        if name in env:
+            values[key] = _check_value(key, parse_text(key, env[name], name), name)
+    for key, value in (overrides or {}).items():
+        if key not in OPTIONS:
+            raise ConfigError(f"unknown option {key!r}")
+        values[key] = _check_value(key, value, flag_name(key))
+    cfg = DaemonConfig(**values)
+    if topic_raw is not None:
+        cfg.topics = _topic_tables(topic_raw, where_topics, cfg.default_topic_config())
+    if check:
+        check_config(cfg)
+    return cfg
+
+
+def check_config(cfg: DaemonConfig) -> None:
+    """Rules that involve more than one key."""
+    inputs = cfg.input_topics()
+    if not inputs:
+        raise ConfigError(
+            "no input topic: set `topic` in the config file, RANKWATCH_TOPIC or --topic"
+        )
+    for server in cfg.bootstrap_servers.split(","):
+        host, sep, port = server.strip().rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"bootstrap_servers: expected host:port[,...], got {server!r}")
+    if cfg.output_topic in inputs:
+        raise ConfigError(f"output_topic {cfg.output_topic!r} is also an input topic")
+    if cfg.dead_letter_topic is not None:
+        if cfg.dead_letter_topic in inputs:
+            raise ConfigError(f"dead_letter_topic {cfg.dead_letter_topic!r} is also an input topic")
+        if cfg.dead_letter_topic == cfg.output_topic:
+            raise ConfigError("dead_letter_topic must differ from output_topic")
+    if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
+        raise ConfigError(
+            f"heartbeat_interval_ms ({cfg.heartbeat_interval_ms}) must be below "
+            f"session_timeout_ms ({cfg.session_timeout_ms})"
+        )
+    if cfg.security_protocol.startswith("SASL_"):
+        if cfg.sasl_mechanism is None:
+            raise ConfigError(f"security_protocol {cfg.security_protocol} needs sasl_mechanism")
+        if not cfg.sasl_username or cfg.sasl_password is None:
+            raise ConfigError(
+                f"sasl_mechanism {cfg.sasl_mechanism} needs sasl_username and sasl_password "
+                f"(or {env_name('sasl_password')})"
+            )
+    for name in inputs:
+        try:
+            cfg.topic_config(name).decoder()
+        except ValueError as e:
+            raise ConfigError(f"topic {name!r}: {e}") from None
+
+
+def load_catalog(cfg: DaemonConfig) -> Catalog:
+    try:
+        return Catalog(cfg.catalog)
+    except CatalogError as e:
+        raise ConfigError(f"catalog: {e}") from None
+
+
+def validate_config(path: str | Path, *, use_env: bool = True) -> DaemonConfig:
+    """Loads and checks a daemon config file (with the environment unless `use_env` is false),
+    including its extra catalogs. Raises ConfigError with a one-line reason."""
+    cfg = load_config(path, environ=None if use_env else {})
+    load_catalog(cfg)
+    return cfg

@@ -1,0 +1,81 @@
+"""The engine on its own thread. Every engine call goes through one worker thread, so calls are
+serialised (the Rust engine is not re-entrant) and, because the engine releases the GIL, the
+event loop keeps fetching from Kafka while a batch is being scanned and correlated."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from rankwatch.engine import Decoder, Diagnosis, Engine
+
+_T = TypeVar("_T")
+FeedArgs = tuple[
+    Decoder, str, list[bytes], list[bytes | None], list[bytes | None], list[int | None]
+]
+
+
+class EngineWorker:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rankwatch-engine")
+        # job -> ids of the incidents the engine has diagnosed at least once (for the
+        # "pending" gauge: incidents held minus incidents diagnosed)
+        self._diagnosed: dict[str, set[str]] = {}
+
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
+
+    async def feed(
+        self,
+        decoder: Decoder,
+        origin: str,
+        values: list[bytes],
+        keys: list[bytes | None],
+        headers: list[bytes | None],
+        timestamps: list[int | None],
+    ) -> list[tuple[int, str]]:
+        """One `feed_records` call for a whole partition batch."""
+        return await self._call(
+            self.engine.feed_records, decoder, origin, values, keys, headers, timestamps
+        )
+
+    def submit_feed_many(
+        self, batches: Sequence[FeedArgs]
+    ) -> asyncio.Future[list[list[tuple[int, str]]]]:
+        """Starts one `feed_records` call per partition batch, all in one trip to the engine
+        thread, right now (not when the event loop next runs), and returns its future."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._pool, self._feed_many, list(batches))
+
+    def _feed_many(self, batches: list[FeedArgs]) -> list[list[tuple[int, str]]]:
+        return [self.engine.feed_records(*args) for args in batches]
+
+    async def poll(self, now_ms: int) -> list[Diagnosis]:
+        diagnoses = await self._call(self.engine.poll, now_ms)
+        for d in diagnoses:
+            self._diagnosed.setdefault(str(d.get("job", "")), set()).add(str(d["id"]))
+        return diagnoses
+
+    async def stats(self) -> dict[str, Any]:
+        return await self._call(self.engine.stats)
+
+    async def drop_jobs(self, jobs: Iterable[str]) -> None:
+        names = list(jobs)
+        for job in names:
+            self._diagnosed.pop(job, None)
+        await self._call(self._drop, names)
+
+    def _drop(self, names: list[str]) -> None:
+        for job in names:
+            self.engine.drop_job(job)
+
+    def diagnosed_count(self) -> int:
+        return sum(len(ids) for ids in self._diagnosed.values())
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)

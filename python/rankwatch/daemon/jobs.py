@@ -1,0 +1,99 @@
+"""Which input partitions each job's records came from, so that the jobs of revoked partitions
+can be dropped from the engine.
+
+The job of a record is decided inside the engine (value field, then the job header, then the
+key); this map sees the keys and job headers of every batch (producers key records by `job` or
+`job/rank`) and the job and origin of every diagnosis. A job whose records carry it only inside
+the value and that never produced a diagnosis is not mapped; it stays in the engine until it is
+evicted as idle."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from aiokafka import TopicPartition
+
+
+def job_of_key(key: bytes) -> str | None:
+    """The job named by a record key `job` or `job/rank` (as the engine reads it)."""
+    try:
+        text = key.decode().strip()
+    except UnicodeDecodeError:
+        return None
+    if not text:
+        return None
+    job, sep, rank = text.rpartition("/")
+    if sep and job and rank.isdigit():
+        return job
+    return text
+
+
+def job_of_header(value: bytes) -> str | None:
+    try:
+        text = value.decode().strip()
+    except UnicodeDecodeError:
+        return None
+    return text or None
+
+
+def partition_of_origin(origin: str) -> TopicPartition | None:
+    """`topic/partition/...` (the origin the daemon passes to the engine) -> TopicPartition."""
+    parts = origin.split("/", 2)
+    if len(parts) >= 2 and parts[1].isdigit():
+        return TopicPartition(parts[0], int(parts[1]))
+    return None
+
+
+class JobMap:
+    def __init__(self) -> None:
+        self.partitions: dict[str, set[TopicPartition]] = {}
+        self.last_seen: dict[str, float] = {}
+
+    def _add(self, job: str, tp: TopicPartition, now: float) -> None:
+        self.partitions.setdefault(job, set()).add(tp)
+        self.last_seen[job] = now
+
+    def note(
+        self,
+        tp: TopicPartition,
+        keys: Iterable[bytes | None],
+        headers: Iterable[bytes | None],
+    ) -> None:
+        now = time.monotonic()
+        for k in set(keys):
+            if k is not None and (job := job_of_key(k)) is not None:
+                self._add(job, tp, now)
+        for h in set(headers):
+            if h is not None and (job := job_of_header(h)) is not None:
+                self._add(job, tp, now)
+
+    def note_diagnosis(self, diagnosis: dict[str, Any]) -> None:
+        root = diagnosis.get("root_cause")
+        origin = root.get("origin") if isinstance(root, dict) else None
+        tp = partition_of_origin(origin) if isinstance(origin, str) else None
+        if tp is not None:
+            self._add(str(diagnosis.get("job", "")), tp, time.monotonic())
+
+    def partitions_of(self, job: str) -> set[TopicPartition]:
+        return self.partitions.get(job, set())
+
+    def jobs_lost(self, lost: set[TopicPartition], kept: set[TopicPartition]) -> list[str]:
+        """Jobs seen on a lost partition and on none of the kept ones; forgets them."""
+        gone = [job for job, tps in self.partitions.items() if tps & lost and not tps & kept]
+        for job in gone:
+            del self.partitions[job]
+            self.last_seen.pop(job, None)
+        for tps in self.partitions.values():
+            tps -= lost
+        return gone
+
+    def prune(self, max_idle_s: float) -> int:
+        """Forgets jobs without records for `max_idle_s` (bounded memory for long runs)."""
+        cutoff = time.monotonic() - max_idle_s
+        idle = [job for job, t in self.last_seen.items() if t < cutoff]
+        for job in idle:
+            self.partitions.pop(job, None)
+            del self.last_seen[job]
+        return len(idle)

@@ -1,0 +1,65 @@
+"""Which diagnoses go out, and when.
+
+A diagnosis id the output topic has never seen is sent at once. An update of a published id is
+held, and only the latest version of each held id is sent at the next checkpoint, so a large
+incident that changes with every batch produces at most one update per commit interval. What
+was already published (identical content, or a version rebuilt during a replay) is skipped;
+see `PublishedIndex.decide`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from rankwatch.daemon.jobs import JobMap
+from rankwatch.daemon.metrics import DaemonMetrics
+from rankwatch.daemon.published import IDENTICAL, PublishedIndex
+from rankwatch.daemon.publisher import Publisher
+from rankwatch.engine import Diagnosis
+
+log = logging.getLogger("rankwatch.daemon")
+
+
+class Outbox:
+    def __init__(self, index: PublishedIndex, jobmap: JobMap, metrics: DaemonMetrics) -> None:
+        self.index = index
+        self.jobmap = jobmap
+        self.metrics = metrics
+        self.publisher: Publisher | None = None
+        self.held: dict[str, tuple[Diagnosis, str]] = {}
+
+    async def offer(self, diagnoses: list[Diagnosis], replaying: Callable[[str], bool]) -> None:
+        for d in diagnoses:
+            self.jobmap.note_diagnosis(d)
+            did = str(d["id"])
+            skip, chash = self.index.decide(d, replaying(str(d.get("job", ""))))
+            if skip is not None:
+                self.metrics.diagnoses_skipped.inc(1, skip)
+                if skip == IDENTICAL:
+                    self.held.pop(did, None)  # back to what was published
+                continue
+            if did in self.index:
+                self.held[did] = (d, chash)
+            else:
+                await self._send(d, chash, "new")
+
+    async def send_held(self) -> None:
+        held, self.held = self.held, {}
+        for d, chash in held.values():
+            await self._send(d, chash, "update")
+
+    async def _send(self, d: Diagnosis, chash: str, kind: str) -> None:
+        assert self.publisher is not None
+        await self.publisher.send_diagnosis(d)
+        self.index.remember(d, chash)
+        self.metrics.diagnoses_out.inc(1, kind)
+        root = d.get("root_cause") or {}
+        log.info(
+            "diagnosis %s (%s) job=%s rank=%s host=%s signature=%s",
+            d["id"],
+            kind,
+            d.get("job"),
+            root.get("rank"),
+            root.get("host"),
+            (d.get("signature") or {}).get("id"),
+        )

@@ -1,0 +1,125 @@
+"""What was already published: diagnosis id -> content hash, rebuilt from the tail of the output
+topic at start and on assignment, so that a restarted or rebalanced daemon never publishes the
+same diagnosis twice and publishes an update under the same id only when the content changed."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+# Fields that change without the diagnosis changing (`status` goes from open to final).
+VOLATILE_FIELDS = frozenset({"status"})
+
+IDENTICAL, REPLAY, OVERLAP = "identical", "replay", "overlap"
+
+
+def content_hash(diagnosis: dict[str, Any]) -> str:
+    body = {k: v for k, v in diagnosis.items() if k not in VOLATILE_FIELDS}
+    return hashlib.blake2b(
+        orjson.dumps(body, option=orjson.OPT_SORT_KEYS), digest_size=16
+    ).hexdigest()
+
+
+def incident_start_ms(diagnosis: dict[str, Any]) -> int | None:
+    incident = diagnosis.get("incident")
+    start = incident.get("start") if isinstance(incident, dict) else None
+    if not isinstance(start, str):
+        return None
+    try:
+        return int(dt.datetime.fromisoformat(start).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Entry:
+    hash: str
+    job: str
+    start_ms: int | None
+    seen_s: float
+
+
+class PublishedIndex:
+    """Decides, for each diagnosis the engine emits, whether it must be published."""
+
+    def __init__(self, horizon_ms: int, retain_s: float) -> None:
+        self.horizon_ms = horizon_ms
+        self.retain_s = retain_s
+        self.entries: dict[str, Entry] = {}
+        self.by_job: dict[str, set[str]] = {}
+        self.shadowed: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, diagnosis_id: object) -> bool:
+        return diagnosis_id in self.entries
+
+    def load(self, value: bytes | None) -> None:
+        """Takes one record of the output topic (later versions replace earlier ones)."""
+        if not value:
+            return
+        try:
+            d = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(d, dict) and isinstance(d.get("id"), str):
+            self.remember(d)
+
+    def remember(self, diagnosis: dict[str, Any], chash: str | None = None) -> None:
+        did = str(diagnosis["id"])
+        job = str(diagnosis.get("job", ""))
+        self.entries[did] = Entry(
+            chash or content_hash(diagnosis), job, incident_start_ms(diagnosis), time.time()
+        )
+        self.by_job.setdefault(job, set()).add(did)
+
+    def decide(self, diagnosis: dict[str, Any], replaying: bool) -> tuple[str | None, str]:
+        """(skip reason or None to publish, content hash).
+
+        Outside a replay an id's update is published whenever its content differs from what
+        was published. While the daemon re-reads input to rebuild state, the versions it
+        already published came from at least as much input, so a known id is not re-published,
+        and an unknown id whose incident overlaps a published one of the same job (the replay
+        window cut the incident, so it got another start) is suppressed for good."""
+        did = str(diagnosis["id"])
+        chash = content_hash(diagnosis)
+        entry = self.entries.get(did)
+        if entry is not None:
+            if entry.hash == chash:
+                return IDENTICAL, chash
+            return (REPLAY if replaying else None), chash
+        if did in self.shadowed:
+            return OVERLAP, chash
+        if replaying and self._overlaps(diagnosis):
+            self.shadowed.add(did)
+            return OVERLAP, chash
+        return None, chash
+
+    def _overlaps(self, diagnosis: dict[str, Any]) -> bool:
+        start = incident_start_ms(diagnosis)
+        if start is None:
+            return False
+        for other in self.by_job.get(str(diagnosis.get("job", "")), ()):
+            e = self.entries[other]
+            if e.start_ms is not None and abs(e.start_ms - start) <= self.horizon_ms:
+                return True
+        return False
+
+    def prune(self) -> int:
+        """Forgets entries older than the retention (they can no longer be replayed)."""
+        cutoff = time.time() - self.retain_s
+        old = [k for k, e in self.entries.items() if e.seen_s < cutoff]
+        for k in old:
+            e = self.entries.pop(k)
+            ids = self.by_job.get(e.job)
+            if ids is not None:
+                ids.discard(k)
+                if not ids:
+                    del self.by_job[e.job]
+        return len(old)

@@ -1,0 +1,179 @@
+"""`rankwatch replay`: loads log files into a Kafka topic as canonical records, keyed by job.
+
+Files are found and named the way `rankwatch analyze` does (`rankwatch.local.discover`: each
+PATH is a job unless `--job`; ranks from file names, torchrun and Open MPI layouts). Lines of
+all files are interleaved one by one, each file in its own order, like ranks writing at once.
+A record is `{"job", "rank", "host", "ts", "line", "source"}`: `ts` is null (the engine reads
+the time printed on the line; the Kafka timestamp, now, is the fallback), `source` names the
+file's stream so that lines of different files never share a stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
+
+from rankwatch.local import LogFile, _open
+
+MAX_BATCH_BYTES = 512 * 1024
+# Longer lines are cut (the engine keeps at most `max_line_bytes` of a line anyway), so that a
+# runaway line never makes a record the broker refuses.
+MAX_LINE_BYTES = 256 * 1024
+
+
+@dataclass
+class ReplayResult:
+    records: int
+    bytes: int
+    files: int
+    jobs: int
+    seconds: float
+
+
+def canonical_record(f: LogFile, line: bytes) -> bytes:
+    return orjson.dumps(
+        {
+            "job": f.job,
+            "rank": f.rank,
+            "host": None,
+            "ts": None,
+            "line": line[:MAX_LINE_BYTES].decode("utf-8", "replace"),
+            "source": f.source_key or str(f.path),
+        }
+    )
+
+
+def interleave(files: Sequence[LogFile]) -> Iterator[tuple[LogFile, bytes]]:
+    """Non-blank lines of all files, one from each file in turn, each file in its order."""
+    handles: list[tuple[LogFile, IO[bytes]]] = [(f, _open(f.path)) for f in files]
+    try:
+        active = [(f, iter(fh)) for f, fh in handles]
+        while active:
+            still = []
+            for f, it in active:
+                for raw in it:
+                    line = raw.rstrip(b"\r\n")
+                    if line.strip():
+                        yield f, line
+                        still.append((f, it))
+                        break
+            active = still
+    finally:
+        for _, fh in handles:
+            fh.close()
+
+
+class BatchSender:
+    """Produces records in per-partition batches (the partition of a key as the Java client
+    and aiokafka choose it), keeping the futures so that `flush` can check delivery."""
+
+    def __init__(self, producer: Any, topic: str, partitions: Sequence[int]) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.partitions = sorted(partitions)
+        self._batches: dict[int, Any] = {}
+        self._futures: list[asyncio.Future[Any]] = []
+        self._key_partition: dict[bytes, int] = {}
+        self._rr = 0
+        self.records = 0
+        self.bytes = 0
+
+    def partition_of(self, key: bytes | None) -> int:
+        if key is None:
+            self._rr += 1
+            return self.partitions[self._rr % len(self.partitions)]
+        p = self._key_partition.get(key)
+        if p is None:
+            p = self.partitions[(murmur2(key) & 0x7FFFFFFF) % len(self.partitions)]
+            self._key_partition[key] = p
+        return p
+
+    async def add(
+        self,
+        key: bytes | None,
+        value: bytes,
+        *,
+        timestamp_ms: int | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
+        p = self.partition_of(key)
+        batch = self._batches.get(p)
+        if batch is None:
+            batch = self._batches[p] = self.producer.create_batch()
+        hdrs = list(headers)
+        if batch.append(timestamp=timestamp_ms, key=key, value=value, headers=hdrs) is None:
+            await self._send(p)
+            batch = self._batches[p] = self.producer.create_batch()
+            if batch.append(timestamp=timestamp_ms, key=key, value=value, headers=hdrs) is None:
+                raise ValueError(f"record of {len(value)} bytes does not fit in a batch")
+        self.records += 1
+        self.bytes += len(value)
+
+    async def _send(self, partition: int) -> None:
+        batch = self._batches.pop(partition)
+        batch.close()
+        fut = await self.producer.send_batch(batch, self.topic, partition=partition)
+        self._futures.append(fut)
+        if len(self._futures) > 64:
+            done = [f for f in self._futures if f.done()]
+            for f in done:
+                f.result()
+            self._futures = [f for f in self._futures if not f.done()]
+
+    async def flush(self) -> None:
+        for p in list(self._batches):
+            await self._send(p)
+        futures, self._futures = self._futures, []
+        for f in futures:
+            await f
+
+
+def new_producer(connection: dict[str, Any]) -> Any:
+    return AIOKafkaProducer(
+        **connection,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=20,
+        max_batch_size=MAX_BATCH_BYTES,
+        max_request_size=max(1 << 20, MAX_BATCH_BYTES * 2),
+    )
+
+
+async def replay_files(
+    files: Sequence[LogFile],
+    topic: str,
+    connection: dict[str, Any],
+    *,
+    rate: float | None = None,
+) -> ReplayResult:
+    """Sends every line of `files` to `topic`; `rate` caps lines per second."""
+    t0 = time.monotonic()
+    producer = new_producer(connection)
+    try:
+        await producer.start()
+        partitions = await producer.partitions_for(topic)
+        sender = BatchSender(producer, topic, sorted(partitions))
+        check_every = max(1, int(rate / 50)) if rate else 0
+        for f, line in interleave(files):
+            await sender.add(f.job.encode(), canonical_record(f, line))
+            if rate and sender.records % check_every == 0:
+                ahead = sender.records / rate - (time.monotonic() - t0)
+                if ahead > 0:
+                    await sender.flush()
+                    await asyncio.sleep(ahead)
+        await sender.flush()
+    finally:
+        await producer.stop()
+    return ReplayResult(
+        records=sender.records,
+        bytes=sender.bytes,
+        files=len(files),
+        jobs=len({f.job for f in files}),
+        seconds=time.monotonic() - t0,
+    )

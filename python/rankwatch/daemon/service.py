@@ -1,0 +1,451 @@
+"""`rankwatch run`: one member of the consumer group. Fetch a batch, feed each partition's
+records to the engine in one call, poll the engine, publish new or changed diagnoses, and
+commit offsets only after the broker acknowledged what was published (see publisher.py).
+
+On assignment the daemon rebuilds the state of its new partitions by re-reading a replay window
+before the committed offset (rebuild.py), and refreshes its index of what is already on the
+output topic (published.py) so that nothing is published twice. On revoke it checkpoints and,
+once the new assignment is known, drops the jobs of the partitions it lost."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from typing import Any
+
+import orjson
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+
+from rankwatch import __version__
+from rankwatch.catalog_loader import Catalog
+from rankwatch.daemon import kafka_clients
+from rankwatch.daemon.config import DaemonConfig, load_catalog
+from rankwatch.daemon.engine_worker import EngineWorker
+from rankwatch.daemon.feeding import PartitionBatch, prepare
+from rankwatch.daemon.http import HttpServer
+from rankwatch.daemon.jobs import JobMap
+from rankwatch.daemon.metrics import DaemonMetrics
+from rankwatch.daemon.outbox import Outbox
+from rankwatch.daemon.published import PublishedIndex
+from rankwatch.daemon.publisher import Publisher, PublishError
+from rankwatch.daemon.rebuild import plan_starts
+from rankwatch.daemon.tail import TopicTail
+from rankwatch.engine import REJECT_REASONS, Decoder, Engine
+
+log = logging.getLogger("rankwatch.daemon")
+
+HOUSEKEEPING_S = 60.0
+
+
+class DaemonError(RuntimeError):
+    """The daemon cannot go on (Kafka unreachable, a publish failed); exit status 1."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.daemon.on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self.daemon.on_assigned(set(assigned))
+
+
+class Daemon:
+    def __init__(self, cfg: DaemonConfig, catalog: Catalog | None = None) -> None:
+        self.cfg = cfg
+        catalog = catalog if catalog is not None else load_catalog(cfg)
+        self.engine = EngineWorker(Engine(catalog, cfg.engine_config()))
+        self.decoders: dict[str, tuple[Decoder, str]] = {}
+        for topic in cfg.input_topics():
+            tc = cfg.topic_config(topic)
+            self.decoders[topic] = (tc.decoder(), tc.job_header)
+        self.metrics = DaemonMetrics(REJECT_REASONS, __version__)
+        self.metrics.memory_budget.set(cfg.memory_budget_bytes)
+        retain_s = 2 * cfg.replay_window_ms / 1000 + 3600
+        self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s)
+        self.jobmap = JobMap()
+        self.http = HttpServer(self.metrics.render, self.health)
+        self.consumer: Any = None
+        self.reader: Any = None
+        self.publisher: Publisher | None = None
+        self.tail: TopicTail | None = None
+        self.lock = asyncio.Lock()
+        self.stopping = asyncio.Event()
+        self.failure: BaseException | None = None
+        self.generation = 0
+        self.owned: set[TopicPartition] = set()
+        self.next_offset: dict[TopicPartition, int] = {}
+        self.replay_end: dict[TopicPartition, int] = {}
+        # next offset to read (fetched) and next offset whose records the engine has taken
+        self.committable: dict[TopicPartition, int] = {}
+        self.dirty: set[TopicPartition] = set()
+        self.outbox = Outbox(self.index, self.jobmap, self.metrics)
+        self._inflight: asyncio.Task[None] | None = None
+        self.rebalancing = False  # revoked, not yet assigned: nothing is fed
+        self.started = False
+        self.last_alive = time.monotonic()
+        self.last_commit = time.monotonic()
+        self.last_housekeeping = time.monotonic()
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Asks the loop to stop fetching, drain and close (what SIGTERM/SIGINT do)."""
+        if not self.stopping.is_set():
+            log.info("stopping: draining and closing")
+        self.stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    async def run(self) -> None:
+        """Runs until `stop()`; raises DaemonError if it cannot go on."""
+        listen = self.cfg.metrics_listen()
+        if listen is not None:
+            try:
+                await self.http.start(*listen)
+            except OSError as e:
+                raise DaemonError(f"metrics_addr {self.cfg.metrics_addr}: {e.strerror}") from None
+            log.info("metrics on http://%s:%d/metrics", *(self.http.address or listen))
+        try:
+            await self._start_clients()
+            self.outbox.publisher = self.publisher
+            self.started = True
+            while not self.stopping.is_set() and self.failure is None:
+                await self._step()
+            if self.failure is None:
+                await self._drain()
+        finally:
+            await self._close()
+        if self.failure is not None:
+            raise DaemonError(str(self.failure)) from self.failure
+
+    async def _start_clients(self) -> None:
+        cfg = self.cfg
+        self.publisher = Publisher(cfg)
+        self.consumer = kafka_clients.input_consumer(cfg)
+        self.reader = kafka_clients.reader_consumer(cfg)
+        kafka_log = logging.getLogger("aiokafka")
+        level = kafka_log.level
+        kafka_log.setLevel(max(level, logging.CRITICAL))  # a failed start is reported below
+        try:
+            await self.publisher.start()
+            await self.reader.start()
+            await self.consumer.start()
+        except KafkaError as e:
+            raise DaemonError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {e}") from None
+        finally:
+            kafka_log.setLevel(level)
+        self.tail = TopicTail(self.reader, cfg.output_topic)
+        topics = await self.reader.topics()
+        missing = [t for t in cfg.input_topics() if t not in topics]
+        if missing:
+            log.warning("input topic(s) %s do not exist (yet)", ", ".join(missing))
+        if cfg.output_topic not in topics:
+            log.warning("output topic %s does not exist (yet)", cfg.output_topic)
+        self.consumer.subscribe(cfg.input_topics(), listener=_Listener(self))
+        log.info(
+            "consuming %s as group %s from %s; diagnoses to %s%s%s",
+            ", ".join(cfg.input_topics()),
+            cfg.group_id,
+            cfg.bootstrap_servers,
+            cfg.output_topic,
+            f"; rejects to {cfg.dead_letter_topic}" if cfg.dead_letter_topic else "",
+            f"; transactional id {cfg.transactional_id}" if cfg.transactional_id else "",
+        )
+
+    async def _drain(self) -> None:
+        async with self.lock:
+            try:
+                await self._settle()
+                await self._poll_and_publish()
+                await self._checkpoint()
+            except PublishError as e:
+                self._fail(e)
+                return
+        log.info("drained: offsets committed")
+
+    async def _close(self) -> None:
+        if self._inflight is not None:  # only after a failure: its outcome no longer matters
+            with contextlib.suppress(Exception):
+                await self._inflight
+        for name, client in (("consumer", self.consumer), ("reader", self.reader)):
+            if client is not None:
+                try:
+                    await client.stop()
+                except Exception as e:
+                    log.warning("closing the %s failed: %s", name, e)
+        if self.publisher is not None:
+            try:
+                await self.publisher.stop()
+            except Exception as e:
+                log.warning("closing the producer failed: %s", e)
+        await self.http.close()
+        self.engine.close()
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failure is None:
+            log.error("%s", error)
+            self.failure = error
+        self.stopping.set()
+
+    # --- health ---------------------------------------------------------------------------
+
+    def health(self) -> tuple[bool, bytes]:
+        age = time.monotonic() - self.last_alive
+        limit = max(30.0, 4 * self.cfg.poll_interval_ms / 1000)
+        ok = self.started and self.failure is None and age < limit
+        body = {
+            "status": "ok" if ok else "unhealthy",
+            "started": self.started,
+            "stopping": self.stopping.is_set(),
+            "partitions": len(self.owned),
+            "seconds_since_last_loop": round(age, 3),
+            "failure": str(self.failure) if self.failure else None,
+        }
+        return ok, orjson.dumps(body) + b"\n"
+
+    # --- the loop -------------------------------------------------------------------------
+    #
+    # Two stages overlap on the two cores: while the engine thread scans and correlates batch
+    # N (GIL released), the event loop fetches and unpacks batch N+1. `_inflight` is the task
+    # that feeds batch N and then polls and publishes; whoever takes the lock first waits for
+    # it (`_settle`), so nothing else touches offsets or the producer while it runs.
+
+    async def _step(self) -> None:
+        generation = self.generation
+        batch = await self.consumer.getmany(
+            timeout_ms=self.cfg.poll_interval_ms, max_records=self.cfg.max_batch_records
+        )
+        async with self.lock:
+            self.last_alive = time.monotonic()
+            try:
+                await self._settle()
+                parts = self._accept(batch, rebalanced=generation != self.generation)
+                if parts:
+                    t0 = time.perf_counter()
+                    fed = self.engine.submit_feed_many([p.feed_args() for p in parts])
+                    self._inflight = asyncio.create_task(self._feed(parts, fed, t0))
+                else:
+                    await self._poll_and_publish()
+                    await self._refresh_gauges()
+                if time.monotonic() - self.last_commit >= self.cfg.commit_interval_ms / 1000:
+                    await self._checkpoint()
+            except PublishError as e:
+                self._fail(e)
+
+    async def _settle(self) -> None:
+        """Waits for the batch being fed, polled and published (raises what it raised)."""
+        task, self._inflight = self._inflight, None
+        if task is not None:
+            await task
+
+    def _accept(
+        self, batch: dict[TopicPartition, list[Any]], rebalanced: bool
+    ) -> list[PartitionBatch]:
+        parts: list[PartitionBatch] = []
+        if self.rebalancing:
+            return parts  # between revoke and assign: refetched from the committed offsets
+        assigned = self.owned & self.consumer.assignment()
+        for tp, records in batch.items():
+            if tp not in assigned or not records:
+                continue
+            expected = self.next_offset.get(tp)
+            if expected is not None:
+                if records[0].offset < expected:  # already fed (refetched after a rebalance)
+                    records = [r for r in records if r.offset >= expected]
+                    if not records:
+                        continue
+                if rebalanced and records[0].offset != expected:
+                    # fetched before a seek of the last rebalance: read again from our position
+                    self.consumer.seek(tp, expected)
+                    continue
+            decoder, job_header = self.decoders[tp.topic]
+            part = prepare(tp, records, decoder, job_header, self.replay_end.get(tp, 0))
+            parts.append(part)
+            # the position moves on now, so the next fetch continues after this batch
+            self.next_offset[tp] = part.end
+        return parts
+
+    async def _feed(
+        self,
+        parts: list[PartitionBatch],
+        fed: asyncio.Future[list[list[tuple[int, str]]]],
+        t0: float,
+    ) -> None:
+        results = await fed
+        for part, rejected in zip(parts, results, strict=True):
+            await self._fed(part, rejected)
+        await self._poll_and_publish()
+        self.metrics.batch_seconds.observe(time.perf_counter() - t0)
+        self.metrics.last_batch.set(time.time())
+        await self._refresh_gauges()
+
+    async def _fed(self, part: PartitionBatch, rejected: list[tuple[int, str]]) -> None:
+        """Bookkeeping after the engine took a partition batch: counts, dead letters, the
+        offset to commit."""
+        tp = part.tp
+        self.jobmap.note(tp, part.keys, part.headers)
+        self.metrics.records_replayed.inc(part.replayed)
+        self.metrics.records_in.inc(len(part.records) - part.replayed)
+        assert self.publisher is not None
+        for i, reason in rejected:
+            if i < part.replayed:
+                continue  # counted and copied when it was first read
+            self.metrics.rejected.inc(1, reason)
+            if self.cfg.dead_letter_topic is not None:
+                r = part.records[i]
+                source = f"{tp.topic}/{tp.partition}/{r.offset}"
+                await self.publisher.send_dead_letter(
+                    r.value, r.key, list(r.headers), reason, source
+                )
+                self.metrics.dead_letter.inc()
+        self.committable[tp] = part.end
+        if part.end > self.replay_end.get(tp, 0):
+            self.dirty.add(tp)
+
+    def _replaying(self, job: str) -> bool:
+        return any(
+            self.committable.get(tp, 0) <= self.replay_end.get(tp, 0)
+            for tp in self.jobmap.partitions_of(job)
+        )
+
+    async def _poll_and_publish(self) -> None:
+        diagnoses = await self.engine.poll(now_ms())
+        if diagnoses:
+            await self.outbox.offer(diagnoses, self._replaying)
+
+    async def _checkpoint(self) -> None:
+        """Waits for every publish to be acknowledged, then commits the offsets of what was
+        fed (in one transaction when transactional)."""
+        assert self.publisher is not None
+        await self._settle()
+        await self.outbox.send_held()
+        assigned = self.owned & self.consumer.assignment()
+        offsets = {tp: self.committable[tp] for tp in self.dirty if tp in assigned}
+        try:
+            await self.publisher.checkpoint(offsets, self.consumer)
+        except CommitFailedError as e:
+            log.info("commit deferred, the group is rebalancing: %s", e)
+            return
+        except KafkaError as e:
+            if self.cfg.transactional_id:
+                raise PublishError(f"transaction failed: {e!r}") from e
+            log.warning("commit failed, retrying later: %r", e)
+            return
+        self.last_commit = time.monotonic()
+        if offsets:
+            self.metrics.commits.inc()
+        self.dirty -= offsets.keys()
+
+    async def _refresh_gauges(self) -> None:
+        # during a rebalance the consumer's assignment changes before `on_assigned` runs
+        for tp in self.owned & self.consumer.assignment():
+            hw = self.consumer.highwater(tp)
+            if hw is not None:
+                lag = max(0, hw - self.committable.get(tp, hw))
+                self.metrics.lag.set(lag, tp.topic, str(tp.partition))
+        # taken every loop (about 20 µs), so the gauges always match what was fed and polled
+        stats = await self.engine.stats()
+        self.metrics.update_engine(stats)
+        held = int(stats.get("incidents", 0))
+        self.metrics.incidents_pending.set(max(0, held - self.engine.diagnosed_count()))
+        if self.publisher is not None:
+            self.metrics.unacknowledged.set(self.publisher.unacknowledged)
+        self.metrics.held.set(len(self.outbox.held))
+        self.metrics.loops.inc()
+        mono = time.monotonic()
+        if mono - self.last_housekeeping >= HOUSEKEEPING_S:
+            self.last_housekeeping = mono
+            self.index.prune()
+            self.jobmap.prune(2 * self.cfg.replay_window_ms / 1000 + 3600)
+
+    # --- rebalancing ----------------------------------------------------------------------
+
+    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.generation += 1
+        async with self.lock:
+            if not self.started or self.failure is not None:
+                return
+            try:
+                await self._settle()
+                await self._poll_and_publish()
+                await self._checkpoint()
+            except PublishError as e:
+                self._fail(e)
+            self.rebalancing = True
+            log.info("partitions revoked: %d", len(revoked))
+
+    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.generation += 1
+        async with self.lock:
+            if self.failure is not None:
+                return
+            new = assigned - self.owned
+            self.rebalancing = False
+            try:
+                await self._settle()
+                await self._assign(assigned)
+            except PublishError as e:
+                self._fail(e)
+            except (KafkaError, OSError) as e:
+                # Read on from the committed offsets: no state rebuild this time.
+                log.error("rebuilding state of new partitions failed: %r", e)
+                for tp in new:
+                    self.next_offset.pop(tp, None)
+                    self.replay_end.pop(tp, None)
+                with contextlib.suppress(KafkaError):
+                    await self.consumer.seek_to_committed(*new)
+            finally:
+                self.last_alive = time.monotonic()
+
+    async def _assign(self, assigned: set[TopicPartition]) -> None:
+        self.metrics.rebalances.inc()
+        lost = self.owned - assigned
+        new = assigned - self.owned
+        if lost:
+            jobs = self.jobmap.jobs_lost(lost, assigned)
+            await self.engine.drop_jobs(jobs)
+            for tp in lost:
+                self.next_offset.pop(tp, None)
+                self.committable.pop(tp, None)
+                self.replay_end.pop(tp, None)
+                self.dirty.discard(tp)
+                self.metrics.lag.remove(tp.topic, str(tp.partition))
+            log.info("partitions lost: %d; dropped %d job(s)", len(lost), len(jobs))
+        self.owned = set(assigned)
+        self.metrics.partitions.set(len(self.owned))
+        if not new:
+            return
+        plan = await plan_starts(self.consumer, self.reader, new, self.cfg, now_ms())
+        for tp, (start, replay_end) in plan.starts.items():
+            self.consumer.seek(tp, start)
+            self.next_offset[tp] = start
+            self.committable[tp] = start
+            self.replay_end[tp] = replay_end
+        assert self.tail is not None
+        t0 = time.monotonic()
+        before = self.tail.records_read
+        await self.tail.catch_up(lambda rec: self.index.load(rec.value), since_ms=plan.earliest_ms)
+        replay = sum(max(0, e - s) for s, e in plan.starts.values())
+        log.info(
+            "partitions assigned: %d new (re-reading %d records to rebuild state); "
+            "%d published diagnoses known (%d read in %.2f s)",
+            len(new),
+            replay,
+            len(self.index),
+            self.tail.records_read - before,
+            time.monotonic() - t0,
+        )
