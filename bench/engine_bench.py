@@ -234,7 +234,7 @@ def main() -> None:
             + (f" --re-sample {args.re_sample}" if args.re_sample else "")
             + ".",
             f"Machine: {os.cpu_count()} cores, {cpu_model()}, Python {platform.python_version()},"
-            f" Hyperscan (Vectorscan) {hyperscan_version()}.",
+            f" Hyperscan (Vectorscan) {hyperscan_version().strip()}.",
             f"Corpus: {len(raw_lines):,} generated lines ({mb:,.1f} MB) of a 2,048-rank job "
             f"(`fleetgen` scenario cuda_error, per-rank files), {len(catalog)} signatures, "
             f"{len(patterns) + re_failed} patterns"

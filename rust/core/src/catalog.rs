@@ -2,7 +2,7 @@
 //! database plus per-signature field regexes. See python/rankwatch/catalog/SCHEMA.md.
 
 use crate::matcher::{Expression, Matcher, FLAG_CASELESS, FLAG_SINGLEMATCH};
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
@@ -384,6 +384,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     let mut field_regexes = Vec::new();
     for f in &s.fields {
         let re = Regex::new(f).map_err(|x| e(format!("field regex {f:?} is invalid: {x}")))?;
+        // ASCII classes (`\d`, `\b`, `\w`) keep the fast DFA engines usable on every line;
+        // patterns that need Unicode semantics (`.`, negated classes) keep them.
+        let re = RegexBuilder::new(f).unicode(false).build().unwrap_or(re);
         if re.capture_names().flatten().next().is_none() {
             return Err(e(format!("field regex {f:?} has no named group")));
         }
