@@ -146,3 +146,32 @@ def test_baseline_diff_names_a_line_the_healthy_run_never_printed(
     assert diff["line"] in [*d["preceding_lines"], d["root_cause"]["line"]]  # type: ignore[index, misc]
     assert run(tmp_path / "bad")["baseline_diff"] is None, "nothing differs from itself"
     assert "baseline_diff" not in run(None)
+
+
+def oom_line(rank: int, second: int) -> str:
+    return (
+        f"[rank{rank}]:[E1130 12:00:{second:02d}.000000000 CUDACachingAllocator.cpp:1000] "
+        f"[rank{rank}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        "GPU 0 has a total capacity of 79.10 GiB of which 1.21 GiB is free."
+    )
+
+
+def two_ranks_with_the_same_fault(catalog: Catalog, seconds: tuple[int, int]) -> dict[str, object]:
+    engine = Engine(catalog)
+    for rank, host, second in ((3, "node-01", seconds[0]), (9, "node-02", seconds[1])):
+        s = engine.open_stream("tie", f"rank-{rank}.log", rank=rank, host=host)
+        text = f"2026-11-30 12:00:00,000 INFO step=1\n{oom_line(rank, second)}\n"
+        engine.feed(s, text.encode())
+        engine.close_stream(s)
+    [d] = engine.finish()
+    return d
+
+
+def test_near_simultaneous_causes_are_reported_as_a_tie(catalog: Catalog) -> None:
+    d = two_ranks_with_the_same_fault(catalog, (10, 10))
+    assert d["tie"] is True
+    alts = d["alternatives"]
+    assert isinstance(alts, list) and alts and "tied" in alts[0]["why_not"]
+    d = two_ranks_with_the_same_fault(catalog, (10, 40))
+    assert d["tie"] is False
+    assert d["root_cause"]["rank"] == 3  # type: ignore[index]
