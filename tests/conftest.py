@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 import fleetgen  # noqa: E402
+from daemon_fixtures import *  # noqa: E402, F403
 from rankwatch import Catalog, Engine, EngineConfig  # noqa: E402
 from rankwatch.local import analyze_files, discover  # noqa: E402
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import orjson
 
 from rankwatch.catalog_loader import Catalog, CatalogError
+from rankwatch.daemon.commands import register as register_daemon
 from rankwatch.engine import Engine, EngineConfig
 from rankwatch.local import InputError, analyze_files, discover, read_log_bytes
 from rankwatch.report import Style, render_report
@@ -121,6 +122,14 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     catalog = _load_catalog(args.catalog)
     print(f"catalog ok: {len(catalog)} signatures from {len(catalog.files)} files")
+    if args.config:
+        from rankwatch.daemon.config import ConfigError, validate_config
+
+        try:
+            cfg = validate_config(args.config)
+        except ConfigError as e:
+            raise UsageError(f"config: {e}") from None
+        print(f"config ok: {len(cfg.input_topics())} input topic(s) -> {cfg.output_topic}")
     return EXIT_OK
 
 
@@ -188,7 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("validate", help="validate the catalog (and config)")
     v.add_argument("--catalog", action="append", default=[], metavar="PATH")
+    v.add_argument("--config", metavar="FILE", help="daemon config (TOML) to check")
     v.set_defaults(func=cmd_validate)
+
+    register_daemon(sub)
 
     d = sub.add_parser("demo", help="end to end on a local Kafka: broker, daemon, a failing job")
     d.add_argument("--port", type=int, default=19192, help="dev broker port")

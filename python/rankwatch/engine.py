@@ -142,6 +142,10 @@ class Engine:
         process that the healthy run never printed (`baseline_diff`)."""
         self._core.add_baseline(data)
 
+    def jobs(self) -> list[str]:
+        """Names of the jobs the engine holds state for."""
+        return self._core.jobs()
+
     def drop_job(self, job: str) -> None:
         self._core.drop_job(job)
 

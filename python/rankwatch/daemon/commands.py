@@ -1,6 +1,7 @@
 """The `run`, `replay` and `stats` subcommands. `register(subparsers)` adds them to the
 `rankwatch` parser; each command prints errors as one line and returns 2 for bad usage or
-configuration, 1 when Kafka fails, 0 otherwise."""
+configuration, 1 when Kafka fails, 0 otherwise. The Kafka client and the daemon are imported
+only when one of these commands runs, so other commands start as fast as before."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import sys
 from typing import Any
 
 import orjson
-from aiokafka.errors import KafkaError
 
 from rankwatch.daemon.config import (
     BOOL,
@@ -28,11 +28,7 @@ from rankwatch.daemon.config import (
     load_config,
     parse_path,
 )
-from rankwatch.daemon.kafka_clients import connection_kwargs, reader_consumer
 from rankwatch.daemon.logs import quiet_kafka, setup_logging
-from rankwatch.daemon.replay import replay_files
-from rankwatch.daemon.service import Daemon, DaemonError
-from rankwatch.daemon.stats import fleet_stats, read_diagnoses, render_stats
 from rankwatch.local import InputError, discover
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -81,12 +77,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 # --- run ----------------------------------------------------------------------------------
 
 
-async def _run_daemon(daemon: Daemon) -> None:
-    daemon.install_signal_handlers()
-    await daemon.run()
-
-
 def cmd_run(args: argparse.Namespace) -> int:
+    from rankwatch.daemon.service import Daemon, DaemonError
+
+    async def run(daemon: Daemon) -> None:
+        daemon.install_signal_handlers()
+        await daemon.run()
+
     try:
         cfg = load_config(args.config, overrides=_overrides(args))
         catalog = load_catalog(cfg)
@@ -95,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_logging(cfg.log_level)
     logging.getLogger("rankwatch.daemon").debug("config: %s", cfg.describe())
     try:
-        asyncio.run(_run_daemon(Daemon(cfg, catalog)))
+        asyncio.run(run(Daemon(cfg, catalog)))
     except DaemonError as e:
         return _error(str(e), EXIT_FAILURE)
     return EXIT_OK
@@ -110,6 +107,11 @@ def _connection_config(args: argparse.Namespace) -> DaemonConfig:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from aiokafka.errors import KafkaError
+
+    from rankwatch.daemon.kafka_clients import connection_kwargs
+    from rankwatch.daemon.replay import replay_files
+
     if args.rate is not None and args.rate <= 0:
         return _error("--rate must be a positive number of lines per second", EXIT_USAGE)
     try:
@@ -139,6 +141,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 async def _fleet(cfg: DaemonConfig, topic: str) -> dict[str, Any]:
+    from rankwatch.daemon.kafka_clients import reader_consumer
+    from rankwatch.daemon.stats import fleet_stats, read_diagnoses
+
     reader = reader_consumer(cfg)
     try:
         await reader.start()
@@ -149,6 +154,10 @@ async def _fleet(cfg: DaemonConfig, topic: str) -> dict[str, Any]:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from aiokafka.errors import KafkaError
+
+    from rankwatch.daemon.stats import render_stats
+
     try:
         cfg = _connection_config(args)
     except ConfigError as e:

@@ -98,11 +98,6 @@ class TopicConfig:
     max_record_bytes: int = 1 << 20
 
     def decoder(self) -> Decoder:
-        source_path = self.source_path
-        if source_path is None and self.format == "canonical":
-            # `rankwatch replay` names each file's stream in an optional `source` field; a
-            # record without one falls back to its rank, then host, as the preset does.
-            source_path = ["source"]
         return Decoder(
             self.format,
             job_path=self.job_path,
@@ -110,7 +105,7 @@ class TopicConfig:
             host_path=self.host_path,
             ts_path=self.ts_path,
             line_path=self.line_path,
-            source_path=source_path,
+            source_path=self.source_path,
             job_header=self.job_header,
             max_record_bytes=self.max_record_bytes,
         )

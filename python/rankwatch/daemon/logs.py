@@ -12,14 +12,18 @@ RATE_LIMIT_S = 10.0
 
 
 class RateLimit(logging.Filter):
-    """Lets each message template through at most once per `interval_s`."""
+    """Lets each message template of the loggers under `prefix` through at most once per
+    `interval_s` (a handler filter: logger filters do not see records of child loggers)."""
 
-    def __init__(self, interval_s: float = RATE_LIMIT_S) -> None:
+    def __init__(self, prefix: str, interval_s: float = RATE_LIMIT_S) -> None:
         super().__init__()
+        self.prefix = prefix
         self.interval_s = interval_s
         self.last: dict[tuple[str, object], float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.prefix):
+            return True
         key = (record.name, record.msg)
         now = time.monotonic()
         if now - self.last.get(key, -self.interval_s) < self.interval_s:
@@ -42,7 +46,9 @@ def setup_logging(level: str) -> None:
         kafka.setLevel(logging.DEBUG)
     else:
         kafka.setLevel(logging.WARNING)
-        kafka.addFilter(RateLimit())
+        limit = RateLimit("aiokafka")
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(limit)
 
 
 def quiet_kafka() -> None:

@@ -5,7 +5,10 @@ commit offsets only after the broker acknowledged what was published (see publis
 On assignment the daemon rebuilds the state of its new partitions by re-reading a replay window
 before the committed offset (rebuild.py), and refreshes its index of what is already on the
 output topic (published.py) so that nothing is published twice. On revoke it checkpoints and,
-once the new assignment is known, drops the jobs of the partitions it lost."""
+once the new assignment is known, drops the jobs of the partitions it lost (jobs.py).
+
+Offsets per partition: positions.py; which diagnoses go out when: outbox.py; a fetched batch
+as engine input: feeding.py; the engine on its own thread: engine_worker.py."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from rankwatch.daemon.http import HttpServer
 from rankwatch.daemon.jobs import JobMap
 from rankwatch.daemon.metrics import DaemonMetrics
 from rankwatch.daemon.outbox import Outbox
+from rankwatch.daemon.positions import Positions
 from rankwatch.daemon.published import PublishedIndex
 from rankwatch.daemon.publisher import Publisher, PublishError
 from rankwatch.daemon.rebuild import plan_starts
@@ -82,13 +86,8 @@ class Daemon:
         self.lock = asyncio.Lock()
         self.stopping = asyncio.Event()
         self.failure: BaseException | None = None
-        self.generation = 0
-        self.owned: set[TopicPartition] = set()
-        self.next_offset: dict[TopicPartition, int] = {}
-        self.replay_end: dict[TopicPartition, int] = {}
-        # next offset to read (fetched) and next offset whose records the engine has taken
-        self.committable: dict[TopicPartition, int] = {}
-        self.dirty: set[TopicPartition] = set()
+        self.generation = 0  # bumped by every rebalance callback
+        self.pos = Positions()
         self.outbox = Outbox(self.index, self.jobmap, self.metrics)
         self._inflight: asyncio.Task[None] | None = None
         self.rebalancing = False  # revoked, not yet assigned: nothing is fed
@@ -211,7 +210,7 @@ class Daemon:
             "status": "ok" if ok else "unhealthy",
             "started": self.started,
             "stopping": self.stopping.is_set(),
-            "partitions": len(self.owned),
+            "partitions": len(self.pos.owned),
             "seconds_since_last_loop": round(age, 3),
             "failure": str(self.failure) if self.failure else None,
         }
@@ -258,11 +257,11 @@ class Daemon:
         parts: list[PartitionBatch] = []
         if self.rebalancing:
             return parts  # between revoke and assign: refetched from the committed offsets
-        assigned = self.owned & self.consumer.assignment()
+        assigned = self._assigned()
         for tp, records in batch.items():
             if tp not in assigned or not records:
                 continue
-            expected = self.next_offset.get(tp)
+            expected = self.pos.expected(tp)
             if expected is not None:
                 if records[0].offset < expected:  # already fed (refetched after a rebalance)
                     records = [r for r in records if r.offset >= expected]
@@ -273,11 +272,16 @@ class Daemon:
                     self.consumer.seek(tp, expected)
                     continue
             decoder, job_header = self.decoders[tp.topic]
-            part = prepare(tp, records, decoder, job_header, self.replay_end.get(tp, 0))
+            part = prepare(tp, records, decoder, job_header, self.pos.replay_end_of(tp))
             parts.append(part)
-            # the position moves on now, so the next fetch continues after this batch
-            self.next_offset[tp] = part.end
+            self.pos.accepted(tp, part.end)  # the next fetch continues after this batch
         return parts
+
+    def _assigned(self) -> set[TopicPartition]:
+        """Owned partitions the consumer holds right now (during a rebalance its assignment
+        changes before `on_assigned` runs)."""
+        assigned: set[TopicPartition] = self.consumer.assignment()
+        return self.pos.owned & assigned
 
     async def _feed(
         self,
@@ -312,15 +316,10 @@ class Daemon:
                     r.value, r.key, list(r.headers), reason, source
                 )
                 self.metrics.dead_letter.inc()
-        self.committable[tp] = part.end
-        if part.end > self.replay_end.get(tp, 0):
-            self.dirty.add(tp)
+        self.pos.fed(tp, part.end)
 
     def _replaying(self, job: str) -> bool:
-        return any(
-            self.committable.get(tp, 0) <= self.replay_end.get(tp, 0)
-            for tp in self.jobmap.partitions_of(job)
-        )
+        return self.pos.replaying(self.jobmap.partitions_of(job))
 
     async def _poll_and_publish(self) -> None:
         diagnoses = await self.engine.poll(now_ms())
@@ -333,8 +332,7 @@ class Daemon:
         assert self.publisher is not None
         await self._settle()
         await self.outbox.send_held()
-        assigned = self.owned & self.consumer.assignment()
-        offsets = {tp: self.committable[tp] for tp in self.dirty if tp in assigned}
+        offsets = self.pos.to_commit(self._assigned())
         try:
             await self.publisher.checkpoint(offsets, self.consumer)
         except CommitFailedError as e:
@@ -348,15 +346,13 @@ class Daemon:
         self.last_commit = time.monotonic()
         if offsets:
             self.metrics.commits.inc()
-        self.dirty -= offsets.keys()
+        self.pos.committed(offsets)
 
     async def _refresh_gauges(self) -> None:
-        # during a rebalance the consumer's assignment changes before `on_assigned` runs
-        for tp in self.owned & self.consumer.assignment():
+        for tp in self._assigned():
             hw = self.consumer.highwater(tp)
             if hw is not None:
-                lag = max(0, hw - self.committable.get(tp, hw))
-                self.metrics.lag.set(lag, tp.topic, str(tp.partition))
+                self.metrics.lag.set(self.pos.lag(tp, hw), tp.topic, str(tp.partition))
         # taken every loop (about 20 µs), so the gauges always match what was fed and polled
         stats = await self.engine.stats()
         self.metrics.update_engine(stats)
@@ -393,7 +389,7 @@ class Daemon:
         async with self.lock:
             if self.failure is not None:
                 return
-            new = assigned - self.owned
+            new = assigned - self.pos.owned
             self.rebalancing = False
             try:
                 await self._settle()
@@ -403,9 +399,7 @@ class Daemon:
             except (KafkaError, OSError) as e:
                 # Read on from the committed offsets: no state rebuild this time.
                 log.error("rebuilding state of new partitions failed: %r", e)
-                for tp in new:
-                    self.next_offset.pop(tp, None)
-                    self.replay_end.pop(tp, None)
+                self.pos.forget(new)
                 with contextlib.suppress(KafkaError):
                     await self.consumer.seek_to_committed(*new)
             finally:
@@ -413,28 +407,23 @@ class Daemon:
 
     async def _assign(self, assigned: set[TopicPartition]) -> None:
         self.metrics.rebalances.inc()
-        lost = self.owned - assigned
-        new = assigned - self.owned
+        lost = self.pos.owned - assigned
+        new = assigned - self.pos.owned
         if lost:
             jobs = self.jobmap.jobs_lost(lost, assigned)
             await self.engine.drop_jobs(jobs)
+            self.pos.forget(lost)
             for tp in lost:
-                self.next_offset.pop(tp, None)
-                self.committable.pop(tp, None)
-                self.replay_end.pop(tp, None)
-                self.dirty.discard(tp)
                 self.metrics.lag.remove(tp.topic, str(tp.partition))
             log.info("partitions lost: %d; dropped %d job(s)", len(lost), len(jobs))
-        self.owned = set(assigned)
-        self.metrics.partitions.set(len(self.owned))
+        self.pos.owned = set(assigned)
+        self.metrics.partitions.set(len(assigned))
         if not new:
             return
         plan = await plan_starts(self.consumer, self.reader, new, self.cfg, now_ms())
         for tp, (start, replay_end) in plan.starts.items():
             self.consumer.seek(tp, start)
-            self.next_offset[tp] = start
-            self.committable[tp] = start
-            self.replay_end[tp] = replay_end
+            self.pos.start(tp, start, replay_end)
         assert self.tail is not None
         t0 = time.monotonic()
         before = self.tail.records_read

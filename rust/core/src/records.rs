@@ -74,13 +74,15 @@ impl DecoderConfig {
     /// Paths left unset take the preset of the format.
     pub fn fill_defaults(&mut self) {
         let (job, rank, host, ts, line, source) = match self.format {
+            // `source` (optional) names the producing stream, e.g. the file `replay` read;
+            // without it a record's stream is its rank, then its host.
             Format::Canonical | Format::Json => (
                 p(&["job"]),
                 p(&["rank"]),
                 p(&["host"]),
                 p(&["ts"]),
                 p(&["line"]),
-                None,
+                p(&["source"]),
             ),
             Format::FluentBit => (
                 p(&["kubernetes", "labels", "training.kubeflow.org/job-name"]),

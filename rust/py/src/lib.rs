@@ -313,6 +313,13 @@ impl PyEngine {
         py.detach(|| engine.add_baseline(data));
     }
 
+    /// Names of the jobs the engine currently holds state for.
+    fn jobs(&self) -> Vec<String> {
+        let mut v = self.inner.job_names();
+        v.sort();
+        v
+    }
+
     fn drop_job(&mut self, job: &str) {
         self.inner.drop_job(job);
     }

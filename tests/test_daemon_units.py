@@ -1,0 +1,351 @@
+"""Daemon parts that need no broker: configuration, metrics exposition, the HTTP endpoints,
+the published-diagnosis index, the job map and fleet statistics."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import TopicPartition
+
+from rankwatch.daemon.commands import register
+from rankwatch.daemon.config import ConfigError, load_config, validate_config
+from rankwatch.daemon.http import HttpServer
+from rankwatch.daemon.jobs import JobMap, job_of_key, partition_of_origin
+from rankwatch.daemon.metrics import DaemonMetrics
+from rankwatch.daemon.published import PublishedIndex, content_hash
+from rankwatch.daemon.publisher import diagnosis_record
+from rankwatch.daemon.stats import fleet_stats, latest_versions, render_stats
+from rankwatch.engine import REJECT_REASONS
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_config_file_env_and_flags_in_order_of_precedence(tmp_path: Path) -> None:
+    cfg_file = write(
+        tmp_path / "rw.toml",
+        """
+bootstrap_servers = "kafka-1:9092,kafka-2:9092"
+topic = ["logs.a"]
+settle_ms = 7000
+ring_lines = 512
+sasl_password = "hunter2"
+
+[topics."logs.k8s"]
+format = "fluent-bit"
+job_path = ["kubernetes", "labels", "training.kubeflow.org/job-name"]
+max_record_bytes = 4096
+""",
+    )
+    env = {"RANKWATCH_SETTLE_MS": "8000", "RANKWATCH_OUTPUT_TOPIC": "diag.env"}
+    cfg = load_config(cfg_file, environ=env, overrides={"settle_ms": 9000})
+    assert cfg.settle_ms == 9000  # flag beats env beats file
+    assert cfg.output_topic == "diag.env"
+    assert cfg.ring_lines == 512
+    assert cfg.input_topics() == ["logs.a", "logs.k8s"]
+    k8s = cfg.topic_config("logs.k8s")
+    assert k8s.format == "fluent-bit"
+    assert k8s.job_path == ["kubernetes", "labels", "training.kubeflow.org/job-name"]
+    assert k8s.max_record_bytes == 4096
+    assert cfg.topic_config("logs.a").format == "canonical"
+    engine = cfg.engine_config()
+    assert (engine.settle_ms, engine.ring_lines) == (9000, 512)
+
+
+def test_secrets_are_never_shown(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = load_config(
+        write(tmp_path / "rw.toml", 'topic = ["t"]\nsasl_password = "hunter2"\n'), environ={}
+    )
+    assert cfg.sasl_password == "hunter2"
+    assert "hunter2" not in repr(cfg)
+    assert "hunter2" not in str(cfg.describe())
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("test").info("config: %s", cfg)
+    assert "hunter2" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "message"),
+    [
+        ('topic = ["t"]\nsetle_ms = 5\n', {}, "unknown key 'setle_ms' (did you mean 'settle_ms'?)"),
+        ('topic = ["t"]\nsettle_ms = "soon"\n', {}, "settle_ms: expected an integer"),
+        ('topic = ["t"]\nsettle_ms = -1\n', {}, "settle_ms: must be at least 0"),
+        ('topic = ["t"]\n', {"RANKWATCH_RING_LINES": "many"}, "RANKWATCH_RING_LINES: expected"),
+        ('topic = ["t"]\nformat = "xml"\n', {}, "'xml' is not one of"),
+        ("", {}, "no input topic"),
+        ('topic = ["t"]\noutput_topic = "t"\n', {}, "is also an input topic"),
+        ('topic = ["t"]\nmetrics_addr = "9464"\n', {}, "expected host:port or 'off'"),
+        ('topic = ["t"]\nbootstrap_servers = "kafka"\n', {}, "expected host:port"),
+        ('topic = ["t"]\nsecurity_protocol = "SASL_SSL"\n', {}, "needs sasl_mechanism"),
+        ('topic = ["t"]\n[topics.x]\njob_path = "a.b"\n', {}, "non-empty list of keys"),
+        ('topic = ["t"]\n[topics.x]\nformt = "text"\n', {}, "did you mean 'format'"),
+        ("topic = [", {}, "not valid TOML"),
+    ],
+)
+def test_bad_config_is_one_clear_line(
+    tmp_path: Path, text: str, env: dict[str, str], message: str
+) -> None:
+    path = write(tmp_path / "rw.toml", text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path, environ=env)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_validate_config_checks_extra_catalogs(tmp_path: Path) -> None:
+    good = write(tmp_path / "good.toml", 'topic = ["t"]\n')
+    assert validate_config(good, use_env=False).input_topics() == ["t"]
+    bad = write(tmp_path / "bad.toml", f'topic = ["t"]\ncatalog = ["{tmp_path / "none"}"]\n')
+    with pytest.raises(ConfigError, match="no such catalog file or folder"):
+        validate_config(bad, use_env=False)
+    with pytest.raises(ConfigError, match="no such config file"):
+        validate_config(tmp_path / "missing.toml")
+
+
+def test_every_key_is_a_flag(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser(prog="rankwatch")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(
+        [
+            "run",
+            "--bootstrap-servers",
+            "b:1",
+            "--topic",
+            "x",
+            "--topic",
+            "y",
+            "--settle-ms",
+            "1500",
+            "--no-check-crcs",
+            "--job-path",
+            '["kubernetes", "labels", "a.b/c"]',
+            "--metrics-addr",
+            "off",
+        ]
+    )
+    from rankwatch.daemon.commands import _overrides
+
+    cfg = load_config(None, overrides=_overrides(args), environ={})
+    assert cfg.input_topics() == ["x", "y"]
+    assert (cfg.settle_ms, cfg.check_crcs, cfg.metrics_listen()) == (1500, False, None)
+    assert cfg.job_path == ["kubernetes", "labels", "a.b/c"]
+    assert cfg.bootstrap_servers == "b:1"
+
+
+# --- metrics and HTTP -------------------------------------------------------------------------
+
+
+def test_metrics_exposition_format() -> None:
+    m = DaemonMetrics(REJECT_REASONS, "9.9.9")
+    m.rejected.inc(2, "bad_json")
+    m.batch_seconds.observe(0.003)
+    m.batch_seconds.observe(7.0)
+    m.lag.set(12, "logs", "3")
+    m.update_engine({"lines": 10, "bytes": 100, "hits_by_signature": {'x"y': 3}})
+    text = m.render().decode()
+    assert "# TYPE rankwatch_records_rejected_total counter" in text
+    for reason in REJECT_REASONS:  # known series are exported as 0
+        assert f'rankwatch_records_rejected_total{{reason="{reason}"}}' in text
+    assert 'rankwatch_records_rejected_total{reason="bad_json"} 2' in text
+    assert 'rankwatch_batch_duration_seconds_bucket{le="0.0025"} 0' in text
+    assert 'rankwatch_batch_duration_seconds_bucket{le="0.005"} 1' in text
+    assert 'rankwatch_batch_duration_seconds_bucket{le="+Inf"} 2' in text
+    assert "rankwatch_batch_duration_seconds_count 2" in text
+    assert 'rankwatch_consumer_lag_records{topic="logs",partition="3"} 12' in text
+    assert 'rankwatch_signature_hits_total{signature="x\\"y"} 3' in text
+    assert 'rankwatch_build_info{version="9.9.9"} 1' in text
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            name = line.split("{")[0].split(" ")[0]
+            assert name.startswith("rankwatch_"), line
+
+
+def test_http_server_serves_metrics_and_health() -> None:
+    async def main() -> list[bytes]:
+        healthy = [True]
+        server = HttpServer(lambda: b"rankwatch_up 1\n", lambda: (healthy[0], b'{"ok":1}'))
+        await server.start("127.0.0.1", 0)
+        assert server.address is not None
+        host, port = server.address
+
+        async def get(path: str, method: str = "GET") -> bytes:
+            r, w = await asyncio.open_connection(host, port)
+            w.write(f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            data = await r.read()
+            w.close()
+            return data
+
+        out = [await get("/metrics"), await get("/healthz"), await get("/nope")]
+        healthy[0] = False
+        out.append(await get("/healthz"))
+        out.append(await get("/metrics", "POST"))
+        out.append(await get("/metrics", "HEAD"))
+        await server.close()
+        return out
+
+    metrics, health, missing, sick, post, head = asyncio.run(main())
+    assert metrics.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"text/plain; version=0.0.4" in metrics and metrics.endswith(b"rankwatch_up 1\n")
+    assert health.startswith(b"HTTP/1.1 200") and health.endswith(b'{"ok":1}')
+    assert missing.startswith(b"HTTP/1.1 404")
+    assert sick.startswith(b"HTTP/1.1 503")
+    assert post.startswith(b"HTTP/1.1 405")
+    assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
+
+
+# --- what was published -----------------------------------------------------------------------
+
+
+def diagnosis(did: str, job: str, start: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "schema": "rankwatch.diagnosis/1",
+        "id": did,
+        "job": job,
+        "status": "open",
+        "incident": {"start": start},
+        "root_cause": {"rank": 3, "host": "node-1", "origin": "logs/2/rank:3"},
+        **extra,
+    }
+
+
+def test_index_skips_identical_and_publishes_real_updates() -> None:
+    idx = PublishedIndex(horizon_ms=20 * 60_000, retain_s=3600)
+    d1 = diagnosis("rw-1", "j", "2026-11-30T12:00:00.000Z", confidence=0.5)
+    assert idx.decide(d1, replaying=False)[0] is None
+    idx.remember(d1)
+    final = {**d1, "status": "final"}  # only a volatile field changed
+    assert idx.decide(final, replaying=False)[0] == "identical"
+    better = {**d1, "confidence": 0.9}
+    assert idx.decide(better, replaying=False)[0] is None  # an update, same id
+    assert idx.decide(better, replaying=True)[0] == "replay"  # rebuilt from less input
+    # the replay window cut the incident, so it got another start and id: suppressed for good
+    cut = diagnosis("rw-2", "j", "2026-11-30T12:04:00.000Z")
+    assert idx.decide(cut, replaying=True)[0] == "overlap"
+    assert idx.decide(cut, replaying=False)[0] == "overlap"
+    later = diagnosis("rw-3", "j", "2026-11-30T13:00:00.000Z")  # a new incident
+    assert idx.decide(later, replaying=True)[0] is None
+    other_job = diagnosis("rw-4", "k", "2026-11-30T12:00:00.000Z")
+    assert idx.decide(other_job, replaying=True)[0] is None
+
+
+def test_index_loads_the_output_topic_and_the_hash_ignores_status() -> None:
+    d = diagnosis("rw-9", "j", "2026-11-30T12:00:00.000Z")
+    key, value = diagnosis_record(d)
+    assert key == b"j" and orjson.loads(value)["schema"] == "rankwatch.diagnosis/1"
+    idx = PublishedIndex(horizon_ms=1000, retain_s=3600)
+    for v in (b"not json", b"[1]", None, value):
+        idx.load(v)
+    assert len(idx) == 1 and "rw-9" in idx
+    assert content_hash(d) == content_hash({**d, "status": "final"})
+    assert content_hash(d) != content_hash({**d, "job": "other"})
+    assert idx.prune() == 0
+
+
+def test_job_map_drops_only_jobs_of_lost_partitions() -> None:
+    assert job_of_key(b"llm-7/12") == "llm-7"
+    assert job_of_key(b"a/b/c") == "a/b/c"
+    assert job_of_key(b"  ") is None
+    assert partition_of_origin("logs.k8s/3/rank:1") == TopicPartition("logs.k8s", 3)
+    jm = JobMap()
+    t0, t1 = TopicPartition("logs", 0), TopicPartition("logs", 1)
+    jm.note(t0, [b"a", b"a/1", None], [None])
+    jm.note(t1, [b"b"], [b"c"])
+    jm.note_diagnosis({"job": "d", "root_cause": {"origin": "logs/1/rank:0"}})
+    assert jm.partitions_of("a") == {t0}
+    assert sorted(jm.jobs_lost({t1}, {t0})) == ["b", "c", "d"]
+    assert jm.partitions_of("b") == set()
+    assert jm.jobs_lost({t1}, {t0}) == []
+
+
+# --- fleet statistics -------------------------------------------------------------------------
+
+
+def test_fleet_stats_counts_latest_versions_and_finds_suspect_nodes() -> None:
+    def d(did: str, job: str, host: str, sig: str, sub: str) -> bytes:
+        return orjson.dumps(
+            {
+                "id": did,
+                "job": job,
+                "root_cause": {"host": host},
+                "signature": {"id": sig, "subsystem": sub},
+            }
+        )
+
+    records = [
+        d("rw-1", "j1", "node-7", "nccl_ib_async_event", "ib"),
+        d("rw-1", "j1", "node-7", "nccl_ib_wc_retry_exceeded", "ib"),  # update of rw-1
+        d("rw-2", "j2", "node-7", "pt_cuda_error", "cuda"),
+        d("rw-3", "j3", "node-1", "pt_cuda_error", "cuda"),
+        b"garbage",
+    ]
+    stats = fleet_stats(latest_versions(records).values())
+    assert stats["incidents"] == 3 and stats["jobs"] == 3
+    assert stats["by_signature"][0] == {"name": "pt_cuda_error", "incidents": 2}
+    assert {"name": "nccl_ib_wc_retry_exceeded", "incidents": 1} in stats["by_signature"]
+    assert stats["by_host"][0] == {"name": "node-7", "incidents": 2}
+    assert stats["suspect_nodes"] == [{"host": "node-7", "jobs": ["j1", "j2"], "incidents": 2}]
+    text = render_stats(stats)
+    assert "suspect nodes" in text and "node-7  2 jobs" in text
+
+
+def test_positions_commit_only_what_the_engine_took_past_the_replay() -> None:
+    from rankwatch.daemon.positions import Positions
+
+    t0, t1 = TopicPartition("logs", 0), TopicPartition("logs", 1)
+    pos = Positions()
+    pos.owned = {t0, t1}
+    pos.start(t0, 100, replay_end=150)  # re-reads 100..149 to rebuild state
+    pos.start(t1, 7, replay_end=7)
+    pos.accepted(t0, 120)
+    assert pos.expected(t0) == 120
+    assert pos.to_commit({t0, t1}) == {}  # nothing taken yet
+    pos.fed(t0, 120)
+    assert pos.replaying([t0]) and pos.to_commit({t0, t1}) == {}  # re-reads are not committed
+    pos.fed(t0, 160)
+    pos.fed(t1, 9)
+    assert not pos.replaying([t0])
+    assert pos.to_commit({t0}) == {t0: 160}  # t1 is not held by the consumer right now
+    pos.committed([t0])
+    assert pos.to_commit({t0, t1}) == {t1: 9}
+    assert pos.lag(t1, 20) == 11
+    pos.forget([t1])
+    assert pos.to_commit({t0, t1}) == {} and pos.expected(t1) is None
+
+
+def test_the_example_config_is_valid() -> None:
+    example = Path(__file__).resolve().parent.parent / "python/rankwatch/daemon/example.toml"
+    cfg = validate_config(example, use_env=False)
+    assert cfg.input_topics() == ["logs.torchrun", "logs.k8s", "logs.vector"]
+    assert cfg.topic_config("logs.vector").max_record_bytes == 262_144
+    assert cfg.metrics_listen() == ("0.0.0.0", 9464)
+
+
+def test_kafka_client_chatter_is_rate_limited(capsys: pytest.CaptureFixture[str]) -> None:
+    from rankwatch.daemon.logs import setup_logging
+
+    root, kafka = logging.getLogger(), logging.getLogger("aiokafka")
+    handlers, level, kafka_level = root.handlers[:], root.level, kafka.level
+    try:
+        setup_logging("info")
+        fetcher = logging.getLogger("aiokafka.consumer.fetcher")
+        for node in range(50):
+            fetcher.error("Failed fetch messages from %s: %s", node, "NodeNotReadyError")
+        logging.getLogger("rankwatch.daemon").info("one")
+        logging.getLogger("rankwatch.daemon").info("two")
+        err = capsys.readouterr().err
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        kafka.setLevel(kafka_level)
+    assert err.count("Failed fetch messages") == 1
+    assert "one" in err and "two" in err
