@@ -467,6 +467,11 @@ impl Engine {
             st.line_no -= 1;
             return self.text_line(job, st, &joined, ingest_ms.or(meta.ts_ms), event_ms);
         }
+        if line[meta.msg_start..].trim().is_empty() {
+            // A prefix with nothing behind it (`[default6]:` before an NCCL WARN's blank line).
+            self.stats.blank_lines += 1;
+            return;
+        }
         self.stats.lines += 1;
         job.lines += 1;
         job.seq += 1;
