@@ -156,10 +156,15 @@ pub fn diagnose_ready(
             (Some(w), Some(s)) => w >= s + cfg.settle_ms,
             _ => false,
         };
-        let by_wall = now_wall_ms != i64::MAX
-            && inc.opened_wall_ms > 0
-            && now_wall_ms - inc.opened_wall_ms >= cfg.max_wait_ms;
-        if !(final_ || by_watermark || by_wall) {
+        // Processing-time bounds: the job has been quiet for a settle window (its logs ended:
+        // nothing later will move the watermark), or the incident waited max_wait_ms.
+        let live = now_wall_ms != i64::MAX && inc.opened_wall_ms > 0;
+        let by_wall = live && now_wall_ms - inc.opened_wall_ms >= cfg.max_wait_ms;
+        let by_quiet = live
+            && job.last_wall_ms > 0
+            && now_wall_ms - job.last_wall_ms >= cfg.settle_ms
+            && now_wall_ms - inc.opened_wall_ms >= cfg.settle_ms;
+        if !(final_ || by_watermark || by_wall || by_quiet) {
             continue;
         }
         let is_final = final_

@@ -368,6 +368,7 @@ impl Engine {
             .remove(name)
             .unwrap_or_else(|| Job::new(name, self.cfg.ring_lines, epoch));
         job.last_activity = self.tick;
+        job.last_wall_ms = self.wall_ms;
         job
     }
 
