@@ -116,7 +116,8 @@ pub struct Engine {
     expr_buf: Vec<u32>,
     sig_buf: Vec<u16>,
     wall_ms: i64,
-    record_streams: HashMap<(String, String), u64>,
+    /// job -> source -> stream id, for record-fed streams.
+    record_streams: HashMap<String, HashMap<String, u64>>,
     baseline: Baseline,
 }
 
@@ -252,6 +253,20 @@ impl Engine {
             return false;
         };
         let mut job = self.take_job(&st.job);
+        self.chunk_into(&mut job, &mut st, data, ingest_ms, event_ms);
+        self.put_back(job, st, stream_id);
+        true
+    }
+
+    /// Splits a chunk into lines; a trailing partial line waits in the stream for the next.
+    fn chunk_into(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        data: &[u8],
+        ingest_ms: Option<i64>,
+        event_ms: Option<i64>,
+    ) {
         self.stats.bytes += data.len() as u64;
         job.bytes_in += data.len() as u64;
         let mut start = 0;
@@ -260,33 +275,47 @@ impl Engine {
                 Some(nl) => {
                     let mut line = std::mem::take(&mut st.partial);
                     line.extend_from_slice(&data[..nl]);
-                    self.raw_line(&mut job, &mut st, &line, ingest_ms, event_ms);
+                    self.raw_line(job, st, &line, ingest_ms, event_ms);
                     start = nl + 1;
                 }
                 None => {
                     st.partial.extend_from_slice(data);
-                    self.cap_partial(&mut st);
-                    self.put_back(job, st, stream_id);
-                    return true;
+                    self.cap_partial(job, st);
+                    return;
                 }
             }
         }
         let rest = &data[start..];
         let mut pos = 0;
         for nl in memchr::memchr_iter(b'\n', rest) {
-            self.raw_line(&mut job, &mut st, &rest[pos..nl], ingest_ms, event_ms);
+            self.raw_line(job, st, &rest[pos..nl], ingest_ms, event_ms);
             pos = nl + 1;
         }
         if pos < rest.len() {
             st.partial.extend_from_slice(&rest[pos..]);
-            self.cap_partial(&mut st);
+            self.cap_partial(job, st);
         }
-        self.put_back(job, st, stream_id);
-        true
+    }
+
+    /// Feeds lines that arrived whole (a record's text), each with the record's times.
+    fn lines_into(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        text: &[u8],
+        event_ms: Option<i64>,
+        ingest_ms: Option<i64>,
+    ) {
+        self.stats.bytes += text.len() as u64 + 1;
+        job.bytes_in += text.len() as u64 + 1;
+        for part in text.split(|c| *c == b'\n') {
+            self.raw_line(job, st, part, ingest_ms, event_ms);
+        }
     }
 
     /// Decodes and feeds a batch of Kafka records `(value, key, job header, broker time ms)`.
-    /// Returns the index and reason of every record that was rejected.
+    /// Returns the index and reason of every record that was rejected. Consecutive records of
+    /// one job are fed without putting the job back in between.
     pub fn feed_records(
         &mut self,
         cfg: &DecoderConfig,
@@ -294,6 +323,7 @@ impl Engine {
         records: &[RawRecord<'_>],
     ) -> Vec<(usize, &'static str)> {
         let mut rejected = Vec::new();
+        let mut current: Option<Job> = None;
         for (i, (value, key, header, broker_ms)) in records.iter().enumerate() {
             self.stats.records += 1;
             let d = match decode(cfg, value, *key, *header) {
@@ -304,26 +334,53 @@ impl Engine {
                     continue;
                 }
             };
-            let k = (d.job.clone(), d.source.clone());
-            let id = match self.record_streams.get(&k) {
-                Some(&id) if self.streams.contains_key(&id) => id,
-                _ => {
+            let known = self
+                .record_streams
+                .get(&d.job)
+                .and_then(|m| m.get(&d.source))
+                .copied()
+                .filter(|id| self.streams.contains_key(id));
+            let id = match known {
+                Some(id) => id,
+                None => {
                     let hints = StreamHints {
                         source_key: Some(d.source.clone()),
                         rank: d.rank,
                         local_rank: None,
                         host: d.host.clone(),
                     };
-                    let id = self.open_stream(&d.job, &format!("{origin}/{}", d.source), hints);
-                    self.record_streams.insert(k, id);
+                    let id = self.open_stream(&d.job, &format!("{origin}:{}", d.source), hints);
+                    self.record_streams
+                        .entry(d.job.clone())
+                        .or_default()
+                        .insert(d.source.clone(), id);
                     id
                 }
             };
+            let Some(mut st) = self.streams.remove(&id) else {
+                continue;
+            };
+            let mut job = match current.take() {
+                Some(j) if j.name == d.job => j,
+                other => {
+                    if let Some(j) = other {
+                        let name = j.name.clone();
+                        self.jobs.insert(name, j);
+                    }
+                    self.take_job(&d.job)
+                }
+            };
             if d.chunked {
-                self.feed_chunk(id, d.text.as_bytes(), *broker_ms, d.event_ms);
+                self.chunk_into(&mut job, &mut st, d.text.as_bytes(), *broker_ms, d.event_ms);
             } else {
-                self.feed_line(id, d.text.as_bytes(), d.event_ms, *broker_ms);
+                self.lines_into(&mut job, &mut st, d.text.as_bytes(), d.event_ms, *broker_ms);
             }
+            self.streams.insert(id, st);
+            current = Some(job);
+        }
+        if let Some(j) = current {
+            let name = j.name.clone();
+            self.jobs.insert(name, j);
         }
         rejected
     }
@@ -340,23 +397,16 @@ impl Engine {
             return false;
         };
         let mut job = self.take_job(&st.job);
-        self.stats.bytes += line.len() as u64 + 1;
-        job.bytes_in += line.len() as u64 + 1;
-        for part in line.split(|c| *c == b'\n') {
-            self.raw_line(&mut job, &mut st, part, ingest_ms, event_ms);
-        }
+        self.lines_into(&mut job, &mut st, line, event_ms, ingest_ms);
         self.put_back(job, st, stream_id);
         true
     }
 
-    fn cap_partial(&mut self, st: &mut Stream) {
+    fn cap_partial(&mut self, job: &mut Job, st: &mut Stream) {
         // A "line" that never ends is cut into pieces rather than buffered without bound.
         if st.partial.len() > self.cfg.max_line_bytes * 4 {
             let p = std::mem::take(&mut st.partial);
-            let mut job = self.take_job(&st.job);
-            self.raw_line(&mut job, st, &p, None, None);
-            let name = st.job.clone();
-            self.jobs.insert(name, job);
+            self.raw_line(job, st, &p, None, None);
         }
     }
 
@@ -883,7 +933,7 @@ impl Engine {
                     self.pending.extend(diags);
                     self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(job.mem_bytes);
                     self.stats.jobs_evicted += 1;
-                    self.record_streams.retain(|(j, _), _| *j != name);
+                    self.record_streams.remove(&name);
                 }
             }
         }
@@ -1012,7 +1062,7 @@ impl Engine {
         for id in streams {
             self.streams.remove(&id);
         }
-        self.record_streams.retain(|(j, _), _| j != name);
+        self.record_streams.remove(name);
         if let Some(j) = self.jobs.remove(name) {
             self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(j.mem_bytes);
         }
