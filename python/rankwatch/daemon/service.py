@@ -165,12 +165,16 @@ class Daemon:
             f"; transactional id {cfg.transactional_id}" if cfg.transactional_id else "",
         )
 
+    async def _flush(self) -> None:
+        """Everything fed so far: diagnosed, published, acknowledged, offsets committed."""
+        await self._settle()
+        await self._poll_and_publish()
+        await self._checkpoint()
+
     async def _drain(self) -> None:
         async with self.lock:
             try:
-                await self._settle()
-                await self._poll_and_publish()
-                await self._checkpoint()
+                await self._flush()
             except PublishError as e:
                 self._fail(e)
                 return
@@ -376,9 +380,7 @@ class Daemon:
             if not self.started or self.failure is not None:
                 return
             try:
-                await self._settle()
-                await self._poll_and_publish()
-                await self._checkpoint()
+                await self._flush()
             except PublishError as e:
                 self._fail(e)
             self.rebalancing = True

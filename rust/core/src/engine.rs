@@ -385,23 +385,6 @@ impl Engine {
         rejected
     }
 
-    /// Feeds one complete line with its own event time (from a record envelope).
-    pub fn feed_line(
-        &mut self,
-        stream_id: u64,
-        line: &[u8],
-        event_ms: Option<i64>,
-        ingest_ms: Option<i64>,
-    ) -> bool {
-        let Some(mut st) = self.streams.remove(&stream_id) else {
-            return false;
-        };
-        let mut job = self.take_job(&st.job);
-        self.lines_into(&mut job, &mut st, line, event_ms, ingest_ms);
-        self.put_back(job, st, stream_id);
-        true
-    }
-
     fn cap_partial(&mut self, job: &mut Job, st: &mut Stream) {
         // A "line" that never ends is cut into pieces rather than buffered without bound.
         if st.partial.len() > self.cfg.max_line_bytes * 4 {
