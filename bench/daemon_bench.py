@@ -532,8 +532,8 @@ def render(r: dict[str, Any]) -> str:
         "scenario (ms): "
         + ", ".join(f"{k} {v * 1000:,.0f}" for k, v in lat["correct_by_scenario_p50_s"].items())
         + f". An incident is diagnosed once the job's event time passes its start + settle_ms "
-        f"({lat['settle_ms']:,} ms), or after max_wait_ms ({lat['max_wait_ms']:,} ms) of wall "
-        "time when the job's logs end before that (the job went silent).",
+        f"({lat['settle_ms']:,} ms), once the job has sent nothing for settle_ms of wall time "
+        f"(its logs ended), or at the latest after max_wait_ms ({lat['max_wait_ms']:,} ms).",
     ]
     return "\n".join(rows)
 
