@@ -175,10 +175,17 @@ def main() -> None:
         raw_lines = [ln for ln in blob.split(b"\n") if ln]
         print(f"corpus: {len(raw_lines):,} lines, {mb:,.1f} MB, {len(data)} files", flush=True)
 
-        t_engine, n_diag = best_of(args.repeat, lambda: run_engine(catalog, data))
+        # Engine and ceiling alternate, so a burst of load on this shared machine hits both.
+        t_engine = t_hs = float("inf")
+        n_diag = n_hs_matches = 0
+        for _ in range(args.repeat):
+            t, res = best_of(1, lambda: run_engine(catalog, data))
+            n_diag = res if isinstance(res, int) else 0
+            t_engine = min(t_engine, t)
+            t, hs_result = best_of(1, lambda: catalog._core.scan_lines(blob))
+            t_hs = min(t_hs, t)
+            n_hs_matches = hs_result[1] if isinstance(hs_result, tuple) else 0
         print(f"engine end to end: {t_engine:.2f} s ({n_diag} diagnoses)", flush=True)
-        t_hs, hs_result = best_of(args.repeat, lambda: catalog._core.scan_lines(blob))
-        n_hs_matches = hs_result[1] if isinstance(hs_result, tuple) else 0
         print(f"hyperscan alone: {t_hs:.2f} s ({n_hs_matches} matches)", flush=True)
         t_pyhs, n_pyhs = best_of(1, lambda: run_pyhyperscan(catalog, raw_lines))
         print(f"hyperscan PyPI per line: {t_pyhs:.2f} s ({n_pyhs} matches)", flush=True)
@@ -244,8 +251,8 @@ def main() -> None:
                 else ""
             )
             + ".",
-            "Times are the best of the repeats for the engine and Hyperscan alone, one run for "
-            "the slower two"
+            "Times are the best of the repeats (engine and Hyperscan alone alternating), one run "
+            "for the slower two"
             + (
                 f"; the `re` loop ran on the first {len(sample):,} lines only"
                 if args.re_sample

@@ -286,9 +286,20 @@ impl Engine {
             }
         }
         let rest = &data[start..];
+        // One check per chunk instead of per line: when the complete lines hold no '\r', no
+        // ESC and valid UTF-8, each line can skip those checks.
+        let whole = memchr::memrchr(b'\n', rest).map_or(&rest[..0], |i| &rest[..i]);
+        let plain =
+            memchr::memchr2(b'\r', 0x1b, whole).is_none() && std::str::from_utf8(whole).is_ok();
         let mut pos = 0;
         for nl in memchr::memchr_iter(b'\n', rest) {
-            self.raw_line(job, st, &rest[pos..nl], ingest_ms, event_ms);
+            if plain && nl - pos <= self.cfg.max_line_bytes {
+                // SAFETY: `whole` is valid UTF-8 and a '\n' byte is always a char boundary.
+                let line = unsafe { std::str::from_utf8_unchecked(&rest[pos..nl]) };
+                self.plain_line(job, st, line, ingest_ms, event_ms);
+            } else {
+                self.raw_line(job, st, &rest[pos..nl], ingest_ms, event_ms);
+            }
             pos = nl + 1;
         }
         if pos < rest.len() {
@@ -470,18 +481,28 @@ impl Engine {
         ingest_ms: Option<i64>,
         event_ms: Option<i64>,
     ) {
+        if memchr::memchr(0x1b, line.as_bytes()).is_some() {
+            let cleaned = strip_ansi(line);
+            self.plain_line(job, st, &cleaned, ingest_ms, event_ms);
+        } else {
+            self.plain_line(job, st, line, ingest_ms, event_ms);
+        }
+    }
+
+    /// A line known to be free of '\r' and ANSI escapes.
+    fn plain_line(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        line: &str,
+        ingest_ms: Option<i64>,
+        event_ms: Option<i64>,
+    ) {
         st.line_no += 1;
         if line.trim().is_empty() {
             self.stats.blank_lines += 1;
             return;
         }
-        let cleaned;
-        let line = if memchr::memchr(0x1b, line.as_bytes()).is_some() {
-            cleaned = strip_ansi(line);
-            cleaned.as_str()
-        } else {
-            line
-        };
         let meta = peel(line, self.cfg.default_year);
         if meta.cri {
             let content = &line[meta.msg_start..];

@@ -486,6 +486,10 @@ fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) -> Option<u
 
 /// CRI `2026-03-14T09:22:05.412233870Z stdout F `.
 fn cri(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    // RFC 3339 with a `T`: rules out asctime-style lines before parsing anything.
+    if b.len() < 32 || b[10] != b'T' {
+        return None;
+    }
     let (ts, n) = iso_datetime(b)?;
     let rest = &b[n..];
     let stream_len = if rest.starts_with(b" stdout ") || rest.starts_with(b" stderr ") {
