@@ -282,7 +282,7 @@ def write_section(path: Path, heading: str, section: str) -> None:
     start = text.find(heading)
     if start >= 0:
         end = text.find("\n## ", start + len(heading))
-        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
+        text = text[:start] + section + ("\n" + text[end + 1 :] if end >= 0 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.write_text(text)
