@@ -349,3 +349,31 @@ def test_kafka_client_chatter_is_rate_limited(capsys: pytest.CaptureFixture[str]
         kafka.setLevel(kafka_level)
     assert err.count("Failed fetch messages") == 1
     assert "one" in err and "two" in err
+
+
+def test_jobs_named_only_in_values_are_mapped_to_their_partition(catalog: Any) -> None:
+    from rankwatch.daemon.engine_worker import EngineWorker
+    from rankwatch.engine import Decoder, Engine
+
+    worker = EngineWorker(Engine(catalog))
+    try:
+        dec = Decoder("canonical")
+        recs = [orjson.dumps({"job": f"value-only-{i}", "line": "INFO ok"}) for i in range(3)]
+        batches = [
+            (dec, "logs/1", recs[:2], [None] * 2, [None] * 2, [None] * 2),
+            (dec, "logs/3", recs[2:] + recs[:1], [None] * 2, [None] * 2, [None] * 2),
+        ]
+        worker._feed_many(batches)
+        seen = worker.take_new_jobs()
+        assert seen == [("logs/1", ["value-only-0", "value-only-1"]), ("logs/3", ["value-only-2"])]
+        assert worker.take_new_jobs() == []
+        jm = JobMap()
+        for origin, jobs in seen:
+            tp = partition_of_origin(origin)
+            assert tp is not None
+            jm.note_jobs(tp, jobs)
+        assert jm.partitions_of("value-only-2") == {TopicPartition("logs", 3)}
+        lost = jm.jobs_lost({TopicPartition("logs", 1)}, {TopicPartition("logs", 3)})
+        assert set(lost) == {"value-only-0", "value-only-1"}
+    finally:
+        worker.close()

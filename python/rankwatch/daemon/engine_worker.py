@@ -25,6 +25,9 @@ class EngineWorker:
         # job -> ids of the incidents the engine has diagnosed at least once (for the
         # "pending" gauge: incidents held minus incidents diagnosed)
         self._diagnosed: dict[str, set[str]] = {}
+        # (origin, jobs) for jobs that first appeared in a batch fed from that origin; records
+        # of one job share a partition, so this maps jobs whose identity lives in the value
+        self._new_jobs: list[tuple[str, list[str]]] = []
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         loop = asyncio.get_running_loop()
@@ -53,7 +56,21 @@ class EngineWorker:
         return loop.run_in_executor(self._pool, self._feed_many, list(batches))
 
     def _feed_many(self, batches: list[FeedArgs]) -> list[list[tuple[int, str]]]:
-        return [self.engine.feed_records(*args) for args in batches]
+        known = set(self.engine.jobs())
+        out = []
+        for args in batches:
+            out.append(self.engine.feed_records(*args))
+            now = set(self.engine.jobs())
+            if now - known:
+                self._new_jobs.append((args[1], sorted(now - known)))
+            known = now
+        return out
+
+    def take_new_jobs(self) -> list[tuple[str, list[str]]]:
+        """Jobs first seen since the last call, with the origin of the batch that showed them
+        (call on the event loop after a feed completed)."""
+        out, self._new_jobs = self._new_jobs, []
+        return out
 
     async def poll(self, now_ms: int) -> list[Diagnosis]:
         diagnoses = await self._call(self.engine.poll, now_ms)

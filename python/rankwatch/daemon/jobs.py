@@ -3,9 +3,8 @@ can be dropped from the engine.
 
 The job of a record is decided inside the engine (value field, then the job header, then the
 key); this map sees the keys and job headers of every batch (producers key records by `job` or
-`job/rank`) and the job and origin of every diagnosis. A job whose records carry it only inside
-the value and that never produced a diagnosis is not mapped; it stays in the engine until it is
-evicted as idle."""
+`job/rank`), the jobs the engine first saw in each partition batch, and the job and origin of
+every diagnosis."""
 
 from __future__ import annotations
 
@@ -68,6 +67,13 @@ class JobMap:
         for h in set(headers):
             if h is not None and (job := job_of_header(h)) is not None:
                 self._add(job, tp, now)
+
+    def note_jobs(self, tp: TopicPartition, jobs: Iterable[str]) -> None:
+        """Jobs the engine first saw in a batch from `tp` (their identity may live only in
+        the record values)."""
+        now = time.monotonic()
+        for job in jobs:
+            self._add(job, tp, now)
 
     def note_diagnosis(self, diagnosis: dict[str, Any]) -> None:
         root = diagnosis.get("root_cause")

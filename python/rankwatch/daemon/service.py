@@ -30,7 +30,7 @@ from rankwatch.daemon.config import DaemonConfig, load_catalog
 from rankwatch.daemon.engine_worker import EngineWorker
 from rankwatch.daemon.feeding import PartitionBatch, prepare
 from rankwatch.daemon.http import HttpServer
-from rankwatch.daemon.jobs import JobMap
+from rankwatch.daemon.jobs import JobMap, partition_of_origin
 from rankwatch.daemon.metrics import DaemonMetrics
 from rankwatch.daemon.outbox import Outbox
 from rankwatch.daemon.positions import Positions
@@ -294,6 +294,10 @@ class Daemon:
         t0: float,
     ) -> None:
         results = await fed
+        for origin, jobs in self.engine.take_new_jobs():
+            tp = partition_of_origin(origin)
+            if tp is not None:
+                self.jobmap.note_jobs(tp, jobs)
         for part, rejected in zip(parts, results, strict=True):
             await self._fed(part, rejected)
         await self._poll_and_publish()

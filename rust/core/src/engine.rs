@@ -360,7 +360,7 @@ impl Engine {
                         local_rank: None,
                         host: d.host.clone(),
                     };
-                    let id = self.open_stream(&d.job, &format!("{origin}:{}", d.source), hints);
+                    let id = self.open_stream(&d.job, &format!("{origin}/{}", d.source), hints);
                     self.record_streams
                         .entry(d.job.clone())
                         .or_default()
