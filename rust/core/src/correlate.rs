@@ -34,9 +34,9 @@ fn fnv(parts: &[&str]) -> u64 {
 }
 
 /// Puts a new hit into an incident of its job, opening one if none is near in time.
-pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms: i64) -> u32 {
+pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms: i64) {
     let horizon = cfg.incident_horizon_ms;
-    for (i, inc) in job.incidents.iter_mut().enumerate().rev() {
+    for inc in job.incidents.iter_mut().rev() {
         let joins = match (hit.ts_ms, inc.start_ms) {
             (Some(t), Some(s)) => t >= s - horizon && t <= s + horizon,
             _ => true,
@@ -49,7 +49,7 @@ pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms
                     inc.start_ms = Some(t);
                 }
             }
-            return i as u32;
+            return;
         }
     }
     let start = hit
@@ -63,13 +63,11 @@ pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms
         id,
         start_ms: hit.ts_ms,
         min_ms: hit.ts_ms,
-        opened_seq: hit.seq,
         opened_wall_ms: wall_ms,
         hits: vec![idx],
         published_hash: None,
         final_published: false,
     });
-    (job.incidents.len() - 1) as u32
 }
 
 /// Host clock offsets estimated from lines every rank prints at the same moment.

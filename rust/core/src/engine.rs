@@ -4,7 +4,7 @@
 use crate::baseline::Baseline;
 use crate::catalog::{Catalog, Role, Sync};
 use crate::correlate::{self, Diagnosis};
-use crate::job::{ContextObs, Hit, Job, LineRef, SourceKey, SyncObs, CONTEXT_FIELDS};
+use crate::job::{ContextObs, Hit, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
 use crate::matcher::Scratch;
 use crate::prefix::{peel, Level, Producer};
 use crate::records::{decode, DecoderConfig};
@@ -268,7 +268,6 @@ impl Engine {
         event_ms: Option<i64>,
     ) {
         self.stats.bytes += data.len() as u64;
-        job.bytes_in += data.len() as u64;
         let mut start = 0;
         if !st.partial.is_empty() {
             match memchr::memchr(b'\n', data) {
@@ -318,7 +317,6 @@ impl Engine {
         ingest_ms: Option<i64>,
     ) {
         self.stats.bytes += text.len() as u64 + 1;
-        job.bytes_in += text.len() as u64 + 1;
         for part in text.split(|c| *c == b'\n') {
             self.raw_line(job, st, part, ingest_ms, event_ms);
         }
@@ -528,7 +526,6 @@ impl Engine {
             return;
         }
         self.stats.lines += 1;
-        job.lines += 1;
         job.seq += 1;
         let seq = job.seq;
         let msg = &line[meta.msg_start..];
@@ -675,22 +672,6 @@ impl Engine {
             s.ring
                 .push(seq, ts, continuation, line, ring_lines, self.cfg.ring_bytes);
             let after = s.ring.bytes();
-            s.lines += 1;
-            s.last_seq = seq;
-            if level >= Level::Warn && s.first_warn.is_none() {
-                s.first_warn = Some(LineRef {
-                    seq,
-                    ts_ms: ts,
-                    text: line.to_string(),
-                });
-            }
-            if level >= Level::Error && s.first_error.is_none() {
-                s.first_error = Some(LineRef {
-                    seq,
-                    ts_ms: ts,
-                    text: line.to_string(),
-                });
-            }
             job.mem_bytes = (job.mem_bytes + after).saturating_sub(before);
             self.stats.memory_bytes = (self.stats.memory_bytes + after).saturating_sub(before);
         }
@@ -745,7 +726,6 @@ impl Engine {
                             .into_iter()
                             .map(|l| l.text)
                             .collect(),
-                        incident: u32::MAX,
                     };
                     st.open_hit = Some(self.add_hit(job, hit, spec.role == Role::Cause));
                 }
@@ -754,9 +734,8 @@ impl Engine {
         }
         if !opened && level >= Level::Error && !continuation {
             self.stats.unclassified_errors += 1;
-            let s = &mut job.sources[src as usize];
-            s.unclassified += 1;
-            if s.unclassified <= 2 {
+            // The per-process cap of admit() keeps the first two of these.
+            if self.admit(job, src, None, false) {
                 let hit = Hit {
                     sig: None,
                     source: src,
@@ -774,11 +753,8 @@ impl Engine {
                         .into_iter()
                         .map(|l| l.text)
                         .collect(),
-                    incident: u32::MAX,
                 };
-                if self.admit(job, src, None, false) {
-                    st.open_hit = Some(self.add_hit(job, hit, false));
-                }
+                st.open_hit = Some(self.add_hit(job, hit, false));
             }
         }
         if self.stats.memory_bytes > self.cfg.memory_budget_bytes {
@@ -878,14 +854,13 @@ impl Engine {
             self.cfg.hits_per_source_signature.min(2)
         };
         if *count > cap || job.hits.len() >= self.cfg.max_hits_per_job {
-            job.dropped_hits += 1;
             self.stats.dropped_hits += 1;
             return false;
         }
         true
     }
 
-    fn add_hit(&mut self, job: &mut Job, mut hit: Hit, is_cause: bool) -> usize {
+    fn add_hit(&mut self, job: &mut Job, hit: Hit, is_cause: bool) -> usize {
         if is_cause && job.sources[hit.source as usize].snapshot.is_none() {
             let snap = job.sources[hit.source as usize]
                 .ring
@@ -899,8 +874,7 @@ impl Engine {
         let bytes = hit.approx_bytes();
         job.mem_bytes += bytes;
         self.stats.memory_bytes += bytes;
-        hit.incident =
-            correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
+        correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
         job.hits.push(hit);
         idx
     }

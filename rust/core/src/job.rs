@@ -23,13 +23,6 @@ pub enum SourceKey {
     Stream(Arc<str>),
 }
 
-#[derive(Debug, Clone)]
-pub struct LineRef {
-    pub seq: u64,
-    pub ts_ms: Option<i64>,
-    pub text: String,
-}
-
 #[derive(Debug, Default)]
 pub struct Source {
     pub origin: Arc<str>,
@@ -43,15 +36,10 @@ pub struct Source {
     pub cuda_dev: Option<u16>,
     pub bus_id: Option<String>,
     pub ring: Ring,
-    pub lines: u64,
-    pub last_seq: u64,
     pub first_ts: Option<i64>,
     pub last_ts: Option<i64>,
-    pub first_warn: Option<LineRef>,
-    pub first_error: Option<LineRef>,
     /// Lines that preceded this source's first cause hit, kept when the hit happened.
     pub snapshot: Option<Vec<RingLine>>,
-    pub unclassified: u32,
 }
 
 impl Source {
@@ -76,7 +64,6 @@ pub struct Hit {
     pub fields: Vec<(String, String)>,
     /// The multi-line record this line belongs to: its start and continuation lines.
     pub record: Vec<String>,
-    pub incident: u32,
 }
 
 impl Hit {
@@ -125,7 +112,6 @@ pub struct Incident {
     pub id: String,
     pub start_ms: Option<i64>,
     pub min_ms: Option<i64>,
-    pub opened_seq: u64,
     pub opened_wall_ms: i64,
     pub hits: Vec<u32>,
     pub published_hash: Option<u64>,
@@ -149,12 +135,9 @@ pub struct Job {
     pub sync: Vec<SyncObs>,
     pub hits: Vec<Hit>,
     pub hit_counts: HashMap<(u32, Option<u16>), u32>,
-    pub dropped_hits: u64,
     pub incidents: Vec<Incident>,
     pub max_nranks: u32,
     pub seq: u64,
-    pub lines: u64,
-    pub bytes_in: u64,
     pub mem_bytes: usize,
     pub last_activity: u64,
     pub max_event_ms: Option<i64>,
