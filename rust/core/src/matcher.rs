@@ -167,6 +167,32 @@ impl Matcher {
         Scratch { ptr: s }
     }
 
+    /// One `hs_scan` of `data`; `on_match` receives `ctx` with every match.
+    fn scan_raw(
+        &self,
+        data: &[u8],
+        scratch: &mut Scratch,
+        on_match: MatchHandler,
+        ctx: *mut c_void,
+    ) {
+        let len = data.len().min(u32::MAX as usize) as c_uint;
+        let rc = unsafe {
+            hs_scan(
+                self.db,
+                data.as_ptr() as *const c_char,
+                len,
+                0,
+                scratch.ptr,
+                Some(on_match),
+                ctx,
+            )
+        };
+        debug_assert!(
+            rc == HS_SUCCESS || rc == HS_SCAN_TERMINATED,
+            "hs_scan: {rc}"
+        );
+    }
+
     /// Scans `data` and appends the id of every expression that matched (once each with
     /// SINGLEMATCH) to `out`.
     pub fn scan_into(&self, data: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
@@ -181,22 +207,7 @@ impl Matcher {
             out.push(id);
             0
         }
-        let len = data.len().min(u32::MAX as usize) as c_uint;
-        let rc = unsafe {
-            hs_scan(
-                self.db,
-                data.as_ptr() as *const c_char,
-                len,
-                0,
-                scratch.ptr,
-                Some(on_match),
-                out as *mut Vec<u32> as *mut c_void,
-            )
-        };
-        debug_assert!(
-            rc == HS_SUCCESS || rc == HS_SCAN_TERMINATED,
-            "hs_scan: {rc}"
-        );
+        self.scan_raw(data, scratch, on_match, out as *mut Vec<u32> as *mut c_void);
     }
 
     /// Counts matches without collecting them (used by the ceiling benchmark).
@@ -212,18 +223,7 @@ impl Matcher {
             0
         }
         let mut n: u64 = 0;
-        let len = data.len().min(u32::MAX as usize) as c_uint;
-        unsafe {
-            hs_scan(
-                self.db,
-                data.as_ptr() as *const c_char,
-                len,
-                0,
-                scratch.ptr,
-                Some(on_match),
-                &mut n as *mut u64 as *mut c_void,
-            );
-        }
+        self.scan_raw(data, scratch, on_match, &mut n as *mut u64 as *mut c_void);
         n
     }
 }
