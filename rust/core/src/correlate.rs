@@ -67,6 +67,7 @@ pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms
         hits: vec![idx],
         published_hash: None,
         final_published: false,
+        diagnosed: None,
     });
 }
 
@@ -138,14 +139,12 @@ pub fn diagnose_ready(
     now_wall_ms: i64,
     final_: bool,
 ) -> Vec<Diagnosis> {
-    if job.incidents.is_empty() {
-        return Vec::new();
-    }
-    let offsets = estimate_offsets(job, cfg);
     let watermark = job.max_event_ms;
-    let mut out = Vec::new();
-    for i in 0..job.incidents.len() {
-        let inc = &job.incidents[i];
+    let version = job.input_version();
+    // Which incidents to diagnose now, and whether that makes them final. An incident whose
+    // inputs and status did not change since its last diagnosis is not diagnosed again.
+    let mut due: Vec<(usize, bool)> = Vec::new();
+    for (i, inc) in job.incidents.iter().enumerate() {
         if inc.final_published {
             continue;
         }
@@ -170,15 +169,30 @@ pub fn diagnose_ready(
                 (Some(w), Some(s)) => w > s + cfg.incident_horizon_ms,
                 _ => false,
             };
-        let ctx = Ctx::new(job, cat, cfg, &offsets);
-        let Some(mut d) = ctx.diagnose(i) else {
+        if inc.diagnosed == Some((version, is_final)) {
+            continue;
+        }
+        due.push((i, is_final));
+    }
+    if due.is_empty() {
+        return Vec::new();
+    }
+    let offsets = estimate_offsets(job, cfg);
+    let ctx = Ctx::new(job, cat, cfg, &offsets);
+    let diagnosed: Vec<(usize, bool, Option<Diagnosis>)> = due
+        .into_iter()
+        .map(|(i, is_final)| (i, is_final, ctx.diagnose(i)))
+        .collect();
+    let mut out = Vec::new();
+    for (i, is_final, d) in diagnosed {
+        let inc = &mut job.incidents[i];
+        inc.diagnosed = Some((version, is_final));
+        let Some(mut d) = d else {
             continue;
         };
         d.is_final = is_final;
-        let mut body = d.json.clone();
-        body["status"] = json!(if is_final { "final" } else { "open" });
-        let hash = fnv(&[&body.to_string()]);
-        let inc = &mut job.incidents[i];
+        d.json["status"] = json!(if is_final { "final" } else { "open" });
+        let hash = fnv(&[&d.json.to_string()]);
         if is_final {
             inc.final_published = true;
         }
@@ -186,7 +200,6 @@ pub fn diagnose_ready(
             continue;
         }
         inc.published_hash = Some(hash);
-        d.json = body;
         out.push(d);
     }
     out

@@ -116,6 +116,8 @@ pub struct Incident {
     pub hits: Vec<u32>,
     pub published_hash: Option<u64>,
     pub final_published: bool,
+    /// (job input version, final?) when last diagnosed.
+    pub diagnosed: Option<(usize, bool)>,
 }
 
 #[derive(Debug, Default)]
@@ -168,6 +170,12 @@ impl Job {
             epoch,
             ..Default::default()
         }
+    }
+
+    /// Changes whenever something correlation reads was added (hits, processes, context,
+    /// clock-sync points).
+    pub fn input_version(&self) -> usize {
+        self.hits.len() + self.sources.len() + self.context.len() + self.sync.len()
     }
 
     pub fn host_id(&mut self, name: &str) -> HostId {
