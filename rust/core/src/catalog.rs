@@ -132,6 +132,7 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "local_rank",
     "host",
     "exitcode",
+    "error_return",
     "subject_rank",
     "peer_addr",
     "peer_host",

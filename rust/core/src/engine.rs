@@ -637,8 +637,11 @@ impl Engine {
         } else if st.in_traceback && !continuation {
             st.in_traceback = false;
         }
-        if st.in_traceback && is_exception_line(msg) {
+        if is_exception_line(msg) && (st.in_traceback || msg.contains(": ")) {
             level = level.max(Level::Error);
+        }
+        if level >= Level::Error {
+            job.failure_seen = true;
         }
         st.after_last_error = msg.trim_end() == "Last error:";
         if continuation {
@@ -702,8 +705,12 @@ impl Engine {
                 }
                 self.learn_from_fields(job, src, sig, &fields, line, seq, ts, exact, st);
                 if is_hit {
+                    if spec.role == Role::Cause || level >= Level::Error {
+                        job.failure_seen = true;
+                    }
                     let hit = Hit {
                         sig: Some(sig),
+                        warn_only: false,
                         source: src,
                         seq,
                         line_no: st.line_no,
@@ -732,12 +739,15 @@ impl Engine {
             }
             self.sig_buf = sigs;
         }
-        if !opened && level >= Level::Error && !continuation {
+        // A warning or worse that no signature recognises is still evidence; whether a
+        // warning-only incident is a failure is decided from the job's outcome.
+        if !opened && level >= Level::Warn && !continuation {
             self.stats.unclassified_errors += 1;
             // The per-process cap of admit() keeps the first two of these.
             if self.admit(job, src, None, false) {
                 let hit = Hit {
                     sig: None,
+                    warn_only: level < Level::Error,
                     source: src,
                     seq,
                     line_no: st.line_no,

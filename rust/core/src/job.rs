@@ -50,8 +50,10 @@ impl Source {
 
 #[derive(Debug, Clone)]
 pub struct Hit {
-    /// Catalog signature index; `None` for an ERROR/fatal/traceback line no signature matched.
+    /// Catalog signature index; `None` for a warning-or-worse line no signature matched.
     pub sig: Option<u16>,
+    /// An unclassified line at WARN level: a failure only if the job shows one elsewhere.
+    pub warn_only: bool,
     pub source: u32,
     pub seq: u64,
     pub line_no: u64,
@@ -139,6 +141,8 @@ pub struct Job {
     pub hit_counts: HashMap<(u32, Option<u16>), u32>,
     pub incidents: Vec<Incident>,
     pub max_nranks: u32,
+    /// Some line showed a failure outcome: an error or worse, a cause signature.
+    pub failure_seen: bool,
     pub seq: u64,
     pub mem_bytes: usize,
     pub last_activity: u64,

@@ -1,0 +1,153 @@
+//! The evidence board of one incident: candidates (processes or hosts), the evidence records
+//! the rules wrote about them, and the ranking that sums those records.
+
+use super::view::Who;
+use crate::job::HostId;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A line that can stand as a candidate's root cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineRef {
+    /// A signature (or unclassified) hit, by index into the job's hits.
+    Hit(usize),
+    /// A context observation: (source, field).
+    Context(u32, &'static str),
+}
+
+/// One piece of evidence: which rule, about whom, how much it weighs and why.
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    pub rule: &'static str,
+    pub weight: i32,
+    pub why: String,
+}
+
+#[derive(Debug)]
+pub struct Cand {
+    pub who: Who,
+    pub host: Option<HostId>,
+    /// The best cause line of this candidate (highest weight, then earliest).
+    pub cause: Option<usize>,
+    /// The cause weight or, for a configuration outlier, the weight of the cause it explains.
+    pub cause_weight: u8,
+    pub symptom: Option<usize>,
+    /// A line elsewhere that points at this candidate (a peer naming it, a desync report).
+    pub pointer: Option<usize>,
+    /// A context line of this candidate that is the fault (configuration), with the cause
+    /// signature whose fix applies.
+    pub config: Option<(LineRef, Option<u16>)>,
+    /// Where this candidate's failure starts when that is earlier than its cause line (see
+    /// the error_chain rule).
+    pub first_line: Option<usize>,
+    pub named_by: BTreeSet<Who>,
+    pub evidence: Vec<Evidence>,
+    pub ts: Option<i64>,
+}
+
+impl Cand {
+    fn new(who: Who, host: Option<HostId>) -> Cand {
+        Cand {
+            who,
+            host,
+            cause: None,
+            cause_weight: 0,
+            symptom: None,
+            pointer: None,
+            config: None,
+            first_line: None,
+            named_by: BTreeSet::new(),
+            evidence: Vec::new(),
+            ts: None,
+        }
+    }
+
+    pub fn score(&self) -> i32 {
+        self.evidence.iter().map(|e| e.weight).sum()
+    }
+
+    pub fn reasons(&self) -> Vec<String> {
+        self.evidence
+            .iter()
+            .filter(|e| !e.why.is_empty())
+            .map(|e| e.why.clone())
+            .collect()
+    }
+
+    pub fn has_rule(&self, rule: &str) -> bool {
+        self.evidence.iter().any(|e| e.rule == rule)
+    }
+
+    /// The line that stands for this candidate: its faulty configuration, else its cause,
+    /// else what points at it, else its first symptom.
+    pub fn root(&self) -> Option<LineRef> {
+        if let Some((l, _)) = self.config {
+            return Some(l);
+        }
+        self.first_line
+            .or(self.cause)
+            .or(self.pointer)
+            .or(self.symptom)
+            .map(LineRef::Hit)
+    }
+
+    pub fn rank(&self) -> Option<u32> {
+        match self.who {
+            Who::Rank(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Board {
+    pub cands: BTreeMap<Who, Cand>,
+}
+
+impl Board {
+    pub fn cand(&mut self, who: Who, host: Option<HostId>) -> &mut Cand {
+        self.cands
+            .entry(who)
+            .or_insert_with(|| Cand::new(who, host))
+    }
+
+    pub fn add(
+        &mut self,
+        who: Who,
+        host: Option<HostId>,
+        rule: &'static str,
+        weight: i32,
+        why: String,
+    ) {
+        self.cand(who, host)
+            .evidence
+            .push(Evidence { rule, weight, why });
+    }
+
+    /// Candidates best first: evidence score, cause weight, earlier corrected time, identity.
+    /// Host-only candidates whose host also has a process candidate are folded into it.
+    pub fn ranked(&self) -> Vec<&Cand> {
+        let hosts_with_procs: BTreeSet<HostId> = self
+            .cands
+            .values()
+            .filter(|c| !matches!(c.who, Who::Host(_)))
+            .filter_map(|c| c.host)
+            .collect();
+        let mut ranked: Vec<&Cand> = self
+            .cands
+            .values()
+            .filter(|c| match c.who {
+                Who::Host(h) => !hosts_with_procs.contains(&h),
+                _ => true,
+            })
+            .filter(|c| c.root().is_some() || c.score() > 0)
+            .collect();
+        ranked.sort_by(|a, b| {
+            b.score()
+                .cmp(&a.score())
+                .then(b.cause_weight.cmp(&a.cause_weight))
+                .then(a.ts.unwrap_or(i64::MAX).cmp(&b.ts.unwrap_or(i64::MAX)))
+                .then(a.who.cmp(&b.who))
+        });
+        ranked
+    }
+}

@@ -1,0 +1,193 @@
+//! Correlation: groups signature hits into incidents and, for each, decides where the fault
+//! is. Evidence comes before clocks: each rule in [`rules`] writes evidence records about
+//! candidate processes and hosts, the ranking sums them, and only then does skew-corrected
+//! time ([`clock`]) order what is left. [`render`] turns the result into the diagnosis.
+
+mod board;
+pub mod clock;
+mod facts;
+mod render;
+mod rules;
+pub mod util;
+mod view;
+
+pub use util::{bdf_to_bus_id, iso_ms, parse_rank_list, rank_ranges};
+
+use crate::catalog::Catalog;
+use crate::engine::Config;
+use crate::job::{Hit, Job};
+use board::Board;
+use clock::estimate_offsets;
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use util::fnv;
+use view::View;
+
+/// One published diagnosis.
+#[derive(Debug, Clone)]
+pub struct Diagnosis {
+    pub id: String,
+    pub job: String,
+    pub confidence: f64,
+    pub start_ms: Option<i64>,
+    pub is_final: bool,
+    pub json: Value,
+}
+
+/// Puts a new hit into an incident of its job, opening one if none is near in time.
+pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms: i64) {
+    let horizon = cfg.incident_horizon_ms;
+    for inc in job.incidents.iter_mut().rev() {
+        let joins = match (hit.ts_ms, inc.start_ms) {
+            (Some(t), Some(s)) => t >= s - horizon && t <= s + horizon,
+            _ => true,
+        };
+        if joins {
+            inc.hits.push(idx);
+            if let Some(t) = hit.ts_ms {
+                inc.min_ms = Some(inc.min_ms.map_or(t, |m| m.min(t)));
+                if inc.start_ms.is_none() {
+                    inc.start_ms = Some(t);
+                }
+            }
+            return;
+        }
+    }
+    let start = hit
+        .ts_ms
+        .map_or_else(|| format!("seq:{}", hit.seq), |t| t.to_string());
+    let sig = hit
+        .sig
+        .map_or_else(|| "unclassified".to_string(), |s| s.to_string());
+    let id = format!("rw-{:016x}", fnv(&[&job.name, &start, &sig]));
+    job.incidents.push(crate::job::Incident {
+        id,
+        start_ms: hit.ts_ms,
+        min_ms: hit.ts_ms,
+        opened_wall_ms: wall_ms,
+        hits: vec![idx],
+        published_hash: None,
+        final_published: false,
+        diagnosed: None,
+    });
+}
+
+/// Whether an incident is due for a diagnosis now, and whether that diagnosis is final.
+fn due(
+    job: &Job,
+    inc: &crate::job::Incident,
+    cfg: &Config,
+    now: i64,
+    final_: bool,
+) -> Option<bool> {
+    if inc.final_published {
+        return None;
+    }
+    let watermark = job.max_event_ms;
+    let start = inc.min_ms.or(inc.start_ms);
+    let by_watermark = matches!((watermark, start), (Some(w), Some(s)) if w >= s + cfg.settle_ms);
+    // Processing-time bounds: the job has been quiet for a settle window (its logs ended:
+    // nothing later will move the watermark), or the incident waited max_wait_ms.
+    let live = now != i64::MAX && inc.opened_wall_ms > 0;
+    let by_wall = live && now - inc.opened_wall_ms >= cfg.max_wait_ms;
+    let by_quiet = live
+        && job.last_wall_ms > 0
+        && now - job.last_wall_ms >= cfg.settle_ms
+        && now - inc.opened_wall_ms >= cfg.settle_ms;
+    if !(final_ || by_watermark || by_wall || by_quiet) {
+        return None;
+    }
+    let is_final = final_
+        || matches!((watermark, start), (Some(w), Some(s)) if w > s + cfg.incident_horizon_ms);
+    Some(is_final)
+}
+
+/// Emits diagnoses for incidents that are ready and new or changed since last published.
+pub fn diagnose_ready(
+    job: &mut Job,
+    cat: &Catalog,
+    cfg: &Config,
+    now_wall_ms: i64,
+    final_: bool,
+) -> Vec<Diagnosis> {
+    let version = job.input_version();
+    // An incident whose inputs and status did not change since its last diagnosis is not
+    // diagnosed again.
+    let todo: Vec<(usize, bool)> = job
+        .incidents
+        .iter()
+        .enumerate()
+        .filter_map(|(i, inc)| due(job, inc, cfg, now_wall_ms, final_).map(|f| (i, f)))
+        .filter(|&(i, f)| job.incidents[i].diagnosed != Some((version, f)))
+        .collect();
+    if todo.is_empty() {
+        return Vec::new();
+    }
+    let offsets = estimate_offsets(job, cfg);
+    let diagnosed: Vec<(usize, bool, Option<Diagnosis>)> = {
+        let view = View::new(job, cat, cfg, &offsets);
+        todo.into_iter()
+            .map(|(i, f)| (i, f, diagnose(&view, i)))
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (i, is_final, d) in diagnosed {
+        let inc = &mut job.incidents[i];
+        inc.diagnosed = Some((version, is_final));
+        let Some(mut d) = d else {
+            continue;
+        };
+        d.is_final = is_final;
+        d.json["status"] = json!(if is_final { "final" } else { "open" });
+        let hash = fnv(&[&d.json.to_string()]);
+        if is_final {
+            inc.final_published = true;
+        }
+        if inc.published_hash == Some(hash) {
+            continue;
+        }
+        inc.published_hash = Some(hash);
+        out.push(d);
+    }
+    out
+}
+
+/// An incident made only of unrecognised warnings is a failure only when the job shows a
+/// failure outcome somewhere (healthy runs print benign warnings too).
+fn shows_failure(job: &Job, hits: &[usize]) -> bool {
+    job.failure_seen || hits.iter().any(|&i| !job.hits[i].warn_only)
+}
+
+fn diagnose(view: &View, inc_idx: usize) -> Option<Diagnosis> {
+    let job = view.job;
+    let inc = &job.incidents[inc_idx];
+    let hits: Vec<usize> = inc.hits.iter().map(|&h| h as usize).collect();
+    if hits.is_empty() || !shows_failure(job, &hits) {
+        return None;
+    }
+    let scope = rules::Scope {
+        hits: &hits,
+        classified: hits.iter().any(|&i| job.hits[i].sig.is_some()),
+        notes: RefCell::new(Vec::new()),
+    };
+    let mut board = Board::default();
+    rules::run_all(view, &scope, &mut board);
+    let start = inc.min_ms.or(inc.start_ms);
+    let rendered = render::render(
+        view,
+        &render::Incident {
+            id: &inc.id,
+            start,
+            scope: &scope,
+        },
+        &board,
+    )?;
+    Some(Diagnosis {
+        id: inc.id.clone(),
+        job: job.name.clone(),
+        confidence: rendered.confidence,
+        start_ms: start,
+        is_final: false,
+        json: rendered.json,
+    })
+}

@@ -1,0 +1,570 @@
+//! Turns the ranked evidence board of one incident into the diagnosis JSON: root cause,
+//! first warning, collateral, suspects and alternatives with their evidence, the lines that
+//! preceded the failure, and cause, fix and verify rendered with the incident's facts.
+
+use super::board::{Board, Cand, LineRef};
+use super::facts::{self, Facts};
+use super::rules::{blaming_causes, Scope};
+use super::util::{iso_ms, rank_ranges};
+use super::view::View;
+use crate::catalog::{Role, Signature};
+use crate::job::Hit;
+use crate::ring::RingLine;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The root-cause line as rendered: JSON, its signature, (seq, source, time), the text.
+pub struct RootLine<'a> {
+    pub json: Value,
+    pub sig: Option<&'a Signature>,
+    pub at: Option<(u64, u32, Option<i64>)>,
+    pub text: String,
+}
+
+pub fn role_str(r: Role) -> &'static str {
+    match r {
+        Role::Cause => "cause",
+        Role::Symptom => "symptom",
+        Role::Context => "context",
+    }
+}
+
+fn fields_json(f: &[(String, String)]) -> Value {
+    let mut m = serde_json::Map::new();
+    for (k, v) in f {
+        m.insert(k.clone(), Value::String(v.clone()));
+    }
+    Value::Object(m)
+}
+
+fn sig_json(s: Option<&Signature>) -> Value {
+    match s {
+        Some(s) => json!({"id": s.id, "title": s.title, "subsystem": s.subsystem,
+                          "role": role_str(s.role), "severity": format!("{:?}", s.severity).to_lowercase()}),
+        None => json!({"id": "unclassified", "title": "Unclassified error", "subsystem": "unknown",
+                       "role": "cause", "severity": "error"}),
+    }
+}
+
+impl<'a> View<'a> {
+    /// Every field of a hit, including those not needed for correlation (not kept at ingest).
+    pub fn all_fields(&self, h: &Hit) -> Vec<(String, String)> {
+        let Some(sig) = h.sig else {
+            return Vec::new();
+        };
+        let meta = crate::prefix::peel(&h.text, self.cfg.default_year);
+        let mut out = h.fields.clone();
+        self.cat
+            .extract_fields(sig, &h.text[meta.msg_start..], false, &mut out);
+        out
+    }
+
+    fn hit_json(&self, i: usize) -> Value {
+        let h = self.hit(i);
+        let host = self.host_of(h.source).map(|x| self.host_name(x));
+        let s = &self.job.sources[h.source as usize];
+        json!({
+            "rank": self.rank_of(h.source), "host": host, "device": s.cuda_dev.or(s.local_rank),
+            "pid": s.pid, "ts": h.ts_ms.map(iso_ms), "ts_corrected": self.hit_time(h).map(iso_ms),
+            "line": h.text, "origin": format!("{}:{}", h.origin, h.line_no),
+            "signature": self.sig(h).map(|s| s.id.clone()),
+        })
+    }
+
+    fn line_text(&self, l: LineRef) -> (String, Option<String>) {
+        match l {
+            LineRef::Hit(i) => (
+                self.hit(i).text.clone(),
+                self.sig(self.hit(i)).map(|s| s.id.clone()),
+            ),
+            LineRef::Context(s, f) => {
+                let obs = &self.job.context[&(f, s)];
+                (
+                    obs.line.clone(),
+                    Some(self.cat.signatures[obs.sig as usize].id.clone()),
+                )
+            }
+        }
+    }
+
+    fn cand_json(&self, c: &Cand) -> Value {
+        let host = c
+            .host
+            .or_else(|| self.who_host(c.who))
+            .map(|h| self.host_name(h));
+        let (line, sig) = c
+            .root()
+            .map(|r| self.line_text(r))
+            .map_or((None, None), |(l, s)| (Some(l), s));
+        let evidence: Vec<Value> = c
+            .evidence
+            .iter()
+            .map(|e| json!({"rule": e.rule, "weight": e.weight, "why": e.why}))
+            .collect();
+        json!({
+            "rank": c.rank(), "host": host, "score": c.score(), "signature": sig, "line": line,
+            "reasons": c.reasons(), "evidence": evidence,
+        })
+    }
+
+    fn root_line(&self, top: &Cand) -> RootLine<'a> {
+        let job = self.job;
+        let srcs = self.sources_of_who(top.who);
+        let pid = srcs.iter().find_map(|&s| job.sources[s as usize].pid);
+        let device = srcs.iter().find_map(|&s| {
+            let src = &job.sources[s as usize];
+            src.cuda_dev.or(src.local_rank)
+        });
+        let head = json!({"rank": top.rank(), "host": top.host.map(|h| self.host_name(h)),
+                          "device": device, "pid": pid});
+        let mut v = head;
+        match top.root() {
+            Some(LineRef::Hit(i)) => {
+                let h = self.hit(i);
+                let extra = json!({
+                    "ts": h.ts_ms.map(iso_ms), "ts_corrected": self.hit_time(h).map(iso_ms),
+                    "ts_exact": h.ts_exact, "line": h.text,
+                    "origin": format!("{}:{}", h.origin, h.line_no),
+                    "record": if h.record.is_empty() { vec![h.text.clone()] } else { h.record.clone() },
+                    "fields": fields_json(&self.all_fields(h)),
+                });
+                merge(&mut v, extra);
+                RootLine {
+                    json: v,
+                    sig: self.sig(h),
+                    at: Some((h.seq, h.source, h.ts_ms)),
+                    text: h.text.clone(),
+                }
+            }
+            Some(LineRef::Context(src, field)) => {
+                let obs = &job.context[&(field, src)];
+                let mut fields = vec![(field.to_string(), obs.value.clone())];
+                if let Some(ip) = job.context.get(&("ip", src)).filter(|o| o.seq == obs.seq) {
+                    fields.push(("ip".into(), ip.value.clone()));
+                }
+                let extra = json!({
+                    "ts": obs.ts_ms.map(iso_ms),
+                    "ts_corrected": self.corrected(src, obs.ts_ms).map(iso_ms),
+                    "ts_exact": false, "line": obs.line,
+                    "origin": format!("{}:{}", obs.origin, obs.line_no),
+                    "record": [obs.line.clone()], "fields": fields_json(&fields),
+                });
+                merge(&mut v, extra);
+                RootLine {
+                    json: v,
+                    sig: Some(&self.cat.signatures[obs.sig as usize]),
+                    at: Some((obs.seq, src, obs.ts_ms)),
+                    text: obs.line.clone(),
+                }
+            }
+            None => {
+                merge(
+                    &mut v,
+                    json!({"ts": null, "line": null, "origin": null, "record": []}),
+                );
+                RootLine {
+                    json: v,
+                    sig: None,
+                    at: None,
+                    text: String::new(),
+                }
+            }
+        }
+    }
+
+    /// Lines of `srcs` before `at` (seq, source, time), oldest first, at most `limit`. When
+    /// the line came from another process (a launcher or kernel line, a peer's report), they
+    /// are the candidate's own lines up to that moment.
+    fn lines_before(&self, srcs: &[u32], at: Option<(u64, u32, Option<i64>)>) -> Vec<String> {
+        let limit = self.cfg.preceding_lines;
+        let own = at.is_none_or(|(_, src, _)| srcs.contains(&src));
+        let until = at.and_then(|(_, src, ts)| self.corrected(src, ts));
+        let mut lines: Vec<RingLine> = Vec::new();
+        for &s in srcs {
+            let src = &self.job.sources[s as usize];
+            if !own {
+                let slack = self.offsets.uncertainty_ms;
+                lines.extend(src.ring.lines().into_iter().filter(|l| {
+                    match (until, self.corrected(s, l.ts_ms)) {
+                        (Some(u), Some(t)) => t <= u + slack,
+                        _ => true,
+                    }
+                }));
+                continue;
+            }
+            let seq = at.map_or(u64::MAX, |(seq, _, _)| seq);
+            let mut from_ring = src.ring.before(seq, limit);
+            if let Some(snap) = &src.snapshot {
+                // The snapshot taken at the first cause hit, when the ring has moved on.
+                if from_ring.len() < limit && snap.last().is_some_and(|l| l.seq < seq) {
+                    let first = from_ring.first().map_or(u64::MAX, |l| l.seq);
+                    let mut older: Vec<RingLine> =
+                        snap.iter().filter(|l| l.seq < first).cloned().collect();
+                    older.append(&mut from_ring);
+                    from_ring = older;
+                }
+            }
+            lines.extend(from_ring);
+        }
+        lines.sort_by_key(|l| l.seq);
+        lines.dedup_by_key(|l| l.seq);
+        let skip = lines.len().saturating_sub(limit);
+        lines.into_iter().skip(skip).map(|l| l.text).collect()
+    }
+
+    fn why_not(&self, c: &Cand, top: &Cand, tied: bool, explains: &BTreeSet<u16>) -> String {
+        if tied {
+            return format!(
+                "tied with the root cause within the clock uncertainty of {} ms; evidence could not separate them",
+                self.offsets.uncertainty_ms
+            );
+        }
+        if let Some(s) = c.cause.and_then(|b| self.hit(b).sig) {
+            if explains.contains(&s) {
+                return "its line is a known consequence of the root cause".into();
+            }
+        }
+        if c.cause.is_none() && c.config.is_none() {
+            return "only symptoms or indirect evidence point at it".into();
+        }
+        if c.score() < top.score() {
+            return format!(
+                "weaker evidence (score {} against {})",
+                c.score(),
+                top.score()
+            );
+        }
+        match (c.ts, top.ts) {
+            (Some(a), Some(b)) if a > b => format!("later by {} ms after clock correction", a - b),
+            _ => "lower signature weight".into(),
+        }
+    }
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
+        a.extend(b);
+    }
+}
+
+/// Everything the rendering needs besides the view.
+pub struct Incident<'s> {
+    pub id: &'s str,
+    pub start: Option<i64>,
+    pub scope: &'s Scope<'s>,
+}
+
+pub struct Rendered {
+    pub json: Value,
+    pub confidence: f64,
+}
+
+pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
+    let ranked = board.ranked();
+    let top = *ranked.first()?;
+    let unc = v.offsets.uncertainty_ms;
+    let tie_with: Vec<&Cand> = ranked[1..]
+        .iter()
+        .copied()
+        .filter(|c| {
+            c.score() == top.score()
+                && c.cause_weight == top.cause_weight
+                && match (c.ts, top.ts) {
+                    (Some(a), Some(b)) => (a - b).abs() <= unc,
+                    _ => true,
+                }
+                && c.host != top.host
+        })
+        .collect();
+    let tie = !tie_with.is_empty();
+    let hits = inc.scope.hits;
+
+    let root = v.root_line(top);
+    let cause_sig = top
+        .cause
+        .and_then(|b| v.sig(v.hit(b)))
+        .or(top
+            .config
+            .and_then(|(_, s)| s)
+            .map(|s| &v.cat.signatures[s as usize]))
+        .or(root.sig);
+    let explains: BTreeSet<u16> = cause_sig
+        .map(|s| s.explains_idx.iter().copied().collect())
+        .unwrap_or_default();
+
+    let first_warning = first_warning(v, inc, top, &root.text);
+    let first_warning_json = first_warning.map(|i| {
+        let mut j = v.hit_json(i);
+        let h = v.hit(i);
+        j["preceding_lines"] = json!(v.lines_before(&[h.source], Some((h.seq, h.source, h.ts_ms))));
+        j
+    });
+
+    let (collateral, all_coll) = collateral(v, hits, top, &explains);
+    let suspects: Vec<Value> = ranked
+        .iter()
+        .filter(|c| c.who == top.who || !c.evidence.is_empty())
+        .take(5)
+        .map(|c| v.cand_json(c))
+        .collect();
+    let alternatives: Vec<Value> = ranked
+        .iter()
+        .skip(1)
+        .filter(|c| c.cause.is_some() || c.config.is_some() || c.pointer.is_some())
+        .take(5)
+        .map(|c| {
+            let mut j = v.cand_json(c);
+            let tied = tie_with.iter().any(|t| t.who == c.who);
+            j["why_not"] = json!(v.why_not(c, top, tied, &explains));
+            j
+        })
+        .collect();
+    let preceding = v.lines_before(&v.sources_of_who(top.who), root.at);
+    let conf = confidence(top, ranked.get(1).copied(), tie, inc.scope.classified);
+
+    let host_name = top.host.map(|h| v.host_name(h).to_string());
+    let ranks_affected: BTreeSet<u32> = hits
+        .iter()
+        .filter_map(|&i| v.rank_of(v.hit(i).source))
+        .collect();
+    let facts = facts_of(v, top, &root);
+    let (fix, verify, cause_text) = match cause_sig {
+        Some(s) => (
+            facts::render(&s.fix, &facts),
+            facts::render(&s.verify, &facts),
+            facts::render(&s.cause, &facts),
+        ),
+        None => (
+            "Read the preceding lines of the initiating rank; no catalog signature matched.".into(),
+            "Rerun and check that the same rank no longer reports errors.".into(),
+            "An error was logged that no catalog signature recognises.".into(),
+        ),
+    };
+    let sig_json = sig_json(root.sig);
+    let headline = match (top.config, cause_sig) {
+        (Some(_), Some(c)) if root.sig.is_none_or(|r| r.id != c.id) => {
+            format!(
+                "{} (this host's configuration differs from the job)",
+                c.title
+            )
+        }
+        _ => sig_json["title"].as_str().unwrap_or("").to_string(),
+    };
+    let summary = format!(
+        "{}{}: {headline}",
+        top.rank()
+            .map_or("unknown rank".to_string(), |r| format!("rank {r}")),
+        host_name
+            .as_deref()
+            .map_or(String::new(), |h| format!(" on {h}")),
+    );
+    let json = json!({
+        "schema": "rankwatch.diagnosis/1",
+        "id": inc.id,
+        "job": v.job.name,
+        "summary": summary,
+        "cause_signature": cause_sig.map(|c| json!({"id": c.id, "title": c.title})),
+        "signature": sig_json,
+        "root_cause": root.json,
+        "first_warning": first_warning_json,
+        "cause": cause_text,
+        "fix": fix,
+        "verify": verify,
+        "facts": facts,
+        "confidence": conf,
+        "tie": tie,
+        "suspects": suspects,
+        "collateral": collateral,
+        "collateral_ranks": rank_ranges(&all_coll),
+        "collateral_rank_count": all_coll.len(),
+        "preceding_lines": preceding,
+        "odd_context": inc.scope.notes.borrow().clone(),
+        "alternatives": alternatives,
+        "incident": {
+            "start": inc.start.map(iso_ms),
+            "hits": hits.len(),
+            "ranks_affected": ranks_affected.len(),
+            "world_size": v.world_size(),
+        },
+        "clock": {
+            "culprit_host_offset_ms": top.host.and_then(|h| v.offsets.by_host.get(&h).copied()),
+            "uncertainty_ms": unc,
+            "hosts_estimated": v.offsets.by_host.len(),
+            "sync_events": v.offsets.events_used,
+        },
+    });
+    Some(Rendered {
+        json,
+        confidence: conf,
+    })
+}
+
+/// The earliest warning-or-worse line of the incident when it is not the root line; for a
+/// configuration root cause, the earliest failure that configuration explains.
+fn first_warning(v: &View, inc: &Incident, top: &Cand, root_text: &str) -> Option<usize> {
+    let hits = inc.scope.hits;
+    let pool: Vec<usize> = if top.config.is_some() {
+        let blaming = blaming_causes(v, hits);
+        if blaming.is_empty() {
+            hits.iter()
+                .copied()
+                .filter(|&i| v.hit(i).sig.is_some())
+                .collect()
+        } else {
+            blaming
+        }
+    } else {
+        hits.iter()
+            .copied()
+            .filter(|&i| v.hit(i).sig.is_some())
+            .collect()
+    };
+    pool.into_iter()
+        .min_by_key(|&i| v.order_key(i))
+        .filter(|&i| v.hit(i).text != root_text)
+}
+
+/// Collateral of one signature: its ranks, its lines, and whether the root cause explains it.
+type Group = (BTreeSet<u32>, usize, bool);
+
+/// Every other rank's hits grouped by signature, and the set of those ranks.
+fn collateral(
+    v: &View,
+    hits: &[usize],
+    top: &Cand,
+    explains: &BTreeSet<u16>,
+) -> (Vec<Value>, BTreeSet<u32>) {
+    let mut coll: BTreeMap<String, Group> = BTreeMap::new();
+    let mut all: BTreeSet<u32> = BTreeSet::new();
+    for &i in hits {
+        let h = v.hit(i);
+        let Some(r) = v.rank_of(h.source) else {
+            continue;
+        };
+        if Some(r) == top.rank() {
+            continue;
+        }
+        let id = v
+            .sig(h)
+            .map_or("unclassified".to_string(), |s| s.id.clone());
+        let e = coll.entry(id).or_default();
+        e.0.insert(r);
+        e.1 += 1;
+        e.2 |= h.sig.is_some_and(|s| explains.contains(&s));
+        all.insert(r);
+    }
+    let mut list: Vec<(String, Group)> = coll.into_iter().collect();
+    list.sort_by(|a, b| b.1 .0.len().cmp(&a.1 .0.len()).then(a.0.cmp(&b.0)));
+    let out = list
+        .into_iter()
+        .map(|(id, (ranks, n, explained))| {
+            let title = v
+                .cat
+                .index_of(&id)
+                .map(|i| v.cat.signatures[i as usize].title.clone())
+                .unwrap_or_else(|| "Unclassified error".into());
+            json!({"signature": id, "title": title, "ranks": rank_ranges(&ranks),
+                   "rank_count": ranks.len(), "lines": n, "explained_by_root_cause": explained})
+        })
+        .collect();
+    (out, all)
+}
+
+fn confidence(top: &Cand, second: Option<&Cand>, tie: bool, classified: bool) -> f64 {
+    let named = top.has_rule("peer_naming");
+    let linked = top
+        .evidence
+        .iter()
+        .any(|e| e.rule == "config_outlier" && e.weight == 20);
+    let mut conf: f64 = if top.config.is_some() {
+        if linked || top.has_rule("bad_interface") && top.cause.is_some() {
+            0.9
+        } else {
+            0.75
+        }
+    } else if top.cause.is_some() {
+        if named || top.score() > top.cause_weight as i32 {
+            0.9
+        } else {
+            0.75
+        }
+    } else if top.pointer.is_some() || top.score() >= 20 {
+        0.6
+    } else if classified {
+        0.35
+    } else {
+        0.25
+    };
+    if tie {
+        conf *= 0.7;
+    } else if let Some(second) = second {
+        if second.score() * 10 >= top.score() * 9 {
+            conf *= 0.85;
+        }
+    }
+    (conf * 100.0).round() / 100.0
+}
+
+/// Values fix and verify texts may use: who and where, the root line's fields, and what the
+/// rest of the job uses for the fields a configuration root cause is about.
+fn facts_of(v: &View, top: &Cand, root: &RootLine) -> Facts {
+    let mut f = Facts::new();
+    let mut put = |k: &str, val: Option<String>| {
+        if let Some(x) = val.filter(|x| !x.is_empty()) {
+            f.insert(k.to_string(), x);
+        }
+    };
+    put("host", top.host.map(|h| v.host_name(h).to_string()));
+    put("rank", top.rank().map(|r| r.to_string()));
+    put("job", Some(v.job.name.clone()));
+    for key in ["device", "pid"] {
+        put(
+            key,
+            root.json
+                .get(key)
+                .filter(|x| !x.is_null())
+                .map(|x| x.to_string()),
+        );
+    }
+    if let Some(Value::Object(m)) = root.json.get("fields") {
+        for (k, val) in m {
+            put(k, val.as_str().map(str::to_string));
+        }
+    }
+    for field in [
+        "iface",
+        "ip",
+        "nccl_version",
+        "transport",
+        "cuda_driver",
+        "ib_dev",
+    ] {
+        put(&format!("job_{field}"), majority_value(v, field, top.host));
+    }
+    if let Some(h) = top.host {
+        for field in ["iface", "ip", "nccl_version", "transport"] {
+            let own = v
+                .job
+                .context
+                .iter()
+                .find(|((f2, s), _)| *f2 == field && v.host_of(*s) == Some(h));
+            put(&format!("host_{field}"), own.map(|(_, o)| o.value.clone()));
+        }
+    }
+    f
+}
+
+/// The most common value of a context field on hosts other than `except`.
+fn majority_value(v: &View, field: &str, except: Option<crate::job::HostId>) -> Option<String> {
+    let mut counts: BTreeMap<&str, BTreeSet<crate::job::HostId>> = BTreeMap::new();
+    for ((f, s), obs) in &v.job.context {
+        let Some(h) = v.host_of(*s) else { continue };
+        if *f == field && Some(h) != except {
+            counts.entry(obs.value.as_str()).or_default().insert(h);
+        }
+    }
+    counts
+        .into_iter()
+        .max_by_key(|(_, hs)| hs.len())
+        .map(|(val, _)| val.to_string())
+}

@@ -1,0 +1,47 @@
+//! A process that printed a `cause` signature is a suspect, weighted by the signature. Its
+//! line is the strongest cause it printed; between equal ones, the first occurrence.
+
+use crate::catalog::Role;
+use crate::correlate::board::Board;
+use crate::correlate::rules::Scope;
+use crate::correlate::view::View;
+
+pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
+    for &i in scope.hits {
+        let h = v.hit(i);
+        let Some(sig) = v.sig(h) else { continue };
+        if sig.role != Role::Cause {
+            continue;
+        }
+        let who = v.subject(h);
+        let host = v.who_host(who);
+        let c = board.cand(who, host);
+        let better = match c.cause {
+            None => true,
+            Some(b) => {
+                let bw = v.sig(v.hit(b)).map_or(0, |s| s.weight);
+                sig.weight > bw || (sig.weight == bw && v.order_key(i) < v.order_key(b))
+            }
+        };
+        if better {
+            c.cause = Some(i);
+            c.cause_weight = sig.weight;
+            c.ts = v.hit_time(h);
+        }
+    }
+    let with_cause: Vec<_> = board
+        .cands
+        .values()
+        .filter_map(|c| c.cause.map(|i| (c.who, c.host, i, c.cause_weight)))
+        .collect();
+    for (who, host, i, weight) in with_cause {
+        let id = v.sig(v.hit(i)).map_or("", |s| s.id.as_str());
+        board.add(
+            who,
+            host,
+            "cause_signature",
+            weight as i32,
+            format!("printed a cause: {id}"),
+        );
+    }
+}

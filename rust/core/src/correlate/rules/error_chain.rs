@@ -1,0 +1,98 @@
+//! Where a process's failure starts. Two shapes move a candidate's root line earlier than
+//! its strongest cause line:
+//! - the same error text printed earlier by the same process (a `what():` repeat, an
+//!   exception re-raised by the watchdog): the first occurrence is the root line;
+//! - NCCL's error-return trace (`misc/socket.cc:567 -> 2`, hits with an `error_return`
+//!   field) running straight into the cause line: the failure started where the trace starts,
+//!   often in a call that printed no WARN of its own.
+
+use crate::correlate::board::Board;
+use crate::correlate::rules::Scope;
+use crate::correlate::view::View;
+use crate::prefix::peel;
+
+/// Shortest shared tail of two messages that makes them the same error.
+const MIN_SHARED_TAIL: usize = 32;
+/// Blank lines NCCL leaves between a trace and the WARN that follows it.
+const MAX_LINE_GAP: u64 = 2;
+
+pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
+    let roots: Vec<_> = board
+        .cands
+        .values()
+        .filter_map(|c| c.cause.map(|i| (c.who, c.host, i)))
+        .collect();
+    for (who, host, cause) in roots {
+        let srcs = v.sources_of_who(who);
+        let mut start = cause;
+        if let Some(first) = first_occurrence(v, scope, &srcs, cause) {
+            start = first;
+            let why = "the same error was printed earlier by this process".to_string();
+            board.add(who, host, "error_chain", 0, why);
+        }
+        if let Some(chain) = chain_start(v, scope, start) {
+            start = chain;
+            let why = format!(
+                "the failure starts at the error-return trace {} lines earlier",
+                v.hit(cause).line_no.saturating_sub(v.hit(chain).line_no)
+            );
+            board.add(who, host, "error_chain", 0, why);
+        }
+        if start != cause {
+            board.cand(who, host).first_line = Some(start);
+        }
+    }
+}
+
+fn message<'a>(v: &View<'a>, i: usize) -> &'a str {
+    let text = &v.hit(i).text;
+    let meta = peel(text, v.cfg.default_year);
+    text[meta.msg_start..].trim_end()
+}
+
+fn shared_tail(a: &str, b: &str) -> usize {
+    a.bytes()
+        .rev()
+        .zip(b.bytes().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// An earlier hit of the same process, in the same file (order across files is unknown),
+/// whose message ends with the same error text.
+fn first_occurrence(v: &View, scope: &Scope, srcs: &[u32], cause: usize) -> Option<usize> {
+    let msg = message(v, cause);
+    let cause_seq = v.hit(cause).seq;
+    let origin = &v.hit(cause).origin;
+    scope
+        .hits
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let h = v.hit(i);
+            h.seq < cause_seq && srcs.contains(&h.source) && &h.origin == origin
+        })
+        .filter(|&i| shared_tail(message(v, i), msg) >= MIN_SHARED_TAIL)
+        .min_by_key(|&i| v.hit(i).seq)
+}
+
+/// The first line of an unbroken error-return trace that leads into `line`.
+fn chain_start(v: &View, scope: &Scope, line: usize) -> Option<usize> {
+    let target = v.hit(line);
+    let mut cur = line;
+    loop {
+        let c = v.hit(cur);
+        let prev = scope.hits.iter().copied().find(|&i| {
+            let h = v.hit(i);
+            h.field("error_return").is_some()
+                && h.origin == target.origin
+                && h.line_no < c.line_no
+                && h.line_no + MAX_LINE_GAP >= c.line_no
+        });
+        match prev {
+            Some(p) => cur = p,
+            None => break,
+        }
+    }
+    (cur != line).then_some(cur)
+}

@@ -1,0 +1,50 @@
+//! Evidence rules. Each rule reads one incident's hits and the job's context through a
+//! [`View`] and writes evidence records (who, weight, why) and candidate lines to the
+//! [`Board`]. The ranking sums the records; the report's reasons are exactly those records.
+//! Rules run in the order of [`RULES`]; a later rule may read what earlier ones wrote.
+
+mod bad_interface;
+mod cause_signature;
+mod config_outlier;
+mod desync_report;
+mod error_chain;
+mod peer_naming;
+mod seq_lag;
+mod silence;
+mod symptoms;
+
+use super::board::Board;
+use super::view::View;
+
+/// What the rules see of one incident.
+pub struct Scope<'a> {
+    /// Indexes into the job's hits.
+    pub hits: &'a [usize],
+    /// Whether any hit matched a catalog signature (else the incident is unclassified).
+    pub classified: bool,
+    /// Configuration facts found by the rules, shown in the diagnosis as `odd_context`.
+    pub notes: std::cell::RefCell<Vec<serde_json::Value>>,
+}
+
+pub type Rule = fn(&View, &Scope, &mut Board);
+
+/// Every rule, in the order they run.
+pub const RULES: &[(&str, Rule)] = &[
+    ("cause_signature", cause_signature::apply),
+    ("error_chain", error_chain::apply),
+    ("peer_naming", peer_naming::apply),
+    ("desync_report", desync_report::apply),
+    ("seq_lag", seq_lag::apply),
+    ("silence", silence::apply),
+    ("bad_interface", bad_interface::apply),
+    ("config_outlier", config_outlier::apply),
+    ("symptoms", symptoms::apply),
+];
+
+pub fn run_all(view: &View, scope: &Scope, board: &mut Board) {
+    for (_, rule) in RULES {
+        rule(view, scope, board);
+    }
+}
+
+pub use config_outlier::blaming_causes;

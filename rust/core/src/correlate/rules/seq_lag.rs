@@ -1,0 +1,75 @@
+//! Watchdog sequence numbers: every healthy rank times out in the same collective. A rank
+//! whose last enqueued collective is behind that one never reached it (+20); a rank missing
+//! from a timeout that most of the job reported may be the one that hung or died (+10).
+
+use crate::catalog::Sync;
+use crate::correlate::board::Board;
+use crate::correlate::rules::Scope;
+use crate::correlate::view::{View, Who};
+use std::collections::BTreeMap;
+
+/// Per rank: (seq of the collective it timed out in, last enqueued, the hit).
+fn seq_by_rank(v: &View, scope: &Scope) -> BTreeMap<u32, (u64, Option<u64>, usize)> {
+    let mut out: BTreeMap<u32, (u64, Option<u64>, usize)> = BTreeMap::new();
+    for &i in scope.hits {
+        let h = v.hit(i);
+        let Some(sig) = v.sig(h) else { continue };
+        if sig.sync != Some(Sync::Seq) {
+            continue;
+        }
+        let (Some(seq), Some(r)) = (
+            h.field("seq").and_then(|x| x.parse::<u64>().ok()),
+            v.rank_of(h.source),
+        ) else {
+            continue;
+        };
+        let enq = h.field("last_enqueued").and_then(|x| x.parse::<u64>().ok());
+        let e = out.entry(r).or_insert((seq, enq, i));
+        if enq.is_some() && e.1.is_none() {
+            e.1 = enq;
+        }
+    }
+    out
+}
+
+pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
+    let seq_of = seq_by_rank(v, scope);
+    if seq_of.len() < 2 {
+        return;
+    }
+    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+    for (s, _, _) in seq_of.values() {
+        *counts.entry(*s).or_default() += 1;
+    }
+    let (&majority, &n_major) = counts.iter().max_by_key(|(_, c)| **c).unwrap_or((&0, &0));
+    for (&r, &(s, enq, i)) in &seq_of {
+        if enq.is_some_and(|e| e < majority) || s < majority {
+            let who = Who::Rank(r);
+            let host = v.who_host(who);
+            let c = board.cand(who, host);
+            c.pointer = Some(c.pointer.unwrap_or(i));
+            let why = format!(
+                "behind the others: last enqueued collective {} while {n_major} ranks wait in #{majority}",
+                enq.unwrap_or(s)
+            );
+            board.add(who, host, "seq_lag", 20, why);
+        }
+    }
+    let nranks = v.world_size() as usize;
+    if nranks <= 1 || n_major * 2 < nranks {
+        return;
+    }
+    let missing: Vec<u32> = (0..nranks as u32)
+        .filter(|r| !seq_of.contains_key(r))
+        .collect();
+    if missing.is_empty() || missing.len() * 10 > nranks + 9 {
+        return;
+    }
+    for r in missing {
+        let who = Who::Rank(r);
+        let why = format!(
+            "did not report the timeout of collective #{majority} that {n_major} ranks reported"
+        );
+        board.add(who, v.who_host(who), "seq_lag", 10, why);
+    }
+}

@@ -1,0 +1,200 @@
+//! A job as the rules see it during one correlation pass: every source resolved to its rank
+//! and host once, skew-corrected times, and who a line is about or blames.
+
+use super::clock::Offsets;
+use super::util::{bdf_to_bus_id, parse_rank_list};
+use crate::catalog::{Catalog, Signature};
+use crate::engine::Config;
+use crate::job::{Hit, HostId, Job};
+use std::collections::HashMap;
+
+/// A process (by rank, or by source when its rank is unknown) or a whole host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Who {
+    Rank(u32),
+    Source(u32),
+    Host(HostId),
+}
+
+pub struct View<'a> {
+    pub job: &'a Job,
+    pub cat: &'a Catalog,
+    pub cfg: &'a Config,
+    pub offsets: &'a Offsets,
+    ranks: Vec<Option<u32>>,
+    hosts: Vec<Option<HostId>>,
+    by_rank: HashMap<u32, Vec<u32>>,
+}
+
+impl<'a> View<'a> {
+    pub fn new(job: &'a Job, cat: &'a Catalog, cfg: &'a Config, offsets: &'a Offsets) -> Self {
+        let n = job.sources.len() as u32;
+        let ranks: Vec<Option<u32>> = (0..n).map(|s| job.source_rank(s)).collect();
+        let hosts: Vec<Option<HostId>> = (0..n).map(|s| job.source_host(s)).collect();
+        let mut by_rank: HashMap<u32, Vec<u32>> = HashMap::new();
+        for (s, r) in ranks.iter().enumerate() {
+            if let Some(r) = r {
+                by_rank.entry(*r).or_default().push(s as u32);
+            }
+        }
+        View {
+            job,
+            cat,
+            cfg,
+            offsets,
+            ranks,
+            hosts,
+            by_rank,
+        }
+    }
+
+    pub fn rank_of(&self, src: u32) -> Option<u32> {
+        self.ranks[src as usize]
+    }
+
+    pub fn host_of(&self, src: u32) -> Option<HostId> {
+        self.hosts[src as usize]
+    }
+
+    pub fn sources_of(&self, rank: u32) -> Vec<u32> {
+        self.by_rank.get(&rank).cloned().unwrap_or_default()
+    }
+
+    /// The sources behind a candidate.
+    pub fn sources_of_who(&self, who: Who) -> Vec<u32> {
+        match who {
+            Who::Rank(r) => self.sources_of(r),
+            Who::Source(s) => vec![s],
+            Who::Host(_) => Vec::new(),
+        }
+    }
+
+    pub fn host_name(&self, h: HostId) -> &'a str {
+        &self.job.hosts[h as usize]
+    }
+
+    pub fn sig(&self, hit: &Hit) -> Option<&'a Signature> {
+        hit.sig.map(|s| &self.cat.signatures[s as usize])
+    }
+
+    pub fn hit(&self, i: usize) -> &'a Hit {
+        &self.job.hits[i]
+    }
+
+    pub fn corrected(&self, src: u32, ts: Option<i64>) -> Option<i64> {
+        let t = ts?;
+        let off = self
+            .host_of(src)
+            .and_then(|h| self.offsets.by_host.get(&h).copied())
+            .unwrap_or(0);
+        Some(t - off)
+    }
+
+    pub fn hit_time(&self, h: &Hit) -> Option<i64> {
+        self.corrected(h.source, h.ts_ms)
+    }
+
+    /// Order of two hits: skew-corrected time, then arrival order (unknown times last).
+    pub fn order_key(&self, i: usize) -> (i64, u64) {
+        let h = self.hit(i);
+        (self.hit_time(h).unwrap_or(i64::MAX), h.seq)
+    }
+
+    pub fn printer(&self, h: &Hit) -> Who {
+        match self.rank_of(h.source) {
+            Some(r) => Who::Rank(r),
+            None => Who::Source(h.source),
+        }
+    }
+
+    pub fn host_named(&self, name: &str) -> Option<HostId> {
+        if let Some(&h) = self.job.host_ids.get(name) {
+            return Some(h);
+        }
+        let short = name.split('.').next().unwrap_or(name);
+        self.job.host_ids.get(short).copied()
+    }
+
+    pub fn who_host(&self, w: Who) -> Option<HostId> {
+        match w {
+            Who::Host(h) => Some(h),
+            Who::Source(s) => self.host_of(s),
+            Who::Rank(r) => self
+                .by_rank
+                .get(&r)
+                .and_then(|v| v.iter().find_map(|&s| self.host_of(s))),
+        }
+    }
+
+    /// The process a cause line is about: for launcher/kernel lines the named pid, rank or
+    /// GPU; otherwise the printer.
+    pub fn subject(&self, h: &Hit) -> Who {
+        let printer_host = self.host_of(h.source);
+        if let Some(r) = h.field("subject_rank").and_then(|v| v.parse().ok()) {
+            return Who::Rank(r);
+        }
+        let host = h
+            .field("host")
+            .and_then(|n| self.host_named(n))
+            .or(printer_host);
+        let local = h.field("local_rank").and_then(|v| v.parse::<u16>().ok());
+        if let Some(pid) = h.field("pid").and_then(|v| v.parse::<u32>().ok()) {
+            if let Some(r) = self.job.rank_of_pid(pid, host, local) {
+                return Who::Rank(r);
+            }
+        }
+        if let (Some(bdf), Some(hh)) = (h.field("bdf"), host) {
+            if let Some(&r) = self.job.by_host_bus.get(&(hh, bdf_to_bus_id(bdf))) {
+                return Who::Rank(r);
+            }
+        }
+        if let (Some(l), Some(hh)) = (local, host) {
+            if h.field("pid").is_some() || h.field("exitcode").is_some() {
+                if let Some(&r) = self.job.by_host_local.get(&(hh, l)) {
+                    return Who::Rank(r);
+                }
+            }
+        }
+        if h.field("pid").is_some() || h.field("bdf").is_some() {
+            if let Some(hh) = host {
+                if printer_host != Some(hh) || self.rank_of(h.source).is_none() {
+                    return Who::Host(hh);
+                }
+            }
+        }
+        self.printer(h)
+    }
+
+    /// Who a line blames besides its subject: peers by address, host name or rank.
+    pub fn named(&self, h: &Hit) -> Vec<Who> {
+        let mut out = Vec::new();
+        if let Some(a) = h.field("peer_addr") {
+            if let Some(&host) = self.job.ip_host.get(a) {
+                out.push(Who::Host(host));
+            }
+        }
+        if let Some(n) = h.field("peer_host") {
+            if let Some(host) = self.host_named(n) {
+                out.push(Who::Host(host));
+            }
+        }
+        for key in ["peer_rank", "lagging_ranks"] {
+            if let Some(v) = h.field(key) {
+                out.extend(parse_rank_list(v).into_iter().map(Who::Rank));
+            }
+        }
+        out
+    }
+
+    /// World size: the largest communicator seen, or one past the largest stated rank.
+    pub fn world_size(&self) -> u32 {
+        let job = self.job;
+        job.max_nranks.max(
+            job.sources
+                .iter()
+                .filter_map(|s| s.stated_rank())
+                .max()
+                .map_or(0, |m| m + 1),
+        )
+    }
+}
