@@ -1831,7 +1831,7 @@ class _Gen:
         self.warn(victim, t_prev, src, msg_prev, mark=_ALT if root_first else _FIRST)
         self.chain(victim, t_prev + 0.0002, "connect", 2)
         self.init_exception(victim, t_prev + 0.01, _SYS_ERR, msg_prev, v.ver)
-        self.root_meta = (cul.rank, cul.host.name, "nccl_net_socket_using")
+        self.root_meta = (cul.rank, cul.host.name, "nccl_iface_unreachable")
         fw, alt = (r0, victim) if root_first else (victim, r0)
         self.first_meta = (fw.rank, fw.host.name, "nccl_sock_connect_failed")
         self.alt_meta = (alt.rank, alt.host.name, "nccl_sock_connect_failed")

@@ -76,6 +76,8 @@ struct SignatureSpec {
     #[serde(default)]
     blames_outlier: Vec<String>,
     #[serde(default)]
+    blames: Option<String>,
+    #[serde(default)]
     sync: Option<String>,
     cause: Option<String>,
     fix: Option<String>,
@@ -110,6 +112,8 @@ pub struct Signature {
     #[serde(skip)]
     pub explains_idx: Vec<u16>,
     pub blames_outlier: Vec<String>,
+    /// The fault is at the peer the line names (`blames = "peer"`), not at the printer.
+    pub blames_peer: bool,
     pub sync: Option<Sync>,
     pub cause: String,
     pub fix: String,
@@ -401,6 +405,11 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
             )));
         }
     }
+    let blames_peer = match s.blames.as_deref() {
+        None | Some("printer") => false,
+        Some("peer") => true,
+        Some(other) => return Err(e(format!("blames '{other}' is not 'peer' or 'printer'"))),
+    };
     let sync = match s.sync.as_deref() {
         None | Some("") => None,
         Some("seq") => Some(Sync::Seq),
@@ -454,6 +463,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         explains: s.explains,
         explains_idx: Vec::new(),
         blames_outlier: s.blames_outlier,
+        blames_peer,
         sync,
         cause: s.cause.unwrap_or_default(),
         fix: s.fix.unwrap_or_default(),

@@ -832,24 +832,21 @@ impl Engine {
                 }
             }
         }
+        // Clock-sync points are kept per process; its host may only be learned later.
         if let (Some(sync), Some(t), true) = (spec.sync, ts, exact) {
-            if let Some(host) = job.source_host(src) {
-                let key = match sync {
-                    Sync::Seq => get("seq").and_then(|v| v.parse::<u64>().ok()),
-                    Sync::Init => Some(0),
-                };
-                if let Some(key) = key {
-                    if job.sync.len() < 200_000 {
-                        job.mem_bytes += std::mem::size_of::<SyncObs>();
-                        self.stats.memory_bytes += std::mem::size_of::<SyncObs>();
-                        job.sync.push(SyncObs {
-                            sig,
-                            key,
-                            host,
-                            ts_ms: t,
-                        });
-                    }
-                }
+            let key = match sync {
+                Sync::Seq => get("seq").and_then(|v| v.parse::<u64>().ok()),
+                Sync::Init => Some(0),
+            };
+            if let (Some(key), true) = (key, job.sync.len() < 200_000) {
+                job.mem_bytes += std::mem::size_of::<SyncObs>();
+                self.stats.memory_bytes += std::mem::size_of::<SyncObs>();
+                job.sync.push(SyncObs {
+                    sig,
+                    key,
+                    source: src,
+                    ts_ms: t,
+                });
             }
         }
     }
@@ -1082,7 +1079,11 @@ impl Engine {
         self.jobs.len()
     }
 
+    /// Incidents held, less those diagnosed as no failure (benign warnings only).
     pub fn incident_count(&self) -> usize {
-        self.jobs.values().map(|j| j.incidents.len()).sum()
+        self.jobs
+            .values()
+            .map(|j| j.incidents.iter().filter(|i| !i.dismissed).count())
+            .sum()
     }
 }

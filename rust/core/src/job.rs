@@ -104,7 +104,7 @@ pub struct ContextObs {
 pub struct SyncObs {
     pub sig: u16,
     pub key: u64,
-    pub host: HostId,
+    pub source: u32,
     pub ts_ms: i64,
 }
 
@@ -120,6 +120,8 @@ pub struct Incident {
     pub final_published: bool,
     /// (job input version, final?) when last diagnosed.
     pub diagnosed: Option<(usize, bool)>,
+    /// Last diagnosed as no failure (only benign warnings in a job that shows no failure).
+    pub dismissed: bool,
 }
 
 #[derive(Debug, Default)]

@@ -124,7 +124,8 @@ impl Board {
     }
 
     /// Candidates best first: evidence score, cause weight, earlier corrected time, identity.
-    /// Host-only candidates whose host also has a process candidate are folded into it.
+    /// Host-only candidates whose host also has a process candidate are folded into it, unless
+    /// a cause or configuration blames the host itself.
     pub fn ranked(&self) -> Vec<&Cand> {
         let hosts_with_procs: BTreeSet<HostId> = self
             .cands
@@ -136,7 +137,9 @@ impl Board {
             .cands
             .values()
             .filter(|c| match c.who {
-                Who::Host(h) => !hosts_with_procs.contains(&h),
+                Who::Host(h) => {
+                    !hosts_with_procs.contains(&h) || c.cause.is_some() || c.config.is_some()
+                }
                 _ => true,
             })
             .filter(|c| c.root().is_some() || c.score() > 0)

@@ -22,10 +22,13 @@ fn median(v: &mut [i64]) -> Option<i64> {
 pub fn estimate_offsets(job: &Job, cfg: &Config) -> Offsets {
     let mut groups: BTreeMap<(u16, u64), HashMap<HostId, Vec<i64>>> = BTreeMap::new();
     for o in &job.sync {
+        let Some(host) = job.source_host(o.source) else {
+            continue;
+        };
         groups
             .entry((o.sig, o.key))
             .or_default()
-            .entry(o.host)
+            .entry(host)
             .or_default()
             .push(o.ts_ms);
     }

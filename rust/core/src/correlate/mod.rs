@@ -69,6 +69,7 @@ pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms
         published_hash: None,
         final_published: false,
         diagnosed: None,
+        dismissed: false,
     });
 }
 
@@ -134,6 +135,7 @@ pub fn diagnose_ready(
     for (i, is_final, d) in diagnosed {
         let inc = &mut job.incidents[i];
         inc.diagnosed = Some((version, is_final));
+        inc.dismissed = d.is_none();
         let Some(mut d) = d else {
             continue;
         };

@@ -46,9 +46,10 @@ fn weight(v: &View, scope: &Scope) -> i32 {
     }
 }
 
-/// Per host, the first process (by arrival) whose interface is unreachable, with the reason.
-fn flagged_hosts(v: &View) -> BTreeMap<HostId, (u32, &'static str, u64)> {
-    let mut out: BTreeMap<HostId, (u32, &'static str, u64)> = BTreeMap::new();
+/// Per host, the process (lowest rank, then first seen) whose interface is unreachable, with
+/// the reason.
+fn flagged_hosts(v: &View) -> BTreeMap<HostId, (u32, &'static str)> {
+    let mut out: BTreeMap<HostId, (u32, &'static str, (u32, u64))> = BTreeMap::new();
     for ((field, src), obs) in &v.job.context {
         if *field != "iface" {
             continue;
@@ -62,12 +63,13 @@ fn flagged_hosts(v: &View) -> BTreeMap<HostId, (u32, &'static str, u64)> {
         else {
             continue;
         };
-        let e = out.entry(host).or_insert((*src, reason, obs.seq));
-        if obs.seq < e.2 {
-            *e = (*src, reason, obs.seq);
+        let order = (v.rank_of(*src).unwrap_or(u32::MAX), obs.seq);
+        let e = out.entry(host).or_insert((*src, reason, order));
+        if order < e.2 {
+            *e = (*src, reason, order);
         }
     }
-    out
+    out.into_iter().map(|(h, (s, r, _))| (h, (s, r))).collect()
 }
 
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
@@ -79,7 +81,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         return;
     }
     let weight = weight(v, scope);
-    for (host, (src, reason, _)) in flagged {
+    for (host, (src, reason)) in flagged {
         let obs = &v.job.context[&("iface", src)];
         scope.notes.borrow_mut().push(json!({
             "field": "iface", "host": v.host_name(host), "value": obs.value,

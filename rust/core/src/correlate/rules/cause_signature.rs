@@ -4,7 +4,18 @@
 use crate::catalog::Role;
 use crate::correlate::board::Board;
 use crate::correlate::rules::Scope;
-use crate::correlate::view::View;
+use crate::correlate::view::{View, Who};
+
+/// Whom a cause line is about: the peer it names when the catalog says the fault is there
+/// (`blames = "peer"`: the peer refused, timed out or cannot be routed to), else its subject.
+fn culprit(v: &View, h: &crate::job::Hit, blames_peer: bool) -> Who {
+    if blames_peer {
+        if let Some(&peer) = v.named(h).first() {
+            return peer;
+        }
+    }
+    v.subject(h)
+}
 
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     for &i in scope.hits {
@@ -13,7 +24,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         if sig.role != Role::Cause {
             continue;
         }
-        let who = v.subject(h);
+        let who = culprit(v, h, sig.blames_peer);
         let host = v.who_host(who);
         let c = board.cand(who, host);
         let better = match c.cause {

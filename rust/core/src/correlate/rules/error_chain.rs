@@ -72,8 +72,21 @@ fn first_occurrence(v: &View, scope: &Scope, srcs: &[u32], cause: usize) -> Opti
             let h = v.hit(i);
             h.seq < cause_seq && srcs.contains(&h.source) && &h.origin == origin
         })
+        .filter(|&i| provably_before(v, i, cause))
         .filter(|&i| shared_tail(message(v, i), msg) >= MIN_SHARED_TAIL)
         .min_by_key(|&i| v.hit(i).seq)
+}
+
+/// Arrival order says nothing when the later line printed its own time and the earlier one
+/// did not (stdout and stderr of one process interleave arbitrarily): then only two printed
+/// times can order them.
+fn provably_before(v: &View, earlier: usize, later: usize) -> bool {
+    let (a, b) = (v.hit(earlier), v.hit(later));
+    match (a.ts_exact, b.ts_exact) {
+        (true, true) => a.ts_ms <= b.ts_ms,
+        (false, true) => false,
+        _ => true,
+    }
 }
 
 /// The first line of an unbroken error-return trace that leads into `line`.
