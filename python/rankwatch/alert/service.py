@@ -1,0 +1,243 @@
+"""`rankwatch alert`: one member of its own consumer group on the diagnoses topic. Per fetched
+batch: keep each diagnosis for the incident pages, hand it to every sink, wait until every sink
+accepted it or gave it up (counted and logged), then commit the offsets: at-least-once
+delivery. Alertmanager also gets the firing incidents again every `alert_resend_ms` until they
+expire (sinks.FiringSet)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+
+from rankwatch.alert import sinks
+from rankwatch.alert.config import AlertConfig
+from rankwatch.alert.content import BadDiagnosis, check_diagnosis
+from rankwatch.alert.delivery import RetryPolicy, Sink
+from rankwatch.alert.metrics import AlertMetrics
+from rankwatch.alert.server import HttpServer, make_app
+from rankwatch.alert.store import IncidentStore
+from rankwatch.daemon.kafka_clients import connection_kwargs
+from rankwatch.report import Diagnosis
+
+log = logging.getLogger("rankwatch.alert")
+
+MAX_BATCH_RECORDS = 500
+
+
+class AlertError(RuntimeError):
+    """`rankwatch alert` cannot go on (Kafka unreachable, port taken); exit status 1."""
+
+
+class AlertService:
+    def __init__(self, cfg: AlertConfig) -> None:
+        self.cfg = cfg
+        self.metrics = AlertMetrics()
+        self.store = IncidentStore(cfg.incidents_kept)
+        self.firing = sinks.FiringSet(cfg.alert_resend_ms / 1000, cfg.alert_ttl_ms / 1000)
+        self.http = HttpServer(make_app(self.store, self.metrics, lambda: self.assigned))
+        self.policy = RetryPolicy(
+            timeout_s=cfg.sink_timeout_ms / 1000,
+            attempts=cfg.sink_attempts,
+            backoff_s=cfg.sink_backoff_ms / 1000,
+            backoff_max_s=cfg.sink_backoff_max_ms / 1000,
+        )
+        self.session: aiohttp.ClientSession | None = None
+        self.alertmanagers: list[tuple[str, Sink]] = []
+        self.pagerduty: Sink | None = None
+        self.webhooks: list[tuple[str, Sink]] = []
+        self.consumer: Any = None
+        self.stopping = asyncio.Event()
+        self.assigned = False
+        self.base_url = cfg.page_base()
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    def link(self, did: str) -> str:
+        return f"{self.base_url}/incidents/{quote(did, safe='')}"
+
+    def _sinks(self) -> list[Sink]:
+        out = [s for _, s in self.alertmanagers] + [s for _, s in self.webhooks]
+        return out + ([self.pagerduty] if self.pagerduty else [])
+
+    async def _start_sinks(self) -> None:
+        session = self.session = aiohttp.ClientSession()
+        cfg = self.cfg
+
+        def make(name: str) -> Sink:
+            return Sink(
+                name, session, self.policy, self.metrics, cfg.sink_queue_size, cfg.sink_concurrency
+            )
+
+        self.alertmanagers = [
+            (url, make(f"alertmanager-{i}")) for i, url in enumerate(cfg.alertmanager_url, 1)
+        ]
+        self.webhooks = [(url, make(f"webhook-{i}")) for i, url in enumerate(cfg.webhook_url, 1)]
+        if cfg.pagerduty_routing_key:
+            self.pagerduty = make("pagerduty")
+        for sink in self._sinks():
+            sink.start()
+
+    async def run(self) -> None:
+        listen = self.cfg.http_listen()
+        if listen is not None:
+            try:
+                await self.http.start(*listen)
+            except OSError as e:
+                raise AlertError(f"http_addr {self.cfg.http_addr}: {e.strerror}") from None
+            if self.cfg.external_url is None:
+                self.base_url = self.cfg.page_base(self.http.address)
+            log.info("incident pages on %s/incidents", self.base_url)
+        await self._start_sinks()
+        resend: asyncio.Task[None] | None = None
+        try:
+            await self._start_consumer()
+            if self.alertmanagers:
+                resend = asyncio.create_task(self._resend_loop(), name="alertmanager-resend")
+            await self._consume()
+        finally:
+            if resend is not None:
+                resend.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await resend
+            await self._close()
+
+    async def _start_consumer(self) -> None:
+        cfg = self.cfg
+        self.consumer = AIOKafkaConsumer(
+            **connection_kwargs(cfg.kafka()),
+            group_id=cfg.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+            check_crcs=cfg.check_crcs,
+        )
+        try:
+            await self.consumer.start()
+            self.consumer.subscribe([cfg.topic])
+        except KafkaError as e:
+            raise AlertError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {e}") from None
+        log.info("reading %s as group %s", cfg.topic, cfg.group_id)
+
+    async def _close(self) -> None:
+        for sink in self._sinks():
+            await sink.stop()
+        if self.consumer is not None:
+            with contextlib.suppress(KafkaError):
+                await self.consumer.stop()
+        if self.session is not None:
+            await self.session.close()
+        await self.http.close()
+        log.info("stopped")
+
+    # --- consuming ----------------------------------------------------------------------------
+
+    async def _consume(self) -> None:
+        while not self.stopping.is_set():
+            fetch = asyncio.ensure_future(
+                self.consumer.getmany(timeout_ms=500, max_records=MAX_BATCH_RECORDS)
+            )
+            stop = asyncio.ensure_future(self.stopping.wait())
+            await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not fetch.done():
+                fetch.cancel()
+                break
+            try:
+                batch: dict[TopicPartition, list[Any]] = fetch.result()
+            except KafkaError as e:
+                log.warning("fetch failed: %s", e)
+                continue
+            self.assigned = bool(self.consumer.assignment())
+            if batch:
+                await self._handle_batch(batch)
+
+    async def _handle_batch(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        waiting: list[asyncio.Future[bool]] = []
+        offsets: dict[TopicPartition, int] = {}
+        for tp, records in batch.items():
+            for rec in records:
+                waiting += await self.handle_record(rec.value, rec.timestamp)
+                offsets[tp] = rec.offset + 1
+        if waiting:
+            await asyncio.gather(*waiting, return_exceptions=True)
+        try:
+            await self.consumer.commit(offsets)
+            self.metrics.commits.inc()
+        except (CommitFailedError, KafkaError) as e:
+            # the partitions moved: their new owner delivers these again (at-least-once)
+            log.warning("offset commit failed, the records will be delivered again: %s", e)
+
+    async def handle_record(
+        self, value: bytes | None, timestamp_ms: int
+    ) -> list[asyncio.Future[bool]]:
+        """Stores one diagnosis and queues it to every sink; the futures end when each sink
+        accepted or gave up. Bad records are counted and skipped."""
+        try:
+            d = check_diagnosis(orjson.loads(value or b""))
+        except (orjson.JSONDecodeError, BadDiagnosis) as e:
+            self.metrics.invalid.inc()
+            log.warning("skipped a record that is not a diagnosis: %s", e)
+            return []
+        self.metrics.diagnoses.inc()
+        if not self.store.put(d):
+            return []
+        age_s = time.time() - timestamp_ms / 1000
+        if age_s > self.cfg.alert_ttl_ms / 1000:
+            log.info("diagnosis %s is %.0f s old: shown, not alerted", d["id"], age_s)
+            return []
+        return await self.dispatch(d)
+
+    async def dispatch(self, d: Diagnosis) -> list[asyncio.Future[bool]]:
+        did, link = d["id"], self.link(d["id"])
+        futures: list[asyncio.Future[bool]] = []
+        if self.alertmanagers:
+            f = self.firing.update(d, link)
+            self.metrics.firing.set(len(self.firing.firing))
+            alert = sinks.alertmanager_alert(f, self.firing.ends_at(f, time.time()))
+            for url, sink in self.alertmanagers:
+                futures.append(await sink.submit(did, sinks.alertmanager_request(url, [alert])))
+        if self.pagerduty is not None and self.cfg.pagerduty_routing_key:
+            req = sinks.pagerduty_request(
+                self.cfg.pagerduty_url, d, self.cfg.pagerduty_routing_key, link
+            )
+            futures.append(await self.pagerduty.submit(did, req))
+        for url, sink in self.webhooks:
+            req = sinks.webhook_request(
+                url, d, link, secret=self.cfg.webhook_secret, fmt=self.cfg.webhook_format
+            )
+            futures.append(await sink.submit(did, req))
+        log.info("diagnosis %s of job %s queued to %d sink(s)", did, d["job"], len(futures))
+        return futures
+
+    async def _resend_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.firing.resend_s)
+            alerts, expired = self.firing.due()
+            self.metrics.firing.set(len(self.firing.firing))
+            for did in expired:
+                log.info("incident %s expired: sent resolved to Alertmanager", did)
+            if not alerts:
+                continue
+            what = f"re-send of {len(alerts)} alert(s)"
+            for url, sink in self.alertmanagers:
+                await sink.submit(what, sinks.alertmanager_request(url, alerts))
