@@ -178,6 +178,7 @@ class PagerDuty:
     the next status of `statuses` (then 202) with PagerDuty's response bodies."""
 
     statuses: list[int] = field(default_factory=list)
+    failing_keys: set[str] = field(default_factory=set)  # always 500 for these dedup keys
     accepted: list[dict[str, Any]] = field(default_factory=list)
     requests: int = 0
     invalid: list[list[str]] = field(default_factory=list)
@@ -206,7 +207,10 @@ class PagerDuty:
                     },
                     status=400,
                 )
-            status = self.statuses.pop(0) if self.statuses else 202
+            if event.get("dedup_key") in self.failing_keys:
+                status = 500
+            else:
+                status = self.statuses.pop(0) if self.statuses else 202
             if status == 202:
                 self.accepted.append(event)
                 return web.json_response(

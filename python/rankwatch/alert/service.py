@@ -77,7 +77,7 @@ class AlertService:
         out = [s for _, s in self.alertmanagers] + [s for _, s in self.webhooks]
         return out + ([self.pagerduty] if self.pagerduty else [])
 
-    async def _start_sinks(self) -> None:
+    async def start_sinks(self) -> None:
         session = self.session = aiohttp.ClientSession()
         cfg = self.cfg
 
@@ -105,7 +105,7 @@ class AlertService:
             if self.cfg.external_url is None:
                 self.base_url = self.cfg.page_base(self.http.address)
             log.info("incident pages on %s/incidents", self.base_url)
-        await self._start_sinks()
+        await self.start_sinks()
         resend: asyncio.Task[None] | None = None
         try:
             await self._start_consumer()
@@ -238,6 +238,8 @@ class AlertService:
                 log.info("incident %s expired: sent resolved to Alertmanager", did)
             if not alerts:
                 continue
-            what = f"re-send of {len(alerts)} alert(s)"
+            ids = [a["annotations"]["diagnosis_id"] for a in alerts]
+            shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+            what = f"re-send of {len(ids)} alert(s): {shown}"
             for url, sink in self.alertmanagers:
                 await sink.submit(what, sinks.alertmanager_request(url, alerts))
