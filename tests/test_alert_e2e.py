@@ -22,6 +22,7 @@ from alert_services import (
     alertmanager_binary,
     serving,
 )
+from conftest import analyze_dir
 from daemon_fixtures import (
     Daemon,
     committed_offsets,
@@ -31,7 +32,8 @@ from daemon_fixtures import (
     wait_for,
     wait_settled,
 )
-from test_daemon_kafka import make_fleet, replay
+from rankwatch import Catalog
+from test_daemon_kafka import make_fleet, produce, replay
 
 ROUTING_KEY = "e2eR0UT1NGKEY0123456789abcdefABC"
 
@@ -153,3 +155,46 @@ def check_alertmanager(
     fingerprints = {a["fingerprint"] for n in notifications for a in n["alerts"]}
     assert fingerprints == {alert["fingerprint"]}
     assert all(n["status"] == "firing" for n in notifications)
+
+
+def test_offsets_move_only_after_delivery_and_a_restart_delivers_again(
+    tmp_path: Path, daemon_kafka: str, fresh_topics: Callable[..., str]
+) -> None:
+    """At-least-once: while the webhook keeps failing, nothing is committed and a stop does
+    not commit either; the next `rankwatch alert` of the group delivers the diagnosis."""
+    truths = make_fleet(tmp_path / "fleet", [("oom_kill", 61, "per-rank")])
+    (job,) = truths
+    (diagnosis,) = analyze_dir(tmp_path / "fleet" / job, Catalog())[0]
+    topic, group = fresh_topics("diagnoses", 1), f"alert-{uuid.uuid4().hex[:8]}"
+    produce(
+        daemon_kafka, topic, [(b"not a diagnosis", b"{"), (job.encode(), orjson.dumps(diagnosis))]
+    )
+    hook = Receiver(statuses=[503] * 10_000)
+    with serving(hook.app()) as server:
+        args = [
+            *("--bootstrap-servers", daemon_kafka, "--topic", topic, "--group-id", group),
+            *("--webhook-url", f"{server.url}/hook", "--sink-attempts", "100000"),
+            *("--sink-backoff-ms", "50", "--sink-backoff-max-ms", "100"),
+        ]
+        first = AlertProcess(args, log=tmp_path / "alert-1.log").start()
+        wait_for("the webhook to be retried", lambda: len(hook.received) >= 3)
+        assert committed_offsets(daemon_kafka, topic, group) == {}
+        metrics = first.metrics()
+        assert metrics['rankwatch_alert_retried_total{sink="webhook-1"}'] >= 2
+        assert metrics["rankwatch_alert_invalid_records_total"] == 1
+        assert first.stop() == 0
+        assert committed_offsets(daemon_kafka, topic, group) == {}
+
+        with hook.lock:
+            hook.statuses.clear()
+            tried = len(hook.received)
+        second = AlertProcess(args, log=tmp_path / "alert-2.log").start()
+        wait_for(
+            "the restarted member to deliver and commit",
+            lambda: caught_up(daemon_kafka, topic, group),
+            context=second.log_text,
+        )
+        metrics = second.metrics()
+        assert second.stop() == 0
+    assert metrics['rankwatch_alert_sent_total{sink="webhook-1"}'] == 1
+    assert [r.json() for r in hook.received[tried:]] == [diagnosis]

@@ -178,14 +178,24 @@ class AlertService:
             for rec in records:
                 waiting += await self.handle_record(rec.value, rec.timestamp)
                 offsets[tp] = rec.offset + 1
-        if waiting:
-            await asyncio.gather(*waiting, return_exceptions=True)
+        if waiting and not await self._settled(waiting):
+            log.info("stopping before the sinks finished: offsets of this batch not committed")
+            return
         try:
             await self.consumer.commit(offsets)
             self.metrics.commits.inc()
         except (CommitFailedError, KafkaError) as e:
             # the partitions moved: their new owner delivers these again (at-least-once)
             log.warning("offset commit failed, the records will be delivered again: %s", e)
+
+    async def _settled(self, waiting: list[asyncio.Future[bool]]) -> bool:
+        """Waits until every sink finished with the batch (True) or a stop was asked (False:
+        the batch is delivered again after a restart, at-least-once)."""
+        done: asyncio.Future[Any] = asyncio.gather(*waiting, return_exceptions=True)
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({done, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        return done.done()
 
     async def handle_record(
         self, value: bytes | None, timestamp_ms: int
