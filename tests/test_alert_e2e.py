@@ -38,6 +38,17 @@ from test_daemon_kafka import make_fleet, produce, replay
 ROUTING_KEY = "e2eR0UT1NGKEY0123456789abcdefABC"
 
 
+def healthy(member: AlertProcess) -> bool:
+    return found(member, "/healthz")
+
+
+def found(member: AlertProcess, path: str) -> bool:
+    try:
+        return member.get(path)[0] == 200
+    except OSError:
+        return False
+
+
 def caught_up(bootstrap: str, topic: str, group: str) -> bool:
     ends = end_offsets(bootstrap, topic)
     done = committed_offsets(bootstrap, topic, group)
@@ -198,3 +209,30 @@ def test_offsets_move_only_after_delivery_and_a_restart_delivers_again(
         assert second.stop() == 0
     assert metrics['rankwatch_alert_sent_total{sink="webhook-1"}'] == 1
     assert [r.json() for r in hook.received[tried:]] == [diagnosis]
+
+
+def test_every_member_serves_every_incident_page(
+    tmp_path: Path, daemon_kafka: str, fresh_topics: Callable[..., str]
+) -> None:
+    """Alerts link to any member (behind a load balancer): the one without partitions of the
+    group serves the pages too, from its group-less reader."""
+    truths = make_fleet(tmp_path / "fleet", [("cuda_oom", 71, "per-rank")])
+    (job,) = truths
+    (diagnosis,) = analyze_dir(tmp_path / "fleet" / job, Catalog())[0]
+    topic, group = fresh_topics("diagnoses", 1), f"alert-{uuid.uuid4().hex[:8]}"
+    hook = Receiver()
+    with serving(hook.app()) as server:
+        args = [
+            *("--bootstrap-servers", daemon_kafka, "--topic", topic, "--group-id", group),
+            *("--webhook-url", f"{server.url}/hook"),
+        ]
+        members = [AlertProcess(args, log=tmp_path / f"alert-{i}.log").start() for i in (1, 2)]
+        wait_for("a member to own the partition", lambda: any(healthy(m) for m in members))
+        produce(daemon_kafka, topic, [(job.encode(), orjson.dumps(diagnosis))])
+        path = f"/incidents/{diagnosis['id']}?format=json"
+        for m in members:
+            wait_for("the page on every member", lambda m=m: found(m, path), context=m.log_text)
+            assert orjson.loads(m.get(path)[1]) == diagnosis
+        wait_for("the delivery", lambda: caught_up(daemon_kafka, topic, group))
+        assert [m.stop() for m in members] == [0, 0]
+    assert [r.json() for r in hook.received] == [diagnosis]

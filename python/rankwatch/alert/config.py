@@ -89,6 +89,12 @@ class AlertConfig:
         metavar="URL",
     )
     incidents_kept: int = _opt(1_000, "recent diagnoses kept for /incidents", kind=INT, minimum=1)
+    incidents_since_ms: int = _opt(
+        24 * 3_600_000,
+        "on start, /incidents loads the diagnoses published this long ago (all partitions)",
+        kind=INT,
+        minimum=0,
+    )
     # --- sinks ----------------------------------------------------------------------------
     alertmanager_url: list[str] = _opt(  # noqa: RUF009
         [], "Alertmanager base URL (repeatable: an HA pair)", kind=LIST, metavar="URL"

@@ -2,7 +2,10 @@
 batch: keep each diagnosis for the incident pages, hand it to every sink, wait until every sink
 accepted it or gave it up (counted and logged), then commit the offsets: at-least-once
 delivery. Alertmanager also gets the firing incidents again every `alert_resend_ms` until they
-expire (sinks.FiringSet)."""
+expire (sinks.FiringSet).
+
+The incident pages are fed apart from the group: a group-less reader follows every partition of
+the topic, so any member behind a load balancer serves any incident an alert links to."""
 
 from __future__ import annotations
 
@@ -26,12 +29,14 @@ from rankwatch.alert.delivery import RetryPolicy, Sink
 from rankwatch.alert.metrics import AlertMetrics
 from rankwatch.alert.server import HttpServer, make_app
 from rankwatch.alert.store import IncidentStore
-from rankwatch.daemon.kafka_clients import connection_kwargs
+from rankwatch.daemon.kafka_clients import connection_kwargs, reader_consumer
+from rankwatch.daemon.tail import TopicTail
 from rankwatch.report import Diagnosis
 
 log = logging.getLogger("rankwatch.alert")
 
 MAX_BATCH_RECORDS = 500
+PAGES_REFRESH_S = 1.0
 
 
 class AlertError(RuntimeError):
@@ -42,7 +47,8 @@ class AlertService:
     def __init__(self, cfg: AlertConfig) -> None:
         self.cfg = cfg
         self.metrics = AlertMetrics()
-        self.store = IncidentStore(cfg.incidents_kept)
+        self.store = IncidentStore(cfg.incidents_kept)  # what /incidents shows
+        self.delivered = IncidentStore(cfg.incidents_kept)  # versions already handed to sinks
         self.firing = sinks.FiringSet(cfg.alert_resend_ms / 1000, cfg.alert_ttl_ms / 1000)
         self.http = HttpServer(make_app(self.store, self.metrics, lambda: self.assigned))
         self.policy = RetryPolicy(
@@ -106,17 +112,18 @@ class AlertService:
                 self.base_url = self.cfg.page_base(self.http.address)
             log.info("incident pages on %s/incidents", self.base_url)
         await self.start_sinks()
-        resend: asyncio.Task[None] | None = None
+        tasks: list[asyncio.Task[None]] = []
         try:
             await self._start_consumer()
             if self.alertmanagers:
-                resend = asyncio.create_task(self._resend_loop(), name="alertmanager-resend")
+                tasks.append(asyncio.create_task(self._resend_loop(), name="alertmanager-resend"))
+            if listen is not None:
+                tasks.append(asyncio.create_task(self._follow_pages(), name="incident-pages"))
             await self._consume()
         finally:
-            if resend is not None:
-                resend.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await resend
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self._close()
 
     async def _start_consumer(self) -> None:
@@ -209,7 +216,8 @@ class AlertService:
             log.warning("skipped a record that is not a diagnosis: %s", e)
             return []
         self.metrics.diagnoses.inc()
-        if not self.store.put(d):
+        self.store.put_new(d)  # at once; versions in order come from _follow_pages
+        if not self.delivered.put(d):
             return []
         age_s = time.time() - timestamp_ms / 1000
         if age_s > self.cfg.alert_ttl_ms / 1000:
@@ -238,6 +246,29 @@ class AlertService:
             futures.append(await sink.submit(did, req))
         log.info("diagnosis %s of job %s queued to %d sink(s)", did, d["job"], len(futures))
         return futures
+
+    async def _follow_pages(self) -> None:
+        """Keeps /incidents current with every partition of the topic (not only this member's),
+        starting `incidents_since_ms` back."""
+        reader = reader_consumer(self.cfg.kafka())
+        tail = TopicTail(reader, self.cfg.topic)
+        since_ms = int(time.time() * 1000) - self.cfg.incidents_since_ms
+        try:
+            await reader.start()
+            while True:
+                try:
+                    await tail.catch_up(self._show, since_ms=since_ms, timeout_s=30)
+                except KafkaError as e:
+                    log.warning("reading %s for the incident pages failed: %s", self.cfg.topic, e)
+                await asyncio.sleep(PAGES_REFRESH_S)
+        finally:
+            with contextlib.suppress(KafkaError):
+                await reader.stop()
+
+    def _show(self, record: Any) -> None:
+        # a bad record is counted by the group consumer, which reads the same records
+        with contextlib.suppress(orjson.JSONDecodeError, BadDiagnosis):
+            self.store.put(check_diagnosis(orjson.loads(record.value or b"")))
 
     async def _resend_loop(self) -> None:
         while True:

@@ -27,6 +27,12 @@ class IncidentStore:
             self._by_id.popitem(last=False)
         return True
 
+    def put_new(self, d: Diagnosis) -> None:
+        """Stores `d` only if its id is unknown (a reader that may lag behind another one
+        never replaces a newer version)."""
+        if d["id"] not in self._by_id:
+            self.put(d)
+
     def get(self, did: str) -> Diagnosis | None:
         return self._by_id.get(did)
 
