@@ -97,9 +97,12 @@ class Receiver:
     statuses: list[int] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    gate: threading.Event | None = None  # when set: hold every request until the gate opens
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
+        while self.gate is not None and not self.gate.is_set():
+            await asyncio.sleep(0.01)
         with self.lock:
             self.received.append(Received(request.path, dict(request.headers), body))
             status = self.statuses.pop(0) if self.statuses else 200

@@ -10,6 +10,7 @@ import copy
 import hashlib
 import hmac
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -206,3 +207,40 @@ def test_connection_errors_are_retried_then_counted(diagnoses: list[dict[str, An
     assert m['rankwatch_alert_retried_total{sink="webhook-1"}'] == 2
     assert m['rankwatch_alert_failed_total{sink="webhook-1"}'] == 1
     assert m['rankwatch_alert_sent_total{sink="webhook-1"}'] == 0
+
+
+def test_a_full_queue_gives_the_alert_up_at_once_counted_and_logged(
+    diagnoses: list[dict[str, Any]], caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second = diagnoses
+    third = {**first, "id": "rw-third", "summary": "third"}
+    gate = threading.Event()
+    hook = Receiver(gate=gate)
+
+    async def body(service: AlertService) -> tuple[list[bool], list[bool]]:
+        sink = service.webhooks[0][1]
+        waiting = await service.dispatch(first)
+        while sink.queue.qsize():  # the one worker took it and is held by the receiver
+            await asyncio.sleep(0.01)
+        waiting += await service.dispatch(second)  # fills the queue of one
+        (dropped,) = await service.dispatch(third)
+        at_once = [dropped.done() and dropped.result()]
+        gate.set()
+        return at_once, list(await asyncio.gather(*waiting))
+
+    caplog.set_level(logging.INFO, logger="rankwatch.alert")
+    with serving(hook.app()) as server:
+        settings = {
+            "webhook_url": [f"{server.url}/hook"],
+            "sink_queue_size": 1,
+            "sink_concurrency": 1,
+        }
+        (at_once, results), m, _ = run_service(settings, body)
+    assert at_once == [False] and results == [True, True]
+    assert [r.json()["id"] for r in hook.received] == [first["id"], second["id"]]
+    assert m['rankwatch_alert_dropped_total{sink="webhook-1"}'] == 1
+    assert m['rankwatch_alert_failed_total{sink="webhook-1"}'] == 1
+    assert m['rankwatch_alert_sent_total{sink="webhook-1"}'] == 2
+    assert m['rankwatch_alert_queue_depth{sink="webhook-1"}'] == 0
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors == ["sink webhook-1: alert rw-third NOT delivered: queue full (1)"]

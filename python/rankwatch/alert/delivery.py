@@ -66,9 +66,7 @@ def _retry_after(headers: object) -> float | None:
 
 
 class Sink:
-    """Delivers requests to one endpoint. `submit` waits while the queue is full (back-pressure
-    on the consumer, not loss) and returns a future: True when the endpoint accepted the alert,
-    False when it was given up (counted and logged)."""
+    """Delivers requests to one endpoint from a bounded queue with a few workers."""
 
     def __init__(
         self,
@@ -104,9 +102,16 @@ class Sink:
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
 
-    async def submit(self, diagnosis_id: str, request: Request) -> asyncio.Future[bool]:
+    def submit(self, diagnosis_id: str, request: Request) -> asyncio.Future[bool]:
+        """Queues a request; the future ends True when the endpoint accepted it, False when it
+        was given up. A full queue gives the alert up at once (counted as dropped and failed,
+        logged): one slow or dead sink must not hold back the others."""
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        await self.queue.put(_Item(diagnosis_id, request, done))
+        try:
+            self.queue.put_nowait(_Item(diagnosis_id, request, done))
+        except asyncio.QueueFull:
+            self.metrics.dropped.labels(sink=self.name).inc()
+            done.set_result(self._give_up(diagnosis_id, f"queue full ({self.queue.maxsize})"))
         self.metrics.queued.labels(sink=self.name).set(self.queue.qsize())
         return done
 

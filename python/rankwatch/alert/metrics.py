@@ -25,7 +25,13 @@ class AlertMetrics:
         self.sent = Counter("rankwatch_alert_sent", "alerts a sink accepted", ["sink"], registry=r)
         self.failed = Counter(
             "rankwatch_alert_failed",
-            "alerts a sink did not accept within its retry budget, or rejected",
+            "alerts not delivered: refused, past the retry budget, or the queue was full",
+            ["sink"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            "rankwatch_alert_dropped",
+            "alerts given up at once because the sink's queue was full (also in failed)",
             ["sink"],
             registry=r,
         )
@@ -59,6 +65,6 @@ class AlertMetrics:
 
     def sink(self, name: str) -> None:
         """Creates the sink's series at zero, so dashboards see them before the first alert."""
-        for metric in (self.sent, self.failed, self.retried):
+        for metric in (self.sent, self.failed, self.retried, self.dropped):
             metric.labels(sink=name)
         self.queued.labels(sink=name).set(0)

@@ -233,17 +233,17 @@ class AlertService:
             self.metrics.firing.set(len(self.firing.firing))
             alert = sinks.alertmanager_alert(f, self.firing.ends_at(f, time.time()))
             for url, sink in self.alertmanagers:
-                futures.append(await sink.submit(did, sinks.alertmanager_request(url, [alert])))
+                futures.append(sink.submit(did, sinks.alertmanager_request(url, [alert])))
         if self.pagerduty is not None and self.cfg.pagerduty_routing_key:
             req = sinks.pagerduty_request(
                 self.cfg.pagerduty_url, d, self.cfg.pagerduty_routing_key, link
             )
-            futures.append(await self.pagerduty.submit(did, req))
+            futures.append(self.pagerduty.submit(did, req))
         for url, sink in self.webhooks:
             req = sinks.webhook_request(
                 url, d, link, secret=self.cfg.webhook_secret, fmt=self.cfg.webhook_format
             )
-            futures.append(await sink.submit(did, req))
+            futures.append(sink.submit(did, req))
         log.info("diagnosis %s of job %s queued to %d sink(s)", did, d["job"], len(futures))
         return futures
 
@@ -283,4 +283,4 @@ class AlertService:
             shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
             what = f"re-send of {len(ids)} alert(s): {shown}"
             for url, sink in self.alertmanagers:
-                await sink.submit(what, sinks.alertmanager_request(url, alerts))
+                sink.submit(what, sinks.alertmanager_request(url, alerts))
