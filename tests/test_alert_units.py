@@ -40,11 +40,30 @@ def test_flags_win_over_environment_over_file(tmp_path: Path) -> None:
         'topic = "from-file"\ngroup_id = "file-group"\nsink_attempts = 2\n'
         'alertmanager_url = ["http://am-a:9093", "http://am-b:9093"]\n'
     )
-    env = {"RANKWATCH_GROUP_ID": "env-group", "RANKWATCH_SINK_ATTEMPTS": "5"}
+    env = {"RANKWATCH_ALERT_GROUP_ID": "env-group", "RANKWATCH_SINK_ATTEMPTS": "5"}
     cfg = load_alert_config(cfg_file, overrides={"sink_attempts": 9}, environ=env)
     assert (cfg.topic, cfg.group_id, cfg.sink_attempts) == ("from-file", "env-group", 9)
+    assert load_alert_config(cfg_file, environ=env).sink_attempts == 5
     assert cfg.alertmanager_url == ["http://am-a:9093", "http://am-b:9093"]
     assert alertmanager_endpoint("http://am/prefix/") == "http://am/prefix/api/v2/alerts"
+
+
+def test_the_shipped_example_config_loads() -> None:
+    example = Path(__file__).resolve().parent.parent / "python/rankwatch/alert/example.toml"
+    cfg = load_alert_config(example, environ={})
+    assert len(cfg.alertmanager_url) == 2 and cfg.pagerduty_routing_key is None
+    assert cfg.page_base() == "https://rankwatch.example.com"
+
+
+def test_the_daemons_topic_and_group_in_a_shared_environment_are_not_taken() -> None:
+    daemon_env = {
+        "RANKWATCH_TOPIC": "training-logs",
+        "RANKWATCH_GROUP_ID": "rankwatch",
+        "RANKWATCH_BOOTSTRAP_SERVERS": "kafka-1:9092",
+    }
+    cfg = load_alert_config(environ=daemon_env)
+    assert (cfg.topic, cfg.group_id) == ("rankwatch.diagnoses", "rankwatch-alert")
+    assert cfg.bootstrap_servers == "kafka-1:9092"  # the same connection is shared
 
 
 def test_secrets_and_url_credentials_are_masked(tmp_path: Path) -> None:
@@ -118,8 +137,9 @@ def test_labels_and_annotations() -> None:
 def test_firing_alerts_are_resent_then_sent_resolved_once_they_expire() -> None:
     firing = FiringSet(resend_s=60, ttl_s=600)
     t0 = 1_800_000_000.0
-    f = firing.update(DIAGNOSIS, "http://x/incidents/rw", now=t0)
-    assert f.starts_at == DIAGNOSIS["incident"]["start"]
+    (alert,) = firing.update(DIAGNOSIS, "http://x/incidents/rw", now=t0)
+    assert alert["startsAt"] == DIAGNOSIS["incident"]["start"]
+    assert alert["endsAt"] == iso(t0 + 240)
     (alert,), expired = firing.due(now=t0 + 60)
     assert expired == [] and alert["endsAt"] == iso(t0 + 60 + 240)
     assert alert["generatorURL"] == "http://x/incidents/rw"
@@ -130,6 +150,22 @@ def test_firing_alerts_are_resent_then_sent_resolved_once_they_expire() -> None:
     assert expired == [DIAGNOSIS["id"]] and alert["endsAt"] == iso(t0 + 1100)
     assert alert["startsAt"] == DIAGNOSIS["incident"]["start"]
     assert firing.due(now=t0 + 1200) == ([], [])
+
+
+def test_a_new_root_cause_resolves_the_alert_with_the_old_labels() -> None:
+    firing = FiringSet(resend_s=60, ttl_s=600)
+    t0 = 1_800_000_000.0
+    firing.update(DIAGNOSIS, "http://x/incidents/rw", now=t0)
+    same_labels = {**DIAGNOSIS, "fix": "Reseat the GPU."}
+    (alert,) = firing.update(same_labels, "http://x/incidents/rw", now=t0 + 10)
+    assert alert["annotations"]["fix"] == "Reseat the GPU."
+    moved = {**DIAGNOSIS, "root_cause": {**DIAGNOSIS["root_cause"], "rank": 9, "host": "node-004"}}
+    old, new = firing.update(moved, "http://x/incidents/rw", now=t0 + 20)
+    assert (old["labels"]["rank"], old["endsAt"]) == ("3", iso(t0 + 20))
+    assert (new["labels"]["rank"], new["labels"]["host"]) == ("9", "node-004")
+    assert new["endsAt"] == iso(t0 + 20 + 240) and new["startsAt"] == old["startsAt"]
+    (again,), _ = firing.due(now=t0 + 80)
+    assert again["labels"]["rank"] == "9"
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import logging
 import sys
 from typing import Any
 
-from rankwatch.alert.config import OPTIONS, load_alert_config
-from rankwatch.daemon.config import BOOL, CHOICE, INT, LIST, ConfigError, env_name, flag_name
+from rankwatch.alert.config import OPTIONS, env_name, load_alert_config
+from rankwatch.daemon.config import BOOL, CHOICE, INT, LIST, ConfigError, flag_name
 from rankwatch.daemon.logs import setup_logging
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2

@@ -1,7 +1,11 @@
 """The configuration of `rankwatch alert`, in the same scheme as `rankwatch run`: one TOML file,
 `RANKWATCH_<KEY>` environment overrides, and a flag per key (flags win over the environment,
 which wins over the file). The value kinds, parsing and error messages are the daemon's
-(`rankwatch.daemon.config`); this module only declares the keys of its own command."""
+(`rankwatch.daemon.config`); this module only declares the keys of its own command.
+
+Keys that mean something else for `rankwatch run` (`topic`, `group_id`, `client_id`) take their
+environment value from `RANKWATCH_ALERT_<KEY>`, so that a daemon and its alert deliverer can
+share one environment without the deliverer joining the daemon's consumer group."""
 
 from __future__ import annotations
 
@@ -27,11 +31,11 @@ from rankwatch.daemon.config import (
     DaemonConfig,
     _opt,
     _suggest,
-    env_name,
     flag_name,
     load_config,
     read_toml,
 )
+from rankwatch.daemon.config import env_name as daemon_env_name
 
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 WEBHOOK_FORMATS = ("json", "slack")
@@ -181,6 +185,12 @@ class AlertConfig:
 
 
 OPTIONS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(AlertConfig)}
+OWN_ENV_KEYS = ("topic", "group_id", "client_id")
+
+
+def env_name(key: str) -> str:
+    """`RANKWATCH_<KEY>`, or `RANKWATCH_ALERT_<KEY>` for keys `rankwatch run` uses otherwise."""
+    return daemon_env_name(f"alert_{key}" if key in OWN_ENV_KEYS else key)
 
 
 def redact_url(url: str) -> str:

@@ -229,11 +229,10 @@ class AlertService:
         did, link = d["id"], self.link(d["id"])
         futures: list[asyncio.Future[bool]] = []
         if self.alertmanagers:
-            f = self.firing.update(d, link)
+            alerts = self.firing.update(d, link)
             self.metrics.firing.set(len(self.firing.firing))
-            alert = sinks.alertmanager_alert(f, self.firing.ends_at(f, time.time()))
             for url, sink in self.alertmanagers:
-                futures.append(sink.submit(did, sinks.alertmanager_request(url, [alert])))
+                futures.append(sink.submit(did, sinks.alertmanager_request(url, alerts)))
         if self.pagerduty is not None and self.cfg.pagerduty_routing_key:
             req = sinks.pagerduty_request(
                 self.cfg.pagerduty_url, d, self.cfg.pagerduty_routing_key, link

@@ -79,13 +79,20 @@ class FiringSet:
         self.ttl_s = ttl_s
         self.firing: dict[str, Firing] = {}
 
-    def update(self, d: Diagnosis, link: str, now: float | None = None) -> Firing:
+    def update(self, d: Diagnosis, link: str, now: float | None = None) -> list[dict[str, Any]]:
+        """Records a new version of a diagnosis; returns the alerts to send now: the firing
+        one, preceded by the previous version resolved if the update changed its labels (a
+        new root cause is another Alertmanager alert; the old one must not linger)."""
         now = time.time() if now is None else now
         old = self.firing.get(d["id"])
         starts = old.starts_at if old else started_at(d, now)
         f = Firing(d, link, starts, now)
         self.firing[d["id"]] = f
-        return f
+        out = []
+        if old is not None and content.alert_labels(old.diagnosis) != content.alert_labels(d):
+            out.append(alertmanager_alert(old, now))
+        out.append(alertmanager_alert(f, self.ends_at(f, now)))
+        return out
 
     def ends_at(self, f: Firing, now: float) -> float:
         return min(now + 4 * self.resend_s, f.updated + self.ttl_s)
