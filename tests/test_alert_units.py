@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,14 @@ def test_the_shipped_example_config_loads() -> None:
     cfg = load_alert_config(example, environ={})
     assert len(cfg.alertmanager_url) == 2 and cfg.pagerduty_routing_key is None
     assert cfg.page_base() == "https://rankwatch.example.com"
+
+
+def test_links_name_a_reachable_host() -> None:
+    assert load_alert_config(environ={}).page_base() == "http://127.0.0.1:9465"
+    wide = load_alert_config(overrides={"http_addr": "0.0.0.0:80"}, environ={})
+    assert wide.page_base() == f"http://{socket.getfqdn()}:80"
+    v6 = load_alert_config(overrides={"http_addr": "[::1]:9465"}, environ={})
+    assert v6.page_base() == "http://[::1]:9465"
 
 
 def test_the_daemons_topic_and_group_in_a_shared_environment_are_not_taken() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +160,10 @@ class AlertConfig:
         if self.external_url:
             return self.external_url.rstrip("/")
         host, port = bound or self.http_listen() or ("127.0.0.1", 9465)
+        if host in ("0.0.0.0", "::", ""):  # every interface: name the machine instead
+            host = socket.getfqdn()
+        elif ":" in host:
+            host = f"[{host}]"
         return f"http://{host}:{port}"
 
     def kafka(self) -> DaemonConfig:

@@ -252,10 +252,13 @@ class AlertService:
         reader = reader_consumer(self.cfg.kafka())
         tail = TopicTail(reader, self.cfg.topic)
         since_ms = int(time.time() * 1000) - self.cfg.incidents_since_ms
+        started = False
         try:
-            await reader.start()
             while True:
                 try:
+                    if not started:
+                        await reader.start()
+                        started = True
                     await tail.catch_up(self._show, since_ms=since_ms, timeout_s=30)
                 except KafkaError as e:
                     log.warning("reading %s for the incident pages failed: %s", self.cfg.topic, e)
