@@ -199,12 +199,14 @@ def env_name(key: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL without user info and query (either may carry a token), for logs."""
+    """Scheme and host only, for logs: user info, path and query may all carry a token (a
+    Slack webhook's path is its secret)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.port is not None:
         host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}"
+    rest = "/..." if parts.path.strip("/") or parts.query else ""
+    return f"{parts.scheme}://{host}{rest}"
 
 
 def _parse_text(f: dataclasses.Field[Any], text: str, where: str) -> Any:
