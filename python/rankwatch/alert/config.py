@@ -30,10 +30,12 @@ from rankwatch.daemon.config import (
     SECURITY_PROTOCOLS,
     ConfigError,
     DaemonConfig,
+    _check_value,
     _opt,
     _suggest,
     flag_name,
     load_config,
+    parse_text,
     read_toml,
 )
 from rankwatch.daemon.config import env_name as daemon_env_name
@@ -209,59 +211,6 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{host}{rest}"
 
 
-def _parse_text(f: dataclasses.Field[Any], text: str, where: str) -> Any:
-    kind = f.metadata["kind"]
-    if kind == INT:
-        try:
-            return int(text.replace("_", ""))
-        except ValueError:
-            raise ConfigError(f"{where}: expected an integer, got {text!r}") from None
-    if kind == BOOL:
-        low = text.strip().lower()
-        if low in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return low in ("1", "true", "yes", "on")
-        raise ConfigError(f"{where}: expected true or false, got {text!r}")
-    if kind == LIST:
-        return [t.strip() for t in text.split(",") if t.strip()]
-    if text == "" and f.default is None:
-        return None
-    return text
-
-
-def _check(f: dataclasses.Field[Any], value: Any, where: str) -> Any:
-    meta = f.metadata
-    kind = meta["kind"]
-    if kind == INT:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        if meta["minimum"] is not None and value < meta["minimum"]:
-            raise ConfigError(f"{where}: must be at least {meta['minimum']:,}, got {value:,}")
-        return value
-    if kind == BOOL:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
-        return value
-    if kind == LIST:
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(f"{where}: expected a list of non-empty strings, got {value!r}")
-        return list(value)
-    if value is None and kind in (OPT_STR, CHOICE):
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
-    if kind == CHOICE and value not in meta["choices"]:
-        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(meta['choices'])}")
-    if kind == ADDR and value != "off":
-        host, sep, port = value.rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 65535:
-            raise ConfigError(f"{where}: expected host:port or 'off', got {value!r}")
-    if kind not in (OPT_STR, CHOICE) and not value.strip():
-        raise ConfigError(f"{where}: must not be empty")
-    return value
-
-
 def load_alert_config(
     path: str | Path | None = None,
     *,
@@ -275,16 +224,17 @@ def load_alert_config(
         for key, value in read_toml(path).items():
             if key not in OPTIONS:
                 raise ConfigError(f"{path}: unknown key {key!r}{_suggest(key, list(OPTIONS))}")
-            values[key] = _check(OPTIONS[key], value, f"{path}: {key}")
+            values[key] = _check_value(key, value, f"{path}: {key}", OPTIONS)
     env = os.environ if environ is None else environ
-    for key, f in OPTIONS.items():
+    for key in OPTIONS:
         name = env_name(key)
         if name in env:
-            values[key] = _check(f, _parse_text(f, env[name], name), name)
+            text = parse_text(key, env[name], name, OPTIONS)
+            values[key] = _check_value(key, text, name, OPTIONS)
     for key, value in (overrides or {}).items():
         if key not in OPTIONS:
             raise ConfigError(f"unknown option {key!r}")
-        values[key] = _check(OPTIONS[key], value, flag_name(key))
+        values[key] = _check_value(key, value, flag_name(key), OPTIONS)
     cfg = AlertConfig(**values)
     check_alert_config(cfg)
     return cfg
