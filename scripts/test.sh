@@ -11,4 +11,5 @@ step "cargo test"; cargo test --workspace -q 2>&1 | grep -E "^test result|FAILED
 cargo test --workspace -q >/dev/null 2>&1 || { cargo test --workspace; exit 1; }
 step "ruff"; .venv/bin/ruff check python tests bench && .venv/bin/ruff format --check python tests bench
 step "mypy"; .venv/bin/mypy
+step "test services"; scripts/setup-test-services.sh
 step "pytest"; .venv/bin/pytest -q "$@"

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import orjson
 
+from rankwatch.alert.commands import register as register_alert
 from rankwatch.catalog_loader import Catalog, CatalogError
 from rankwatch.daemon.commands import register as register_daemon
 from rankwatch.engine import Engine, EngineConfig
@@ -201,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_validate)
 
     register_daemon(sub)
+    register_alert(sub)
 
     d = sub.add_parser("demo", help="end to end on a local Kafka: broker, daemon, a failing job")
     d.add_argument("--port", type=int, default=19192, help="dev broker port")

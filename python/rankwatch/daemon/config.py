@@ -315,9 +315,12 @@ def _suggest(key: str, known: list[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def parse_text(key: str, text: str, where: str) -> Any:
-    """Turns the text of an environment variable or flag into a value of the key's kind."""
-    kind = OPTIONS[key].metadata["kind"]
+def parse_text(
+    key: str, text: str, where: str, options: Mapping[str, dataclasses.Field[Any]] = OPTIONS
+) -> Any:
+    """Turns the text of an environment variable or flag into a value of the key's kind
+    (`options`: the keys of another command that uses this scheme)."""
+    kind = options[key].metadata["kind"]
     if kind == INT:
         try:
             return int(text.replace("_", ""))
@@ -334,7 +337,7 @@ def parse_text(key: str, text: str, where: str) -> Any:
         return [t.strip() for t in text.split(",") if t.strip()]
     if kind == PATH:
         return parse_path(text, where)
-    if text == "" and OPTIONS[key].default is None:
+    if text == "" and options[key].default is None:
         return None
     return text
 
@@ -357,9 +360,11 @@ def _check_path(value: Any, where: str) -> list[str]:
     return list(value)
 
 
-def _check_value(key: str, value: Any, where: str) -> Any:
+def _check_value(
+    key: str, value: Any, where: str, options: Mapping[str, dataclasses.Field[Any]] = OPTIONS
+) -> Any:
     """Type- and range-checks one value (from any source); returns it normalised."""
-    meta = OPTIONS[key].metadata
+    meta = options[key].metadata
     kind = meta["kind"]
     if kind == INT:
         if isinstance(value, bool) or not isinstance(value, int):

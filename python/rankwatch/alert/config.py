@@ -1,0 +1,271 @@
+"""The configuration of `rankwatch alert`, in the same scheme as `rankwatch run`: one TOML file,
+`RANKWATCH_<KEY>` environment overrides, and a flag per key (flags win over the environment,
+which wins over the file). The value kinds, parsing and error messages are the daemon's
+(`rankwatch.daemon.config`); this module only declares the keys of its own command.
+
+Keys that mean something else for `rankwatch run` (`topic`, `group_id`, `client_id`) take their
+environment value from `RANKWATCH_ALERT_<KEY>`, so that a daemon and its alert deliverer can
+share one environment without the deliverer joining the daemon's consumer group."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from rankwatch.daemon.config import (
+    ADDR,
+    BOOL,
+    CHOICE,
+    INT,
+    LIST,
+    LOG_LEVELS,
+    OPT_STR,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    ConfigError,
+    DaemonConfig,
+    _check_value,
+    _opt,
+    _suggest,
+    flag_name,
+    load_config,
+    parse_text,
+    read_toml,
+)
+from rankwatch.daemon.config import env_name as daemon_env_name
+
+PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
+WEBHOOK_FORMATS = ("json", "slack")
+CONNECTION_KEYS = (
+    "bootstrap_servers",
+    "client_id",
+    "request_timeout_ms",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_password",
+    "session_timeout_ms",
+    "heartbeat_interval_ms",
+)
+
+
+@dataclass
+class AlertConfig:
+    """Every option of `rankwatch alert`; field metadata drives TOML keys, variables and flags."""
+
+    # --- Kafka ----------------------------------------------------------------------------
+    bootstrap_servers: str = _opt("127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]")
+    topic: str = _opt("rankwatch.diagnoses", "the diagnoses topic `rankwatch run` publishes to")
+    group_id: str = _opt("rankwatch-alert", "consumer group of the alert deliverers")
+    client_id: str = _opt("rankwatch-alert", "Kafka client id")
+    request_timeout_ms: int = _opt(40_000, "Kafka request timeout", kind=INT, minimum=1)
+    session_timeout_ms: int = _opt(10_000, "group session timeout", kind=INT, minimum=1)
+    heartbeat_interval_ms: int = _opt(3_000, "group heartbeat interval", kind=INT, minimum=1)
+    security_protocol: str = _opt(
+        "PLAINTEXT", "Kafka security protocol", kind=CHOICE, choices=SECURITY_PROTOCOLS
+    )
+    sasl_mechanism: str | None = _opt(None, "SASL mechanism", kind=CHOICE, choices=SASL_MECHANISMS)
+    sasl_username: str | None = _opt(None, "SASL user name", kind=OPT_STR)
+    sasl_password: str | None = _opt(
+        None, "SASL password (never logged)", kind=OPT_STR, secret=True
+    )
+    ssl_cafile: str | None = _opt(None, "CA bundle for SSL", kind=OPT_STR, metavar="FILE")
+    ssl_certfile: str | None = _opt(None, "client certificate", kind=OPT_STR, metavar="FILE")
+    ssl_keyfile: str | None = _opt(None, "client key for SSL", kind=OPT_STR, metavar="FILE")
+    ssl_password: str | None = _opt(
+        None, "password of the SSL key (never logged)", kind=OPT_STR, secret=True
+    )
+    # --- incident pages and /metrics --------------------------------------------------------
+    http_addr: str = _opt(
+        "127.0.0.1:9465", "host:port of /incidents, /metrics and /healthz ('off')", kind=ADDR
+    )
+    external_url: str | None = _opt(
+        None,
+        "base URL people reach the incident pages at (default: http://<http_addr>)",
+        kind=OPT_STR,
+        metavar="URL",
+    )
+    incidents_kept: int = _opt(1_000, "recent diagnoses kept for /incidents", kind=INT, minimum=1)
+    incidents_since_ms: int = _opt(
+        24 * 3_600_000,
+        "on start, /incidents loads the diagnoses published this long ago (all partitions)",
+        kind=INT,
+        minimum=0,
+    )
+    # --- sinks ----------------------------------------------------------------------------
+    alertmanager_url: list[str] = _opt(  # noqa: RUF009
+        [], "Alertmanager base URL (repeatable: an HA pair)", kind=LIST, metavar="URL"
+    )
+    alert_resend_ms: int = _opt(
+        60_000, "re-send firing alerts to Alertmanager this often", kind=INT, minimum=100
+    )
+    alert_ttl_ms: int = _opt(
+        4 * 3_600_000,
+        "an incident not updated for this long is sent resolved (endsAt) and forgotten",
+        kind=INT,
+        minimum=1_000,
+    )
+    pagerduty_url: str = _opt(PAGERDUTY_EVENTS_URL, "PagerDuty Events API v2 enqueue URL")
+    pagerduty_routing_key: str | None = _opt(
+        None,
+        "PagerDuty integration (routing) key; enables the sink (never logged)",
+        kind=OPT_STR,
+        secret=True,
+    )
+    webhook_url: list[str] = _opt(  # noqa: RUF009
+        [], "webhook URL (repeatable)", kind=LIST, metavar="URL"
+    )
+    webhook_secret: str | None = _opt(
+        None,
+        "sign webhook bodies: X-Rankwatch-Signature HMAC-SHA256 (never logged)",
+        kind=OPT_STR,
+        secret=True,
+    )
+    webhook_format: str = _opt(
+        "json",
+        "webhook body: the diagnosis JSON, or Slack-compatible text",
+        kind=CHOICE,
+        choices=WEBHOOK_FORMATS,
+    )
+    # --- delivery -------------------------------------------------------------------------
+    sink_timeout_ms: int = _opt(10_000, "timeout of one HTTP request", kind=INT, minimum=1)
+    sink_attempts: int = _opt(
+        6, "tries per alert and sink before it is counted as failed", kind=INT, minimum=1
+    )
+    sink_backoff_ms: int = _opt(
+        500, "first retry delay (doubles, with jitter)", kind=INT, minimum=0
+    )
+    sink_backoff_max_ms: int = _opt(30_000, "longest retry delay", kind=INT, minimum=0)
+    sink_queue_size: int = _opt(1_000, "alerts waiting per sink", kind=INT, minimum=1)
+    sink_concurrency: int = _opt(4, "requests in flight per sink", kind=INT, minimum=1)
+    log_level: str = _opt("info", "log level", kind=CHOICE, choices=LOG_LEVELS)
+    check_crcs: bool = _opt(True, "verify record CRCs", kind=BOOL)
+
+    def http_listen(self) -> tuple[str, int] | None:
+        if self.http_addr == "off":
+            return None
+        host, _, port = self.http_addr.rpartition(":")
+        return host.strip("[]") or "127.0.0.1", int(port)
+
+    def page_base(self, bound: tuple[str, int] | None = None) -> str:
+        """Base URL of the incident pages (no trailing slash)."""
+        if self.external_url:
+            return self.external_url.rstrip("/")
+        host, port = bound or self.http_listen() or ("127.0.0.1", 9465)
+        if host in ("0.0.0.0", "::", ""):  # every interface: name the machine instead
+            host = socket.getfqdn()
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{port}"
+
+    def kafka(self) -> DaemonConfig:
+        """The connection settings as a daemon config, for `rankwatch.daemon.kafka_clients`."""
+        values = {k: getattr(self, k) for k in CONNECTION_KEYS}
+        return load_config(None, overrides=values, environ={}, check=False)
+
+    def describe(self) -> dict[str, Any]:
+        """The configuration for logs: secrets masked, URLs without user info."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("secret") and value is not None:
+                value = "***"
+            elif f.name in ("alertmanager_url", "webhook_url"):
+                value = [redact_url(u) for u in value]
+            elif f.name == "pagerduty_url":
+                value = redact_url(value)
+            out[f.name] = value
+        return out
+
+    def __repr__(self) -> str:
+        return f"AlertConfig({self.describe()!r})"
+
+
+OPTIONS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(AlertConfig)}
+OWN_ENV_KEYS = ("topic", "group_id", "client_id")
+
+
+def env_name(key: str) -> str:
+    """`RANKWATCH_<KEY>`, or `RANKWATCH_ALERT_<KEY>` for keys `rankwatch run` uses otherwise."""
+    return daemon_env_name(f"alert_{key}" if key in OWN_ENV_KEYS else key)
+
+
+def redact_url(url: str) -> str:
+    """Scheme and host only, for logs: user info, path and query may all carry a token (a
+    Slack webhook's path is its secret)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    rest = "/..." if parts.path.strip("/") or parts.query else ""
+    return f"{parts.scheme}://{host}{rest}"
+
+
+def load_alert_config(
+    path: str | Path | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> AlertConfig:
+    """Defaults, then the TOML file, then `RANKWATCH_<KEY>`, then `overrides` (typed values
+    from flags). Raises ConfigError naming the source of a bad value."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        for key, value in read_toml(path).items():
+            if key not in OPTIONS:
+                raise ConfigError(f"{path}: unknown key {key!r}{_suggest(key, list(OPTIONS))}")
+            values[key] = _check_value(key, value, f"{path}: {key}", OPTIONS)
+    env = os.environ if environ is None else environ
+    for key in OPTIONS:
+        name = env_name(key)
+        if name in env:
+            text = parse_text(key, env[name], name, OPTIONS)
+            values[key] = _check_value(key, text, name, OPTIONS)
+    for key, value in (overrides or {}).items():
+        if key not in OPTIONS:
+            raise ConfigError(f"unknown option {key!r}")
+        values[key] = _check_value(key, value, flag_name(key), OPTIONS)
+    cfg = AlertConfig(**values)
+    check_alert_config(cfg)
+    return cfg
+
+
+def _check_url(url: str, where: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}: expected an http(s) URL, got {redact_url(url)!r}")
+
+
+def check_alert_config(cfg: AlertConfig) -> None:
+    """Rules that involve more than one key, and URL shapes."""
+    for url in cfg.alertmanager_url:
+        _check_url(url, "alertmanager_url")
+    for url in cfg.webhook_url:
+        _check_url(url, "webhook_url")
+    _check_url(cfg.pagerduty_url, "pagerduty_url")
+    if cfg.external_url is not None:
+        _check_url(cfg.external_url, "external_url")
+    if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
+        raise ConfigError("heartbeat_interval_ms must be below session_timeout_ms")
+    if cfg.sink_backoff_max_ms < cfg.sink_backoff_ms:
+        raise ConfigError("sink_backoff_max_ms must be at least sink_backoff_ms")
+    has_sink = cfg.alertmanager_url or cfg.webhook_url or cfg.pagerduty_routing_key
+    if not has_sink and cfg.http_addr == "off":
+        raise ConfigError(
+            "nothing to do: no sink (--alertmanager-url, --pagerduty-routing-key, "
+            "--webhook-url) and no incident pages (http_addr is off)"
+        )
+    try:
+        cfg.kafka()
+    except ConfigError as e:
+        raise ConfigError(f"kafka settings: {e}") from None

@@ -1,0 +1,212 @@
+"""The incident pages as plain HTML: the same report `rankwatch analyze` prints (root cause
+first, preceding lines, collateral as rank ranges, fix and verify with copy buttons), with no
+external assets. Everything that came from a log or the catalog is escaped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from html import escape
+from urllib.parse import quote
+
+from rankwatch.alert import content
+from rankwatch.report import Diagnosis
+from rankwatch.report import _who as who
+
+PRECEDING_SHOWN = 100
+
+STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:70em;padding:0 1em;
+color:#1b1b1b;background:#fff}
+h1{font-size:1.3em;margin:.2em 0}h2{font-size:1.05em;margin:1.2em 0 .3em}
+.meta,.dim{color:#666}.root{border-left:5px solid #c62828;padding:.4em .9em;background:#fff5f5}
+.root .who{font-weight:600}pre{background:#f4f4f4;padding:.5em .7em;overflow-x:auto;
+white-space:pre-wrap;word-break:break-all;margin:.3em 0}
+pre.line{background:#fde8e8;font-weight:600}ul{margin:.2em 0}
+table{border-collapse:collapse}td,th{padding:.15em .8em .15em 0;text-align:left;
+vertical-align:top}button.copy{font-size:.85em;margin-left:.6em}
+"""
+
+SCRIPT = """
+function copyText(id, button) {
+  var text = document.getElementById(id).innerText;
+  function done() { button.textContent = 'Copied'; }
+  function fallback() {
+    var area = document.createElement('textarea');
+    area.value = text;
+    document.body.appendChild(area);
+    area.select();
+    document.execCommand('copy');
+    document.body.removeChild(area);
+    done();
+  }
+  if (navigator.clipboard && window.isSecureContext) {
+    navigator.clipboard.writeText(text).then(done, fallback);
+  } else {
+    fallback();
+  }
+}
+"""
+
+
+def _e(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+def _page(title: str, body: Iterable[str]) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{STYLE}</style><script>{SCRIPT}</script></head>"
+        "<body>" + "\n".join(body) + "</body></html>\n"
+    )
+
+
+def _root_cause(d: Diagnosis) -> list[str]:
+    rc, sig = content.part(d, "root_cause"), content.part(d, "signature")
+    out = [
+        "<section class=root id=root-cause><h2>Root cause</h2>",
+        f"<p><span class=who>{_e(who(rc))}</span> {_e(sig.get('title', ''))} "
+        f"<span class=dim>[{_e(sig.get('id'))}]</span></p>",
+    ]
+    cs = content.part(d, "cause_signature")
+    if cs.get("id") and cs.get("id") != sig.get("id"):
+        out.append(f"<p>because: {_e(cs.get('title'))} <span class=dim>[{_e(cs['id'])}]</span></p>")
+    when = rc.get("ts_corrected") or rc.get("ts") or "time unknown"
+    out.append(f"<p class=dim>{_e(when)} {_e(rc.get('origin') or '')}</p>")
+    if rc.get("line") is not None:
+        out.append(f"<pre class=line id=root-line>{_e(rc['line'])}</pre>")
+        extra = [x for x in (rc.get("record") or []) if x != rc["line"]][:8]
+        if extra:
+            out.append("<pre class=dim>" + "\n".join(_e(x) for x in extra) + "</pre>")
+    top = (d.get("suspects") or [{}])[0]
+    reasons = top.get("reasons", []) if isinstance(top, dict) else []
+    if reasons:
+        out.append("<ul>" + "".join(f"<li>{_e(r)}</li>" for r in reasons[:6]) + "</ul>")
+    out.append("</section>")
+    return out
+
+
+def _preceding(d: Diagnosis) -> list[str]:
+    pre = [str(x) for x in d.get("preceding_lines") or []]
+    if not pre:
+        return []
+    shown = pre[-PRECEDING_SHOWN:]
+    return [
+        f"<h2>Preceding lines <span class=dim>(last {len(shown)} of {len(pre)} from the "
+        "initiating process)</span></h2>",
+        "<pre id=preceding>" + "\n".join(_e(x) for x in shown) + "</pre>",
+    ]
+
+
+def _evidence(d: Diagnosis) -> list[str]:
+    out: list[str] = []
+    fw = d.get("first_warning")
+    if isinstance(fw, dict) and fw:
+        out.append(
+            f"<h2>First warning</h2><p>{_e(who(fw))} <span class=dim>[{_e(fw.get('signature'))}]"
+            f" {_e(fw.get('ts_corrected') or fw.get('ts') or '')}</span></p>"
+            f"<pre>{_e(fw.get('line'))}</pre>"
+        )
+    bd = d.get("baseline_diff")
+    if isinstance(bd, dict) and bd:
+        where = "the root-cause line itself" if bd.get("is_root_cause") else "before the root cause"
+        out.append(
+            f"<h2>First line a healthy run never printed <span class=dim>({where})</span></h2>"
+            f"<pre>{_e(bd.get('line'))}</pre>"
+        )
+    for odd in d.get("odd_context") or []:
+        out.append(
+            f"<p><b>Odd one out</b>: {_e(odd.get('host'))} has {_e(odd.get('field'))} = "
+            f"{_e(odd.get('value'))} (the rest of the job differs)</p>"
+        )
+    return out
+
+
+def _collateral(d: Diagnosis) -> list[str]:
+    coll = d.get("collateral") or []
+    if not coll:
+        return []
+    rows = []
+    for c in coll:
+        tag = "explained by the root cause" if c.get("explained_by_root_cause") else ""
+        rows.append(
+            f"<tr><td>{_e(c.get('signature'))}</td><td>ranks {_e(c.get('ranks'))}</td>"
+            f"<td>{_e(c.get('lines'))} lines</td><td class=dim>{tag}</td></tr>"
+        )
+    return [
+        f"<h2 id=collateral>Collateral: {_e(d.get('collateral_rank_count', 0))} ranks "
+        f"<span class=dim>{_e(d.get('collateral_ranks', ''))}</span></h2>",
+        "<table>" + "".join(rows) + "</table>",
+    ]
+
+
+def _suspects_and_alternatives(d: Diagnosis) -> list[str]:
+    out: list[str] = []
+    suspects = d.get("suspects") or []
+    if len(suspects) > 1:
+        items = "".join(
+            f"<li>{_e(who(s))} score {_e(s.get('score'))}: "
+            f"{_e('; '.join(s.get('reasons', [])[:2]) or '-')}</li>"
+            for s in suspects[1:5]
+        )
+        out.append(f"<h2>Other suspects</h2><ul>{items}</ul>")
+    alts = d.get("alternatives") or []
+    if alts:
+        items = "".join(
+            f"<li>{_e(who(a))} [{_e(a.get('signature'))}]: {_e(a.get('why_not'))}</li>"
+            for a in alts[:4]
+        )
+        out.append(f"<h2>Alternatives considered</h2><ul>{items}</ul>")
+    return out
+
+
+def _copyable(title: str, ident: str, text: object) -> list[str]:
+    if not text:
+        return []
+    return [
+        f"<h2>{title}<button class=copy type=button "
+        f"onclick=\"copyText('{ident}', this)\">Copy</button></h2>",
+        f"<pre id={ident}>{_e(text)}</pre>",
+    ]
+
+
+def render_incident(d: Diagnosis) -> str:
+    conf = float(d.get("confidence") or 0.0)
+    tie = " (tie: see alternatives)" if d.get("tie") else ""
+    body = [
+        '<p class=dim><a href="../incidents">All incidents</a> · '
+        '<a href="?format=json">JSON</a></p>',
+        f"<h1>Incident {_e(d.get('id'))}</h1>",
+        f"<p class=meta>job {_e(d.get('job'))} · confidence {conf:.2f}{tie} · "
+        f"status {_e(d.get('status') or 'open')}</p>",
+        *_root_cause(d),
+        *_preceding(d),
+        *_evidence(d),
+        *_collateral(d),
+    ]
+    if d.get("cause"):
+        body.append(f"<h2>Cause</h2><p>{_e(d['cause'])}</p>")
+    body += _copyable("Fix", "fix", d.get("fix"))
+    body += _copyable("Verify", "verify", d.get("verify"))
+    body += _suspects_and_alternatives(d)
+    return _page(f"rankwatch: {content.summary(d)}", body)
+
+
+def render_index(diagnoses: Sequence[Diagnosis]) -> str:
+    """Recent incidents, newest first."""
+    rows = []
+    for d in diagnoses:
+        rc, sig = content.part(d, "root_cause"), content.part(d, "signature")
+        start = content.part(d, "incident").get("start") or ""
+        rows.append(
+            f'<tr><td><a href="incidents/{_e(quote(str(d["id"]), safe=""))}">{_e(d["id"])}</a>'
+            f"</td><td>{_e(d['job'])}</td><td>{_e(who(rc))}</td>"
+            f"<td>{_e(sig.get('title') or sig.get('id') or '')}</td><td>{_e(start)}</td></tr>"
+        )
+    table = (
+        "<table><tr><th>Incident</th><th>Job</th><th>Root cause</th><th>Signature</th>"
+        "<th>Started</th></tr>" + "".join(rows) + "</table>"
+        if rows
+        else "<p>No incidents yet.</p>"
+    )
+    return _page("rankwatch: incidents", ["<h1>Recent incidents</h1>", table])

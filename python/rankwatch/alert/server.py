@@ -1,0 +1,97 @@
+"""The HTTP side of `rankwatch alert` (aiohttp): `/incidents` and `/incidents/<id>` as HTML or,
+with `?format=json`, JSON; `/metrics` for Prometheus; `/healthz`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+from aiohttp import web
+
+from rankwatch.alert.metrics import CONTENT_TYPE, AlertMetrics
+from rankwatch.alert.page import render_incident, render_index
+from rankwatch.alert.store import IncidentStore
+
+HTML = "text/html"
+STORE_KEY = web.AppKey("store", IncidentStore)
+METRICS_KEY = web.AppKey("metrics", AlertMetrics)
+HEALTH_KEY: web.AppKey[Callable[[], bool]] = web.AppKey("health")
+
+
+def _wants_json(request: web.Request) -> bool:
+    return request.query.get("format") == "json"
+
+
+def _json(value: object, status: int = 200) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(value, option=orjson.OPT_INDENT_2),
+        status=status,
+        content_type="application/json",
+    )
+
+
+async def incidents(request: web.Request) -> web.Response:
+    recent = request.app[STORE_KEY].recent()
+    if _wants_json(request):
+        return _json({"schema": "rankwatch.incidents/1", "incidents": recent})
+    return web.Response(text=render_index(recent), content_type=HTML, charset="utf-8")
+
+
+async def incident(request: web.Request) -> web.Response:
+    did = request.match_info["id"]
+    d = request.app[STORE_KEY].get(did)
+    if d is None:
+        if _wants_json(request):
+            return _json({"error": "no such incident", "id": did}, status=404)
+        raise web.HTTPNotFound(text=f"no incident {did!r} among the recent ones\n")
+    if _wants_json(request):
+        return _json(d)
+    return web.Response(text=render_incident(d), content_type=HTML, charset="utf-8")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS_KEY].render()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def health(request: web.Request) -> web.Response:
+    ok = request.app[HEALTH_KEY]()
+    return _json({"status": "ok" if ok else "starting"}, status=200 if ok else 503)
+
+
+async def root(request: web.Request) -> web.Response:
+    raise web.HTTPFound("/incidents")
+
+
+def make_app(
+    store: IncidentStore, alert_metrics: AlertMetrics, ok: Callable[[], bool]
+) -> web.Application:
+    app = web.Application()
+    app[STORE_KEY] = store
+    app[METRICS_KEY] = alert_metrics
+    app[HEALTH_KEY] = ok
+    app.router.add_get("/", root)
+    app.router.add_get("/incidents", incidents)
+    app.router.add_get("/incidents/", incidents)
+    app.router.add_get("/incidents/{id}", incident)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", health)
+    return app
+
+
+class HttpServer:
+    """Runs the app on host:port; `address` is where it actually listens (port 0 picks one)."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.runner = web.AppRunner(app, access_log=None)
+        self.address: tuple[str, int] | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, host, port)
+        await site.start()
+        name = self.runner.addresses[0]
+        self.address = (str(name[0]), int(name[1]))
+
+    async def close(self) -> None:
+        await self.runner.cleanup()

@@ -1,0 +1,288 @@
+"""`rankwatch alert`: one member of its own consumer group on the diagnoses topic. Per fetched
+batch: keep each diagnosis for the incident pages, hand it to every sink, wait until every sink
+accepted it or gave it up (counted and logged), then commit the offsets: at-least-once
+delivery. Alertmanager also gets the firing incidents again every `alert_resend_ms` until they
+expire (sinks.FiringSet).
+
+The incident pages are fed apart from the group: a group-less reader follows every partition of
+the topic, so any member behind a load balancer serves any incident an alert links to."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+
+from rankwatch.alert import sinks
+from rankwatch.alert.config import AlertConfig
+from rankwatch.alert.content import BadDiagnosis, check_diagnosis
+from rankwatch.alert.delivery import RetryPolicy, Sink
+from rankwatch.alert.metrics import AlertMetrics
+from rankwatch.alert.server import HttpServer, make_app
+from rankwatch.alert.store import IncidentStore
+from rankwatch.daemon.kafka_clients import connection_kwargs, reader_consumer
+from rankwatch.daemon.tail import TopicTail
+from rankwatch.report import Diagnosis
+
+log = logging.getLogger("rankwatch.alert")
+
+MAX_BATCH_RECORDS = 500
+PAGES_REFRESH_S = 1.0
+
+
+class AlertError(RuntimeError):
+    """`rankwatch alert` cannot go on (Kafka unreachable, port taken); exit status 1."""
+
+
+class AlertService:
+    def __init__(self, cfg: AlertConfig) -> None:
+        self.cfg = cfg
+        self.metrics = AlertMetrics()
+        self.store = IncidentStore(cfg.incidents_kept)  # what /incidents shows
+        self.delivered = IncidentStore(cfg.incidents_kept)  # versions already handed to sinks
+        self.firing = sinks.FiringSet(cfg.alert_resend_ms / 1000, cfg.alert_ttl_ms / 1000)
+        self.http = HttpServer(make_app(self.store, self.metrics, lambda: self.assigned))
+        self.policy = RetryPolicy(
+            timeout_s=cfg.sink_timeout_ms / 1000,
+            attempts=cfg.sink_attempts,
+            backoff_s=cfg.sink_backoff_ms / 1000,
+            backoff_max_s=cfg.sink_backoff_max_ms / 1000,
+        )
+        self.session: aiohttp.ClientSession | None = None
+        self.alertmanagers: list[tuple[str, Sink]] = []
+        self.pagerduty: Sink | None = None
+        self.webhooks: list[tuple[str, Sink]] = []
+        self.consumer: Any = None
+        self.stopping = asyncio.Event()
+        self.assigned = False
+        self.base_url = cfg.page_base()
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+
+    def link(self, did: str) -> str:
+        return f"{self.base_url}/incidents/{quote(did, safe='')}"
+
+    def _sinks(self) -> list[Sink]:
+        out = [s for _, s in self.alertmanagers] + [s for _, s in self.webhooks]
+        return out + ([self.pagerduty] if self.pagerduty else [])
+
+    async def start_sinks(self) -> None:
+        session = self.session = aiohttp.ClientSession()
+        cfg = self.cfg
+
+        def make(name: str) -> Sink:
+            return Sink(
+                name, session, self.policy, self.metrics, cfg.sink_queue_size, cfg.sink_concurrency
+            )
+
+        self.alertmanagers = [
+            (url, make(f"alertmanager-{i}")) for i, url in enumerate(cfg.alertmanager_url, 1)
+        ]
+        self.webhooks = [(url, make(f"webhook-{i}")) for i, url in enumerate(cfg.webhook_url, 1)]
+        if cfg.pagerduty_routing_key:
+            self.pagerduty = make("pagerduty")
+        for sink in self._sinks():
+            sink.start()
+
+    async def run(self) -> None:
+        listen = self.cfg.http_listen()
+        if listen is not None:
+            try:
+                await self.http.start(*listen)
+            except OSError as e:
+                raise AlertError(f"http_addr {self.cfg.http_addr}: {e.strerror}") from None
+            if self.cfg.external_url is None:
+                self.base_url = self.cfg.page_base(self.http.address)
+            log.info("incident pages on %s/incidents", self.base_url)
+        await self.start_sinks()
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await self._start_consumer()
+            if self.alertmanagers:
+                tasks.append(asyncio.create_task(self._resend_loop(), name="alertmanager-resend"))
+            if listen is not None:
+                tasks.append(asyncio.create_task(self._follow_pages(), name="incident-pages"))
+            await self._consume()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._close()
+
+    async def _start_consumer(self) -> None:
+        cfg = self.cfg
+        self.consumer = AIOKafkaConsumer(
+            **connection_kwargs(cfg.kafka()),
+            group_id=cfg.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+            check_crcs=cfg.check_crcs,
+        )
+        try:
+            await self.consumer.start()
+            self.consumer.subscribe([cfg.topic])
+        except KafkaError as e:
+            raise AlertError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {e}") from None
+        log.info("reading %s as group %s", cfg.topic, cfg.group_id)
+
+    async def _close(self) -> None:
+        for sink in self._sinks():
+            await sink.stop()
+        if self.consumer is not None:
+            with contextlib.suppress(KafkaError):
+                await self.consumer.stop()
+        if self.session is not None:
+            await self.session.close()
+        await self.http.close()
+        log.info("stopped")
+
+    # --- consuming ----------------------------------------------------------------------------
+
+    async def _consume(self) -> None:
+        while not self.stopping.is_set():
+            fetch = asyncio.ensure_future(
+                self.consumer.getmany(timeout_ms=500, max_records=MAX_BATCH_RECORDS)
+            )
+            stop = asyncio.ensure_future(self.stopping.wait())
+            await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not fetch.done():
+                fetch.cancel()
+                break
+            try:
+                batch: dict[TopicPartition, list[Any]] = fetch.result()
+            except KafkaError as e:
+                log.warning("fetch failed: %s", e)
+                continue
+            self.assigned = bool(self.consumer.assignment())
+            if batch:
+                await self._handle_batch(batch)
+
+    async def _handle_batch(self, batch: dict[TopicPartition, list[Any]]) -> None:
+        waiting: list[asyncio.Future[bool]] = []
+        offsets: dict[TopicPartition, int] = {}
+        for tp, records in batch.items():
+            for rec in records:
+                waiting += await self.handle_record(rec.value, rec.timestamp)
+                offsets[tp] = rec.offset + 1
+        if waiting and not await self._settled(waiting):
+            log.info("stopping before the sinks finished: offsets of this batch not committed")
+            return
+        try:
+            await self.consumer.commit(offsets)
+            self.metrics.commits.inc()
+        except (CommitFailedError, KafkaError) as e:
+            # the partitions moved: their new owner delivers these again (at-least-once)
+            log.warning("offset commit failed, the records will be delivered again: %s", e)
+
+    async def _settled(self, waiting: list[asyncio.Future[bool]]) -> bool:
+        """Waits until every sink finished with the batch (True) or a stop was asked (False:
+        the batch is delivered again after a restart, at-least-once)."""
+        done: asyncio.Future[Any] = asyncio.gather(*waiting, return_exceptions=True)
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({done, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        return done.done()
+
+    async def handle_record(
+        self, value: bytes | None, timestamp_ms: int
+    ) -> list[asyncio.Future[bool]]:
+        """Stores one diagnosis and queues it to every sink; the futures end when each sink
+        accepted or gave up. Bad records are counted and skipped."""
+        try:
+            d = check_diagnosis(orjson.loads(value or b""))
+        except (orjson.JSONDecodeError, BadDiagnosis) as e:
+            self.metrics.invalid.inc()
+            log.warning("skipped a record that is not a diagnosis: %s", e)
+            return []
+        self.metrics.diagnoses.inc()
+        self.store.put_new(d)  # at once; versions in order come from _follow_pages
+        if not self.delivered.put(d):
+            return []
+        age_s = time.time() - timestamp_ms / 1000
+        if age_s > self.cfg.alert_ttl_ms / 1000:
+            log.info("diagnosis %s is %.0f s old: shown, not alerted", d["id"], age_s)
+            return []
+        return await self.dispatch(d)
+
+    async def dispatch(self, d: Diagnosis) -> list[asyncio.Future[bool]]:
+        did, link = d["id"], self.link(d["id"])
+        futures: list[asyncio.Future[bool]] = []
+        if self.alertmanagers:
+            alerts = self.firing.update(d, link)
+            self.metrics.firing.set(len(self.firing.firing))
+            for url, sink in self.alertmanagers:
+                futures.append(sink.submit(did, sinks.alertmanager_request(url, alerts)))
+        if self.pagerduty is not None and self.cfg.pagerduty_routing_key:
+            req = sinks.pagerduty_request(
+                self.cfg.pagerduty_url, d, self.cfg.pagerduty_routing_key, link
+            )
+            futures.append(self.pagerduty.submit(did, req))
+        for url, sink in self.webhooks:
+            req = sinks.webhook_request(
+                url, d, link, secret=self.cfg.webhook_secret, fmt=self.cfg.webhook_format
+            )
+            futures.append(sink.submit(did, req))
+        log.info("diagnosis %s of job %s queued to %d sink(s)", did, d["job"], len(futures))
+        return futures
+
+    async def _follow_pages(self) -> None:
+        """Keeps /incidents current with every partition of the topic (not only this member's),
+        starting `incidents_since_ms` back."""
+        reader = reader_consumer(self.cfg.kafka())
+        tail = TopicTail(reader, self.cfg.topic)
+        since_ms = int(time.time() * 1000) - self.cfg.incidents_since_ms
+        started = False
+        try:
+            while True:
+                try:
+                    if not started:
+                        await reader.start()
+                        started = True
+                    await tail.catch_up(self._show, since_ms=since_ms, timeout_s=30)
+                except KafkaError as e:
+                    log.warning("reading %s for the incident pages failed: %s", self.cfg.topic, e)
+                await asyncio.sleep(PAGES_REFRESH_S)
+        finally:
+            with contextlib.suppress(KafkaError):
+                await reader.stop()
+
+    def _show(self, record: Any) -> None:
+        # a bad record is counted by the group consumer, which reads the same records
+        with contextlib.suppress(orjson.JSONDecodeError, BadDiagnosis):
+            self.store.put(check_diagnosis(orjson.loads(record.value or b"")))
+
+    async def _resend_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.firing.resend_s)
+            alerts, expired = self.firing.due()
+            self.metrics.firing.set(len(self.firing.firing))
+            for did in expired:
+                log.info("incident %s expired: sent resolved to Alertmanager", did)
+            if not alerts:
+                continue
+            ids = [a["annotations"]["diagnosis_id"] for a in alerts]
+            shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+            what = f"re-send of {len(ids)} alert(s): {shown}"
+            for url, sink in self.alertmanagers:
+                sink.submit(what, sinks.alertmanager_request(url, alerts))

@@ -1,0 +1,238 @@
+"""End to end with real components: the dev Kafka broker, `rankwatch run`, `rankwatch alert`
+with its Alertmanager sink pointed at an HA pair (one address down, one real Alertmanager whose
+receiver is a local webhook) and its PagerDuty sink at the schema-checking stand-in. A failing
+job replayed among healthy ones must give exactly one alert group at the receiver, with the
+diagnosis's labels and annotations and a link to its incident page."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from alert_services import (
+    Alertmanager,
+    AlertProcess,
+    PagerDuty,
+    Receiver,
+    alertmanager_binary,
+    serving,
+)
+from conftest import analyze_dir
+from daemon_fixtures import (
+    Daemon,
+    committed_offsets,
+    end_offsets,
+    free_port,
+    read_topic,
+    wait_for,
+    wait_settled,
+)
+from rankwatch import Catalog
+from test_daemon_kafka import make_fleet, produce, replay
+
+ROUTING_KEY = "e2eR0UT1NGKEY0123456789abcdefABC"
+
+
+def healthy(member: AlertProcess) -> bool:
+    return found(member, "/healthz")
+
+
+def found(member: AlertProcess, path: str) -> bool:
+    try:
+        return member.get(path)[0] == 200
+    except OSError:
+        return False
+
+
+def caught_up(bootstrap: str, topic: str, group: str) -> bool:
+    ends = end_offsets(bootstrap, topic)
+    done = committed_offsets(bootstrap, topic, group)
+    return all(done.get(p, 0) >= e for p, e in ends.items() if e > 0)
+
+
+def test_a_failing_job_among_healthy_ones_gives_one_alert_group(
+    tmp_path: Path,
+    daemon_kafka: str,
+    fresh_topics: Callable[..., str],
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    if alertmanager_binary() is None:
+        pytest.skip("prometheus-alertmanager not found: run scripts/setup-test-services.sh")
+    truths = make_fleet(
+        tmp_path / "fleet",
+        [
+            ("cuda_error", 51, "per-rank"),
+            ("healthy", 52, "per-rank"),
+            ("healthy_noisy", 53, "per-node"),
+        ],
+    )
+    (failing,) = [job for job, t in truths.items() if t.expect_diagnosis]
+    logs, out = fresh_topics("logs", 2), fresh_topics("diagnoses", 2)
+    run_group, alert_group = f"run-{uuid.uuid4().hex[:8]}", f"alert-{uuid.uuid4().hex[:8]}"
+    hook, pd = Receiver(), PagerDuty(statuses=[500])
+    with serving(hook.app()) as hook_server, serving(pd.app()) as pd_server:
+        am = Alertmanager(tmp_path / "alertmanager", f"{hook_server.url}/alerts").start()
+        try:
+            alert = AlertProcess(
+                [
+                    *("--bootstrap-servers", daemon_kafka, "--topic", out),
+                    *("--group-id", alert_group),
+                    *("--alertmanager-url", f"http://127.0.0.1:{free_port()}"),
+                    *("--alertmanager-url", am.url),
+                    *("--pagerduty-url", f"{pd_server.url}/v2/enqueue"),
+                    *("--sink-attempts", "3", "--sink-backoff-ms", "50"),
+                    *("--alert-resend-ms", "1000"),
+                    *("--session-timeout-ms", "6000", "--heartbeat-interval-ms", "500"),
+                ],
+                log=tmp_path / "alert.log",
+                env={"RANKWATCH_PAGERDUTY_ROUTING_KEY": ROUTING_KEY},
+            ).start()
+            daemon = daemon_factory("run", topic=[logs], output_topic=out, group_id=run_group)
+            daemon.start()
+            replay(daemon_kafka, logs, [tmp_path / "fleet" / job for job in truths])
+            wait_settled(daemon_kafka, [logs], run_group, [daemon])
+            wait_for(
+                "rankwatch alert to commit every diagnosis",
+                lambda: caught_up(daemon_kafka, out, alert_group),
+                context=alert.log_text,
+            )
+            wait_for(
+                "the receiver to be notified",
+                lambda: hook.received,
+                context=lambda: alert.log_text()[-3000:] + am.log_text(),
+            )
+            groups = am.get("/api/v2/alerts/groups")
+            metrics = alert.metrics()
+            pages, html = {}, {}
+            for record in read_topic(daemon_kafka, out):
+                did = record.json()["id"]
+                pages[did] = alert.get(f"/incidents/{did}?format=json")
+                html[did] = alert.get(f"/incidents/{did}")
+            assert alert.stop() == 0
+        finally:
+            am.stop()
+    check_alertmanager(groups, hook.bodies(), truths[failing], failing, alert.port, pages)
+    assert metrics['rankwatch_alert_failed_total{sink="alertmanager-1"}'] >= 1
+    assert metrics['rankwatch_alert_sent_total{sink="alertmanager-2"}'] >= 1
+    assert metrics['rankwatch_alert_failed_total{sink="alertmanager-2"}'] == 0
+    (did,) = pages
+    assert html[did][0] == 200 and truths[failing].root_cause["line"] in html[did][1].decode()
+    assert pd.invalid == [] and pd.accepted
+    assert {e["dedup_key"] for e in pd.accepted} == {did}
+    assert metrics['rankwatch_alert_retried_total{sink="pagerduty"}'] >= 1
+    log = alert.log_text()
+    assert ROUTING_KEY not in log and not any(ROUTING_KEY in name for name in metrics)
+    assert "Traceback" not in log
+
+
+def check_alertmanager(
+    groups: list[dict[str, Any]],
+    notifications: list[dict[str, Any]],
+    truth: Any,
+    job: str,
+    port: int,
+    pages: dict[str, tuple[int, bytes]],
+) -> None:
+    (did,) = pages
+    status, body = pages[did]
+    assert status == 200
+    diagnosis = orjson.loads(body)
+    rc = truth.root_cause
+    assert len(groups) == 1, groups
+    (alert,) = groups[0]["alerts"]
+    labels = alert["labels"]
+    assert labels == {
+        "alertname": "NCCLFailure",
+        "job": job,
+        "signature": rc["signature"],
+        "subsystem": diagnosis["signature"]["subsystem"],
+        "severity": diagnosis["signature"]["severity"],
+        "host": rc["host"],
+        "rank": str(rc["rank"]),
+    }
+    notes = alert["annotations"]
+    assert notes["diagnosis_id"] == did
+    assert notes["fix"] == diagnosis["fix"] and notes["verify"] == diagnosis["verify"]
+    assert job in notes["summary"] and rc["line"] in notes["description"]
+    assert alert["generatorURL"] == f"http://127.0.0.1:{port}/incidents/{did}"
+    assert alert["status"]["state"] == "active"
+    keys = {n["groupKey"] for n in notifications}
+    assert len(keys) == 1, keys
+    fingerprints = {a["fingerprint"] for n in notifications for a in n["alerts"]}
+    assert fingerprints == {alert["fingerprint"]}
+    assert all(n["status"] == "firing" for n in notifications)
+
+
+def test_offsets_move_only_after_delivery_and_a_restart_delivers_again(
+    tmp_path: Path, daemon_kafka: str, fresh_topics: Callable[..., str]
+) -> None:
+    """At-least-once: while the webhook keeps failing, nothing is committed and a stop does
+    not commit either; the next `rankwatch alert` of the group delivers the diagnosis."""
+    truths = make_fleet(tmp_path / "fleet", [("oom_kill", 61, "per-rank")])
+    (job,) = truths
+    (diagnosis,) = analyze_dir(tmp_path / "fleet" / job, Catalog())[0]
+    topic, group = fresh_topics("diagnoses", 1), f"alert-{uuid.uuid4().hex[:8]}"
+    produce(
+        daemon_kafka, topic, [(b"not a diagnosis", b"{"), (job.encode(), orjson.dumps(diagnosis))]
+    )
+    hook = Receiver(statuses=[503] * 10_000)
+    with serving(hook.app()) as server:
+        args = [
+            *("--bootstrap-servers", daemon_kafka, "--topic", topic, "--group-id", group),
+            *("--webhook-url", f"{server.url}/hook", "--sink-attempts", "100000"),
+            *("--sink-backoff-ms", "50", "--sink-backoff-max-ms", "100"),
+        ]
+        first = AlertProcess(args, log=tmp_path / "alert-1.log").start()
+        wait_for("the webhook to be retried", lambda: len(hook.received) >= 3)
+        assert committed_offsets(daemon_kafka, topic, group) == {}
+        metrics = first.metrics()
+        assert metrics['rankwatch_alert_retried_total{sink="webhook-1"}'] >= 2
+        assert metrics["rankwatch_alert_invalid_records_total"] == 1
+        assert first.stop() == 0
+        assert committed_offsets(daemon_kafka, topic, group) == {}
+
+        with hook.lock:
+            hook.statuses.clear()
+            tried = len(hook.received)
+        second = AlertProcess(args, log=tmp_path / "alert-2.log").start()
+        wait_for(
+            "the restarted member to deliver and commit",
+            lambda: caught_up(daemon_kafka, topic, group),
+            context=second.log_text,
+        )
+        metrics = second.metrics()
+        assert second.stop() == 0
+    assert metrics['rankwatch_alert_sent_total{sink="webhook-1"}'] == 1
+    assert [r.json() for r in hook.received[tried:]] == [diagnosis]
+
+
+def test_every_member_serves_every_incident_page(
+    tmp_path: Path, daemon_kafka: str, fresh_topics: Callable[..., str]
+) -> None:
+    """Alerts link to any member (behind a load balancer): the one without partitions of the
+    group serves the pages too, from its group-less reader."""
+    truths = make_fleet(tmp_path / "fleet", [("cuda_oom", 71, "per-rank")])
+    (job,) = truths
+    (diagnosis,) = analyze_dir(tmp_path / "fleet" / job, Catalog())[0]
+    topic, group = fresh_topics("diagnoses", 1), f"alert-{uuid.uuid4().hex[:8]}"
+    hook = Receiver()
+    with serving(hook.app()) as server:
+        args = [
+            *("--bootstrap-servers", daemon_kafka, "--topic", topic, "--group-id", group),
+            *("--webhook-url", f"{server.url}/hook"),
+        ]
+        members = [AlertProcess(args, log=tmp_path / f"alert-{i}.log").start() for i in (1, 2)]
+        wait_for("a member to own the partition", lambda: any(healthy(m) for m in members))
+        produce(daemon_kafka, topic, [(job.encode(), orjson.dumps(diagnosis))])
+        path = f"/incidents/{diagnosis['id']}?format=json"
+        for m in members:
+            wait_for("the page on every member", lambda m=m: found(m, path), context=m.log_text)
+            assert orjson.loads(m.get(path)[1]) == diagnosis
+        wait_for("the delivery", lambda: caught_up(daemon_kafka, topic, group))
+        assert [m.stop() for m in members] == [0, 0]
+    assert [r.json() for r in hook.received] == [diagnosis]
