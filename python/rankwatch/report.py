@@ -54,90 +54,140 @@ def _para(label: str, text: str, st: Style, indent: int = 2) -> list[str]:
     return [st.bold(label), body]
 
 
-def render_diagnosis(d: Diagnosis, st: Style, context_lines: int = 20) -> str:
+def _header(d: Diagnosis, st: Style) -> list[str]:
     rc = d.get("root_cause") or {}
     sig = d.get("signature") or {}
-    out: list[str] = []
     conf = float(d.get("confidence", 0.0))
     tie = "  (tie: see alternatives)" if d.get("tie") else ""
-    out.append(
+    out = [
         st.bold(f"Incident {d.get('id')}")
-        + st.dim(f"  job {d.get('job')}  confidence {conf:.2f}{tie}")
-    )
-    out.append(
+        + st.dim(f"  job {d.get('job')}  confidence {conf:.2f}{tie}"),
         st.red("ROOT CAUSE  ")
         + st.bold(_who(rc))
         + f"  {sig.get('title', '')} "
-        + st.dim(f"[{sig.get('id')}]")
-    )
+        + st.dim(f"[{sig.get('id')}]"),
+    ]
     cs = d.get("cause_signature") or {}
     if cs.get("id") and cs.get("id") != sig.get("id"):
         out.append(f"  because: {cs.get('title')} " + st.dim(f"[{cs.get('id')}]"))
+    return out
+
+
+def _root_line(d: Diagnosis, st: Style) -> list[str]:
+    rc = d.get("root_cause") or {}
     when = rc.get("ts_corrected") or rc.get("ts") or "time unknown"
-    out.append(st.dim(f"  {when}  {rc.get('origin') or ''}"))
+    out = [st.dim(f"  {when}  {rc.get('origin') or ''}")]
+    by = rc.get("reported_by")
+    if by:
+        out.append(st.dim(f"  reported by {_who(by)}"))
     if rc.get("line") is not None:
         out.append("  > " + st.cyan(str(rc["line"])))
         record = [x for x in (rc.get("record") or []) if x != rc["line"]]
-        for extra in record[:8]:
-            out.append("    " + st.dim(str(extra)))
+        out.extend("    " + st.dim(str(extra)) for extra in record[:8])
     top = (d.get("suspects") or [{}])[0]
-    for reason in top.get("reasons", [])[:6]:
-        out.append(st.dim(f"  - {reason}"))
+    out.extend(st.dim(f"  - {reason}") for reason in top.get("reasons", [])[:6])
+    return out
+
+
+def _first_warning(d: Diagnosis, st: Style, context_lines: int) -> list[str]:
     fw = d.get("first_warning")
-    if fw:
-        out.append(
-            st.yellow("First warning  ")
-            + _who(fw)
-            + st.dim(f"  [{fw.get('signature')}]  {fw.get('ts_corrected') or fw.get('ts') or ''}")
-        )
-        out.append("  > " + str(fw.get("line")))
+    if not fw:
+        return []
+    when = fw.get("ts_corrected") or fw.get("ts") or ""
+    out = [st.yellow("First warning  ") + _who(fw) + st.dim(f"  [{fw.get('signature')}]  {when}")]
+    pre = fw.get("preceding_lines") or []
+    shown = pre[-min(context_lines, 5) :] if context_lines > 0 else []
+    if shown:
+        out.append(st.dim(f"  (last {len(shown)} of the {len(pre)} lines kept before it)"))
+        out.extend("  | " + line for line in shown)
+    out.append("  > " + str(fw.get("line")))
+    return out
+
+
+def _context(d: Diagnosis, st: Style) -> list[str]:
+    out = []
     bd = d.get("baseline_diff")
     if bd:
         where = "the root-cause line itself" if bd.get("is_root_cause") else "before the root cause"
         out.append(st.yellow("First line a healthy run never printed  ") + st.dim(f"({where})"))
         out.append("  > " + str(bd.get("line")))
     for odd in d.get("odd_context") or []:
+        what = odd.get("problem") or "the rest of the job differs"
         out.append(
             st.yellow("Odd one out  ")
-            + f"{odd['host']} has {odd['field']} = {odd['value']} (the rest of the job differs)"
+            + f"{odd['host']} has {odd['field']} = {odd['value']} ({what})"
         )
+    return out
+
+
+def _collateral(d: Diagnosis, st: Style) -> list[str]:
     coll = d.get("collateral") or []
-    if coll:
-        out.append(
-            st.bold("Collateral  ")
-            + f"{d.get('collateral_rank_count', 0)} ranks: {d.get('collateral_ranks', '')}"
-        )
-        for c in coll[:6]:
-            tag = " (explained by the root cause)" if c.get("explained_by_root_cause") else ""
-            out.append(f"  {c['signature']}: ranks {c['ranks']}  ({c['lines']} lines){tag}")
-        if len(coll) > 6:
-            out.append(st.dim(f"  ... {len(coll) - 6} more signatures"))
+    if not coll:
+        return []
+    out = [
+        st.bold("Collateral  ")
+        + f"{d.get('collateral_rank_count', 0)} ranks: {d.get('collateral_ranks', '')}"
+    ]
+    for c in coll[:6]:
+        tag = " (explained by the root cause)" if c.get("explained_by_root_cause") else ""
+        out.append(f"  {c['signature']}: ranks {c['ranks']}  ({c['lines']} lines){tag}")
+    if len(coll) > 6:
+        out.append(st.dim(f"  ... {len(coll) - 6} more signatures"))
+    return out
+
+
+def _suspects(d: Diagnosis, st: Style) -> list[str]:
     suspects = d.get("suspects") or []
-    if len(suspects) > 1:
-        out.append(st.bold("Other suspects"))
-        for s in suspects[1:5]:
-            reasons = "; ".join(s.get("reasons", [])[:2]) or "-"
-            out.append(f"  {_who(s)}  score {s.get('score')}: {reasons}")
+    if len(suspects) <= 1:
+        return []
+    out = [st.bold("Other suspects")]
+    for s in suspects[1:5]:
+        reasons = "; ".join(s.get("reasons", [])[:2]) or "-"
+        out.append(f"  {_who(s)}  score {s.get('score')}: {reasons}")
+    return out
+
+
+def _preceding(d: Diagnosis, st: Style, context_lines: int) -> list[str]:
     pre = d.get("preceding_lines") or []
-    if pre and context_lines > 0:
-        shown = pre[-context_lines:]
-        out.append(
-            st.bold("Preceding lines")
-            + st.dim(f"  (last {len(shown)} of {len(pre)} from the initiating process)")
-        )
-        out.extend("  | " + line for line in shown)
-    if d.get("cause"):
-        out.extend(_para("Cause", str(d["cause"]), st))
-    if d.get("fix"):
-        out.extend(_para("Fix", str(d["fix"]), st))
-    if d.get("verify"):
-        out.extend(_para("Verify", str(d["verify"]), st))
+    if not pre or context_lines <= 0:
+        return []
+    shown = pre[-context_lines:]
+    return [
+        st.bold("Preceding lines")
+        + st.dim(f"  (last {len(shown)} of {len(pre)} from the initiating process)"),
+        *("  | " + line for line in shown),
+    ]
+
+
+def _advice(d: Diagnosis, st: Style) -> list[str]:
+    out = []
+    for key, label in (("cause", "Cause"), ("fix", "Fix"), ("verify", "Verify")):
+        if d.get(key):
+            out.extend(_para(label, str(d[key]), st))
+    hyps = d.get("hypotheses") or []
+    if hyps:
+        out.append(st.bold("Competing explanations"))
+        for h in hyps:
+            out.extend(_para(f"  - {h['cause']}", f"tell apart: {h['separate_by']}", st, 6))
     alts = d.get("alternatives") or []
     if alts:
         out.append(st.bold("Alternatives considered"))
-        for a in alts[:4]:
-            out.append(f"  {_who(a)} [{a.get('signature')}]: {a.get('why_not')}")
-    return "\n".join(out)
+        out.extend(f"  {_who(a)} [{a.get('signature')}]: {a.get('why_not')}" for a in alts[:4])
+    return out
+
+
+def render_diagnosis(d: Diagnosis, st: Style, context_lines: int = 20) -> str:
+    parts = [
+        _header(d, st),
+        _root_line(d, st),
+        _first_warning(d, st, context_lines),
+        _context(d, st),
+        _collateral(d, st),
+        _suspects(d, st),
+        _preceding(d, st, context_lines),
+        _advice(d, st),
+    ]
+    return "\n".join(line for part in parts for line in part)
 
 
 def render_report(
@@ -148,7 +198,9 @@ def render_report(
 ) -> str:
     lines = [st.dim(header)]
     if not diagnoses:
-        lines.append("No failure found: no cause, symptom or error lines in these logs.")
+        lines.append(
+            "No failure found: nothing at warning level or above shows a failure in these logs."
+        )
         return "\n".join(lines)
     for i, d in enumerate(diagnoses):
         if i:

@@ -78,10 +78,20 @@ struct SignatureSpec {
     #[serde(default)]
     blames: Option<String>,
     #[serde(default)]
+    hypotheses: Vec<Hypothesis>,
+    #[serde(default)]
     sync: Option<String>,
     cause: Option<String>,
     fix: Option<String>,
     verify: Option<String>,
+}
+
+/// A competing explanation of a cause that the logs alone may not separate, and what would.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Hypothesis {
+    pub cause: String,
+    pub separate_by: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,6 +124,7 @@ pub struct Signature {
     pub blames_outlier: Vec<String>,
     /// The fault is at the peer the line names (`blames = "peer"`), not at the printer.
     pub blames_peer: bool,
+    pub hypotheses: Vec<Hypothesis>,
     pub sync: Option<Sync>,
     pub cause: String,
     pub fix: String,
@@ -464,6 +475,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         explains_idx: Vec::new(),
         blames_outlier: s.blames_outlier,
         blames_peer,
+        hypotheses: s.hypotheses,
         sync,
         cause: s.cause.unwrap_or_default(),
         fix: s.fix.unwrap_or_default(),

@@ -280,13 +280,16 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
     let hits = inc.scope.hits;
 
     let root = v.root_line(top);
+    // Whose cause, fix and verify texts apply: the candidate's own cause line; for a
+    // configuration root cause, the root line's signature when it carries advice, else the
+    // cause that configuration explains.
+    let config_sig = top.config.and_then(|(_, s)| s).map(|s| &v.cat.signatures[s as usize]);
+    let root_advice = root.sig.filter(|s| !s.fix.is_empty());
     let cause_sig = top
         .cause
         .and_then(|b| v.sig(v.hit(b)))
-        .or(top
-            .config
-            .and_then(|(_, s)| s)
-            .map(|s| &v.cat.signatures[s as usize]))
+        .or(root_advice)
+        .or(config_sig)
         .or(root.sig);
     let explains: BTreeSet<u16> = cause_sig
         .map(|s| s.explains_idx.iter().copied().collect())
@@ -340,6 +343,15 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
             "An error was logged that no catalog signature recognises.".into(),
         ),
     };
+    let hypotheses: Vec<Value> = cause_sig
+        .map(|s| s.hypotheses.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|h| {
+            json!({"cause": facts::render(&h.cause, &facts),
+                   "separate_by": facts::render(&h.separate_by, &facts)})
+        })
+        .collect();
     let sig_json = sig_json(root.sig);
     let headline = match (top.config, cause_sig) {
         (Some(_), Some(c)) if root.sig.is_none_or(|r| r.id != c.id) => {
@@ -378,8 +390,9 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
         "collateral_ranks": rank_ranges(&all_coll),
         "collateral_rank_count": all_coll.len(),
         "preceding_lines": preceding,
-        "odd_context": inc.scope.notes.borrow().clone(),
+        "odd_context": distinct_notes(&inc.scope.notes.borrow()),
         "alternatives": alternatives,
+        "hypotheses": hypotheses,
         "incident": {
             "start": inc.start.map(iso_ms),
             "hits": hits.len(),
@@ -397,6 +410,16 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
         json,
         confidence: conf,
     })
+}
+
+/// Configuration notes, one per (host, field): the first rule to note it wins.
+fn distinct_notes(notes: &[Value]) -> Vec<Value> {
+    let mut seen = BTreeSet::new();
+    notes
+        .iter()
+        .filter(|n| seen.insert((n["host"].to_string(), n["field"].to_string())))
+        .cloned()
+        .collect()
 }
 
 /// The earliest warning-or-worse line of the incident when it is not the root line; for a
