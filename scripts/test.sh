@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up, then runs every check CI runs: Rust fmt/clippy/tests, ruff, mypy, pytest (which
-# starts its own Kafka broker from deploy/kafka).
+# starts its own Kafka broker from deploy/kafka, and a real Prometheus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+scripts/setup-test-services.sh
 step() { printf '\n== %s\n' "$*" >&2; }
 step "cargo fmt --check"; cargo fmt --all -- --check
 step "cargo clippy"; cargo clippy --workspace --all-targets -q -- -D warnings
