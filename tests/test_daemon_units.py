@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -202,6 +203,20 @@ def test_fleet_metrics_count_incidents_once_and_find_suspects_in_the_window() ->
     p = parse_metrics(m.render().decode())
     assert p["rankwatch_suspect_hosts"] == 0
     assert 'rankwatch_suspect_host_jobs{host="node-7"}' not in p
+
+
+def test_suspects_follow_the_diagnoses_topic_but_counters_only_own_publishes() -> None:
+    m = DaemonMetrics(REJECT_REASONS, "0", suspect_window_s=3600)
+    now = time.time()
+    m.fleet.published(_diag("rw-1", "j1", "node-7"), now)
+    # published by another daemon of the group, read back from the diagnoses topic
+    m.fleet.observe(orjson.dumps(_diag("rw-2", "j2", "node-7")), int(now * 1000))
+    m.fleet.observe(b"not json", int(now * 1000))
+    m.fleet.observe(orjson.dumps(_diag("rw-1", "j1", "node-7")), int(now * 1000))  # our own
+    m.fleet.refresh(now)
+    p = parse_metrics(m.render().decode())
+    assert p['rankwatch_suspect_host_jobs{host="node-7"}'] == 2
+    assert p['rankwatch_incidents_by_host_total{host="node-7"}'] == 1
 
 
 def test_host_labels_are_bounded() -> None:

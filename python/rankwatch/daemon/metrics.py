@@ -2,14 +2,17 @@
 
 Totals the engine keeps (lines, bytes, signature hits, evictions) are copied from
 `Engine.stats()` after each batch and exported by a collector as counters, so a scrape never
-touches the engine. Fleet statistics (incidents by signature, subsystem and root-cause host;
-suspect hosts) follow what this daemon published; their label values are bounded."""
+touches the engine. Fleet statistics: incidents by signature, subsystem and root-cause host
+count what this daemon published (sum them over daemons); suspect hosts follow the whole
+diagnoses topic, which every daemon reads, so each names the fleet's suspects (take the max
+over daemons). Label values are bounded."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
+import orjson
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily
@@ -109,6 +112,18 @@ class FleetMetrics:
             registry=r,
         ).set(window_s)
         self._exported: set[str] = set()
+
+    def observe(self, value: bytes | None, record_ms: int) -> None:
+        """A record of the diagnoses topic, from any daemon: it counts for the suspect hosts
+        (the counters only count what this daemon published, so that sums add up)."""
+        if not value:
+            return
+        try:
+            d = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(d, dict):
+            self.ledger.add(d, record_ms)
 
     def published(self, diagnosis: Mapping[str, object], now_s: float | None = None) -> None:
         now_s = time.time() if now_s is None else now_s

@@ -44,6 +44,7 @@ from rankwatch.engine import REJECT_REASONS, Decoder, Engine
 log = logging.getLogger("rankwatch.daemon")
 
 HOUSEKEEPING_S = 60.0
+FLEET_SYNC_S = 15.0  # how often the diagnoses topic is read on for the suspect-host metrics
 KAFKA_PROBE_S = 5.0  # how often the broker is asked for metadata (rankwatch_kafka_up, /readyz)
 
 
@@ -100,6 +101,7 @@ class Daemon:
         self.last_alive = time.monotonic()
         self.last_commit = time.monotonic()
         self.last_housekeeping = time.monotonic()
+        self.last_fleet_sync = time.monotonic()
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -432,11 +434,37 @@ class Daemon:
         self.metrics.held.set(len(self.outbox.held))
         self.metrics.loops.inc()
         mono = time.monotonic()
+        if mono - self.last_fleet_sync >= FLEET_SYNC_S and self.tail is not None:
+            self.last_fleet_sync = mono
+            try:
+                await self._read_output(timeout_s=5.0)
+            except (KafkaError, OSError) as e:  # the metrics wait; the next sync reads on
+                log.warning("reading %s for fleet metrics failed: %r", self.cfg.output_topic, e)
         if mono - self.last_housekeeping >= HOUSEKEEPING_S:
             self.last_housekeeping = mono
-            self.metrics.fleet.refresh()
             self.index.prune()
             self.jobmap.prune(2 * self.cfg.replay_window_ms / 1000 + 3600)
+
+    async def _read_output(
+        self,
+        *,
+        since_ms: int | None = None,
+        index_since: int | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        """Reads the diagnoses topic on from where it stopped (every daemon's publishes): what
+        is published (PublishedIndex) and the suspect hosts."""
+        assert self.tail is not None
+
+        def handle(rec: Any) -> None:
+            if index_since is None or rec.timestamp >= index_since:
+                self.index.load(rec.value)
+            self.metrics.fleet.observe(rec.value, int(rec.timestamp))
+
+        try:
+            await self.tail.catch_up(handle, since_ms=since_ms, timeout_s=timeout_s)
+        finally:
+            self.metrics.fleet.refresh()
 
     # --- rebalancing ----------------------------------------------------------------------
 
@@ -498,7 +526,11 @@ class Daemon:
         assert self.tail is not None
         t0 = time.monotonic()
         before = self.tail.records_read
-        await self.tail.catch_up(lambda rec: self.index.load(rec.value), since_ms=plan.earliest_ms)
+        # the suspect-host window reaches further back than the index needs
+        fleet_since = now_ms() - self.cfg.suspect_window_ms
+        await self._read_output(
+            since_ms=min(plan.earliest_ms, fleet_since), index_since=plan.earliest_ms
+        )
         replay = sum(max(0, e - s) for s, e in plan.starts.values())
         log.info(
             "partitions assigned: %d new (re-reading %d records to rebuild state); "
