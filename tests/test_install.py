@@ -78,3 +78,17 @@ def test_installed_demo_runs_end_to_end(installed: Path, tmp_path: Path, daemon_
     assert "healthy jobs: 0 diagnoses" in out.stderr
     assert "rankwatch-demo-" not in out.stdout + out.stderr  # no temporary paths in origins
     assert "/tmp" not in out.stdout
+
+
+def test_an_update_is_one_line_naming_what_changed() -> None:
+    from rankwatch.demo import describe_update
+
+    old = {"id": "rw-1", "confidence": 0.8, "incident": {"hits": 10, "ranks_affected": 4}}
+    old["root_cause"] = {"rank": 3, "host": "n1"}
+    new = {**old, "confidence": 0.9, "incident": {"hits": 12, "ranks_affected": 4}}
+    line = describe_update(old, new)
+    assert "\n" not in line and "rw-1 updated" in line
+    assert "confidence 0.80 -> 0.90" in line and "12 matched lines (was 10)" in line
+    assert "ranks affected" not in line
+    moved = {**new, "root_cause": {"rank": 5, "host": "n2"}}
+    assert "root cause now rank 5 on n2" in describe_update(new, moved)

@@ -67,6 +67,10 @@ def describe_update(old: dict[str, Any], new: dict[str, Any]) -> str:
     oc, nc = float(old.get("confidence", 0)), float(new.get("confidence", 0))
     if round(oc, 2) != round(nc, 2):
         changes.append(f"confidence {oc:.2f} -> {nc:.2f}")
+    old_inc, new_inc = old.get("incident") or {}, new.get("incident") or {}
+    for key, what in (("ranks_affected", "ranks affected"), ("hits", "matched lines")):
+        if old_inc.get(key) != new_inc.get(key):
+            changes.append(f"{new_inc.get(key)} {what} (was {old_inc.get(key)})")
     old_n = int(old.get("collateral_rank_count") or 0)
     new_n = int(new.get("collateral_rank_count") or 0)
     if old_n != new_n:
@@ -80,6 +84,9 @@ def describe_update(old: dict[str, Any], new: dict[str, Any]) -> str:
 async def _watch(bootstrap: str, topic: str, want: str, timeout_s: float) -> list[dict[str, Any]]:
     from aiokafka import AIOKafkaConsumer
 
+    from rankwatch.daemon.logs import quiet_kafka
+
+    quiet_kafka()  # the topic appears only with the first diagnosis; that is expected here
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
     )
