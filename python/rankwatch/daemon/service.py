@@ -376,10 +376,11 @@ class Daemon:
         self.metrics.records_replayed.inc(part.replayed)
         self.metrics.records_in.inc(len(part.records) - part.replayed)
         assert self.publisher is not None
+        per_reason: dict[str, int] = {}  # one labelled update per reason and batch
         for i, reason in rejected:
             if i < part.replayed:
                 continue  # counted and copied when it was first read
-            self.metrics.rejected.labels(reason).inc()
+            per_reason[reason] = per_reason.get(reason, 0) + 1
             if self.cfg.dead_letter_topic is not None:
                 r = part.records[i]
                 source = f"{tp.topic}/{tp.partition}/{r.offset}"
@@ -387,6 +388,8 @@ class Daemon:
                     r.value, r.key, list(r.headers), reason, source
                 )
                 self.metrics.dead_letter.inc()
+        for reason, n in per_reason.items():
+            self.metrics.rejected.labels(reason).inc(n)
         self.pos.fed(tp, part.end)
 
     def _replaying(self, job: str) -> bool:
