@@ -6,6 +6,8 @@ partitions; sd_notify reaches a real Unix datagram socket."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 import subprocess
 import time
@@ -19,8 +21,9 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka.errors import KafkaError
 
-from daemon_fixtures import Daemon, free_port, wait_for, wait_settled
+from daemon_fixtures import Daemon, free_port, parse_metrics, wait_for, wait_settled
 from deploy_checks import ALERT_DELIVERER_METRICS, dashboard_queries, need
 from rankwatch.simulate import fleetgen
 from test_daemon_kafka import RANKS, base_settings, make_fleet, rankwatch
@@ -242,3 +245,47 @@ def test_readiness_needs_partitions_and_sd_notify_reaches_the_socket(
         assert a.stop() == 0
         drain()
         assert "STOPPING=1" in messages, messages
+
+
+def test_kafka_probe_marks_the_broker_down_and_up(daemon_kafka: str, tmp_path: Path) -> None:
+    """The probe behind rankwatch_kafka_up and /readyz, with real clients: one bootstrapped
+    at a port where nothing listens, then one at the test broker."""
+    from aiokafka import TopicPartition
+
+    from rankwatch.daemon import kafka_clients
+    from rankwatch.daemon.config import load_config
+    from rankwatch.daemon.service import Daemon as Service
+
+    async def probe_with(bootstrap: str) -> tuple[float, tuple[bool, bytes]]:
+        cfg = load_config(
+            None,
+            overrides={
+                "bootstrap_servers": bootstrap,
+                "topic": ["t"],
+                "metrics_addr": "off",
+                "request_timeout_ms": 2000,
+            },
+        )
+        service = Service(cfg)
+        service.started = True
+        service.pos.owned = {TopicPartition("t", 0)}
+        service.reader = kafka_clients.reader_consumer(cfg)
+        try:
+            with contextlib.suppress(KafkaError):
+                await service.reader.start()
+            task = asyncio.create_task(service._probe_kafka())
+            await asyncio.sleep(3)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            value = parse_metrics(service.metrics.render().decode())["rankwatch_kafka_up"]
+            return value, service.readiness()
+        finally:
+            await service.reader.stop()
+            service.engine.close()
+
+    down, (ready, body) = asyncio.run(probe_with(f"127.0.0.1:{free_port()}"))
+    assert down == 0 and not ready
+    assert orjson.loads(body)["reasons"] == ["broker unreachable"]
+    up, (ready, body) = asyncio.run(probe_with(daemon_kafka))
+    assert up == 1 and ready, body
