@@ -8,6 +8,7 @@ daemon."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -21,8 +22,12 @@ if TYPE_CHECKING:
 
 Probe = Callable[[], tuple[bool, bytes]]
 
-_STATUS = {200: "200 OK", 404: "404 Not Found", 405: "405 Method Not Allowed"}
-_STATUS[503] = "503 Service Unavailable"
+_STATUS = {
+    200: "200 OK",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    503: "503 Service Unavailable",
+}
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -34,6 +39,10 @@ class _Server(ThreadingWSGIServer):
     allow_reuse_address = True
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class HttpServer:
     def __init__(self, registry: CollectorRegistry, health: Probe, ready: Probe) -> None:
         self._metrics_app = make_wsgi_app(registry)
@@ -43,7 +52,8 @@ class HttpServer:
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str, port: int) -> None:
-        server = make_server(host, port, self._app, _Server, handler_class=_QuietHandler)
+        kind = _Server6 if ":" in host else _Server
+        server = make_server(host, port, self._app, kind, handler_class=_QuietHandler)
         self._server = server
         sock = server.socket.getsockname()
         self.address = (str(sock[0]), int(sock[1]))
