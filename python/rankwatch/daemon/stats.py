@@ -146,12 +146,19 @@ def direction(counts: Sequence[int]) -> str:
     return "steady"
 
 
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.3g}{unit}"
+    return f"{seconds:.3g}s"
+
+
 def render_stats(stats: dict[str, Any], top: int = 20) -> str:
+    buckets = len(stats["by_signature"][0]["trend"]) if stats["by_signature"] else 0
     lines = [
         f"{stats['incidents']} incident(s) in {stats['jobs']} job(s) "
         f"from {stats['since']} to {stats['until']} "
-        f"(trend: {len(stats['by_signature'][0]['trend']) if stats['by_signature'] else 0} "
-        f"buckets of {stats['trend_bucket_seconds']:g} s)"
+        f"(trends: {buckets} buckets of {_span(stats['trend_bucket_seconds'])}, oldest first)"
     ]
     for title, key in (
         ("by signature", "by_signature"),
