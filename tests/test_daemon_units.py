@@ -177,6 +177,43 @@ def test_metrics_exposition_format() -> None:
             assert name.startswith("rankwatch_"), line
 
 
+# Names and types exported before the move to prometheus_client: dashboards and rules use them.
+STABLE_METRICS = [
+    ("rankwatch_build_info", "gauge"),
+    ("rankwatch_records_in_total", "counter"),
+    ("rankwatch_records_replayed_total", "counter"),
+    ("rankwatch_lines_in_total", "counter"),
+    ("rankwatch_bytes_in_total", "counter"),
+    ("rankwatch_records_rejected_total", "counter"),
+    ("rankwatch_dead_letter_records_total", "counter"),
+    ("rankwatch_signature_hits_total", "counter"),
+    ("rankwatch_incidents_open", "gauge"),
+    ("rankwatch_incidents_pending", "gauge"),
+    ("rankwatch_diagnoses_out_total", "counter"),
+    ("rankwatch_diagnoses_skipped_total", "counter"),
+    ("rankwatch_publish_unacknowledged_records", "gauge"),
+    ("rankwatch_diagnosis_updates_held", "gauge"),
+    ("rankwatch_consumer_lag_records", "gauge"),
+    ("rankwatch_partitions_assigned", "gauge"),
+    ("rankwatch_rebalances_total", "counter"),
+    ("rankwatch_commits_total", "counter"),
+    ("rankwatch_jobs", "gauge"),
+    ("rankwatch_ring_memory_bytes", "gauge"),
+    ("rankwatch_memory_budget_bytes", "gauge"),
+    ("rankwatch_jobs_evicted_total", "counter"),
+    ("rankwatch_batch_duration_seconds", "histogram"),
+    ("rankwatch_loop_iterations_total", "counter"),
+    ("rankwatch_last_batch_timestamp_seconds", "gauge"),
+]
+
+
+def test_metric_names_and_types_stay_stable() -> None:
+    text = DaemonMetrics(REJECT_REASONS, "0").render().decode()
+    types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE"))
+    for name, kind in STABLE_METRICS:
+        assert types.get(name) == kind, name
+
+
 def _diag(did: str, job: str, host: str, sig: str = "pt_cuda_error") -> dict[str, Any]:
     return {
         "id": did,
