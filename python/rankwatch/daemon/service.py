@@ -463,6 +463,7 @@ class Daemon:
             if index_since is None or rec.timestamp >= index_since:
                 self.index.load(rec.value)
             self.metrics.fleet.observe(rec.value, int(rec.timestamp))
+            self.notifier.watchdog()  # a long first read is progress, not a hang
 
         try:
             await self.tail.catch_up(handle, since_ms=since_ms, timeout_s=timeout_s)
