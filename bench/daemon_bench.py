@@ -7,7 +7,7 @@
 4. latency from a root-cause line's produce time to its diagnosis on the output topic, while a
    background producer keeps loading the input topic.
 
-The input is fleetgen logs (bench/fleetgen.py): healthy jobs plus a few failing ones, copied
+The input is fleetgen logs (rankwatch.simulate): healthy jobs plus a few failing ones, copied
 under new job names up to `--records`, as canonical records keyed by job (what
 `rankwatch replay` sends). Prints a markdown table (and `--json` writes the numbers).
 
@@ -40,9 +40,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-import fleetgen  # noqa: E402
 from rankwatch.daemon.replay import BatchSender, canonical_record, interleave, new_producer  # noqa: E402
 from rankwatch.local import discover  # noqa: E402
+from rankwatch.simulate import fleetgen  # noqa: E402
 
 KAFKA = ROOT / "deploy" / "kafka"
 HEALTHY = ["healthy", "healthy_noisy"]

@@ -27,9 +27,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import fleetgen  # noqa: E402
 from rankwatch import Catalog, Engine, EngineConfig, hyperscan_version  # noqa: E402
 from rankwatch.local import analyze_files, discover  # noqa: E402
+from rankwatch.simulate import fleetgen  # noqa: E402
 
 
 def load_fleet(root: Path) -> list[tuple[Path, bytes]]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up, then runs every check CI runs: Rust fmt/clippy/tests, ruff, mypy, pytest (which
-# starts its own Kafka broker from deploy/kafka).
+# starts its own Kafka broker from deploy/kafka, and a real Prometheus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

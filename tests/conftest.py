@@ -1,4 +1,4 @@
-"""Shared fixtures: the shipped catalog, the fleet generator from bench/, and a helper that
+"""Shared fixtures: the shipped catalog, the fleet generator (rankwatch.simulate), and a helper that
 generates a job and analyzes it through the real engine."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench"))  # bench scripts some tests import
 
-import fleetgen  # noqa: E402
 from daemon_fixtures import *  # noqa: E402, F403
 from rankwatch import Catalog, Engine, EngineConfig  # noqa: E402
 from rankwatch.local import analyze_files, discover  # noqa: E402
+from rankwatch.simulate import fleetgen  # noqa: E402
 
 
 @pytest.fixture(scope="session")

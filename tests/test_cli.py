@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-import fleetgen
+from rankwatch.simulate import fleetgen
 
 
 def rw(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""`rankwatch run` against a real Kafka broker: fleets from bench/fleetgen.py are loaded with
+"""`rankwatch run` against a real Kafka broker: fleets from rankwatch.simulate are loaded with
 `rankwatch replay`, the daemon runs as `python -m rankwatch.cli run`, and the diagnoses topic,
 the dead-letter topic, the group's committed offsets and /metrics are checked."""
 
@@ -17,7 +17,6 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer
 
-import fleetgen
 from daemon_fixtures import (
     ROOT,
     Daemon,
@@ -37,6 +36,7 @@ from rankwatch.daemon.replay import (
     replay_files,
 )
 from rankwatch.local import discover
+from rankwatch.simulate import fleetgen
 
 RANKS = 16
 

@@ -6,21 +6,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from aiokafka import TopicPartition
+from prometheus_client import CollectorRegistry, Gauge
 
+from daemon_fixtures import parse_metrics
 from rankwatch.daemon.commands import register
 from rankwatch.daemon.config import ConfigError, load_config, validate_config
 from rankwatch.daemon.http import HttpServer
 from rankwatch.daemon.jobs import JobMap, job_of_key, partition_of_origin
-from rankwatch.daemon.metrics import DaemonMetrics
+from rankwatch.daemon.metrics import BoundedLabel, DaemonMetrics
 from rankwatch.daemon.published import PublishedIndex, content_hash
 from rankwatch.daemon.publisher import diagnosis_record
-from rankwatch.daemon.stats import fleet_stats, latest_versions, render_stats
+from rankwatch.daemon.stats import SinceError, fleet_stats, ledger_of, parse_since, render_stats
 from rankwatch.engine import REJECT_REASONS
 
 # --- configuration ----------------------------------------------------------------------------
@@ -147,60 +152,162 @@ def test_every_key_is_a_flag(tmp_path: Path) -> None:
 
 def test_metrics_exposition_format() -> None:
     m = DaemonMetrics(REJECT_REASONS, "9.9.9")
-    m.rejected.inc(2, "bad_json")
+    m.rejected.labels("bad_json").inc(2)
     m.batch_seconds.observe(0.003)
     m.batch_seconds.observe(7.0)
-    m.lag.set(12, "logs", "3")
+    m.lag.labels("logs", "3").set(12)
     m.update_engine({"lines": 10, "bytes": 100, "hits_by_signature": {'x"y': 3}})
     text = m.render().decode()
     assert "# TYPE rankwatch_records_rejected_total counter" in text
     for reason in REJECT_REASONS:  # known series are exported as 0
         assert f'rankwatch_records_rejected_total{{reason="{reason}"}}' in text
-    assert 'rankwatch_records_rejected_total{reason="bad_json"} 2' in text
-    assert 'rankwatch_batch_duration_seconds_bucket{le="0.0025"} 0' in text
-    assert 'rankwatch_batch_duration_seconds_bucket{le="0.005"} 1' in text
-    assert 'rankwatch_batch_duration_seconds_bucket{le="+Inf"} 2' in text
-    assert "rankwatch_batch_duration_seconds_count 2" in text
-    assert 'rankwatch_consumer_lag_records{topic="logs",partition="3"} 12' in text
-    assert 'rankwatch_signature_hits_total{signature="x\\"y"} 3' in text
-    assert 'rankwatch_build_info{version="9.9.9"} 1' in text
+    assert 'rankwatch_records_rejected_total{reason="bad_json"} 2.0' in text
+    assert 'rankwatch_batch_duration_seconds_bucket{le="0.0025"} 0.0' in text
+    assert 'rankwatch_batch_duration_seconds_bucket{le="0.005"} 1.0' in text
+    assert 'rankwatch_batch_duration_seconds_bucket{le="+Inf"} 2.0' in text
+    assert "rankwatch_batch_duration_seconds_count 2.0" in text
+    assert 'rankwatch_consumer_lag_records{partition="3",topic="logs"} 12.0' in text
+    assert "rankwatch_lines_in_total 10.0" in text
+    assert 'rankwatch_signature_hits_total{signature="x\\"y"} 3.0' in text
+    assert 'rankwatch_build_info{version="9.9.9"} 1.0' in text
+    assert "_created" not in text
     for line in text.splitlines():
         if not line.startswith("#"):
             name = line.split("{")[0].split(" ")[0]
             assert name.startswith("rankwatch_"), line
 
 
-def test_http_server_serves_metrics_and_health() -> None:
-    async def main() -> list[bytes]:
-        healthy = [True]
-        server = HttpServer(lambda: b"rankwatch_up 1\n", lambda: (healthy[0], b'{"ok":1}'))
+# Names and types exported before the move to prometheus_client: dashboards and rules use them.
+STABLE_METRICS = [
+    ("rankwatch_build_info", "gauge"),
+    ("rankwatch_records_in_total", "counter"),
+    ("rankwatch_records_replayed_total", "counter"),
+    ("rankwatch_lines_in_total", "counter"),
+    ("rankwatch_bytes_in_total", "counter"),
+    ("rankwatch_records_rejected_total", "counter"),
+    ("rankwatch_dead_letter_records_total", "counter"),
+    ("rankwatch_signature_hits_total", "counter"),
+    ("rankwatch_incidents_open", "gauge"),
+    ("rankwatch_incidents_pending", "gauge"),
+    ("rankwatch_diagnoses_out_total", "counter"),
+    ("rankwatch_diagnoses_skipped_total", "counter"),
+    ("rankwatch_publish_unacknowledged_records", "gauge"),
+    ("rankwatch_diagnosis_updates_held", "gauge"),
+    ("rankwatch_consumer_lag_records", "gauge"),
+    ("rankwatch_partitions_assigned", "gauge"),
+    ("rankwatch_rebalances_total", "counter"),
+    ("rankwatch_commits_total", "counter"),
+    ("rankwatch_jobs", "gauge"),
+    ("rankwatch_ring_memory_bytes", "gauge"),
+    ("rankwatch_memory_budget_bytes", "gauge"),
+    ("rankwatch_jobs_evicted_total", "counter"),
+    ("rankwatch_batch_duration_seconds", "histogram"),
+    ("rankwatch_loop_iterations_total", "counter"),
+    ("rankwatch_last_batch_timestamp_seconds", "gauge"),
+]
+
+
+def test_metric_names_and_types_stay_stable() -> None:
+    text = DaemonMetrics(REJECT_REASONS, "0").render().decode()
+    types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE"))
+    for name, kind in STABLE_METRICS:
+        assert types.get(name) == kind, name
+
+
+def _diag(did: str, job: str, host: str, sig: str = "pt_cuda_error") -> dict[str, Any]:
+    return {
+        "id": did,
+        "job": job,
+        "root_cause": {"host": host},
+        "signature": {"id": sig, "subsystem": "cuda"},
+    }
+
+
+def test_fleet_metrics_count_incidents_once_and_find_suspects_in_the_window() -> None:
+    m = DaemonMetrics(REJECT_REASONS, "0", suspect_window_s=3600)
+    t0 = 1_000_000.0
+    m.fleet.published(_diag("rw-1", "j1", "node-7"), t0)
+    m.fleet.published(_diag("rw-1", "j1", "node-7", "nccl_ib_wc_retry_exceeded"), t0 + 1)
+    m.fleet.published(_diag("rw-2", "j2", "node-7"), t0 + 2)
+    m.fleet.published(_diag("rw-3", "j2", "node-1"), t0 + 3)
+    p = parse_metrics(m.render().decode())
+    assert p['rankwatch_incidents_total{signature="pt_cuda_error",subsystem="cuda"}'] == 3
+    assert p['rankwatch_incidents_by_host_total{host="node-7"}'] == 2
+    assert p['rankwatch_suspect_host_jobs{host="node-7"}'] == 2
+    assert p["rankwatch_suspect_hosts"] == 1
+    assert 'rankwatch_suspect_host_jobs{host="node-1"}' not in p
+    m.fleet.refresh(t0 + 3601)  # rw-1 left the window: node-7 is no longer a suspect
+    p = parse_metrics(m.render().decode())
+    assert p["rankwatch_suspect_hosts"] == 0
+    assert 'rankwatch_suspect_host_jobs{host="node-7"}' not in p
+
+
+def test_suspects_follow_the_diagnoses_topic_but_counters_only_own_publishes() -> None:
+    m = DaemonMetrics(REJECT_REASONS, "0", suspect_window_s=3600)
+    now = time.time()
+    m.fleet.published(_diag("rw-1", "j1", "node-7"), now)
+    # published by another daemon of the group, read back from the diagnoses topic
+    m.fleet.observe(orjson.dumps(_diag("rw-2", "j2", "node-7")), int(now * 1000))
+    m.fleet.observe(b"not json", int(now * 1000))
+    m.fleet.observe(orjson.dumps(_diag("rw-1", "j1", "node-7")), int(now * 1000))  # our own
+    m.fleet.refresh(now)
+    p = parse_metrics(m.render().decode())
+    assert p['rankwatch_suspect_host_jobs{host="node-7"}'] == 2
+    assert p['rankwatch_incidents_by_host_total{host="node-7"}'] == 1
+
+
+def test_host_labels_are_bounded() -> None:
+    label = BoundedLabel(2)
+    assert [label(h) for h in ("a", "b", "c", "a", "d")] == ["a", "b", "other", "a", "other"]
+
+
+def test_http_server_serves_metrics_health_and_readiness() -> None:
+    registry = CollectorRegistry()
+    Gauge("rankwatch_up", "up", registry=registry).set(1)
+    state = {"healthy": True, "ready": False}
+
+    async def main() -> dict[str, tuple[int, bytes, str]]:
+        server = HttpServer(
+            registry,
+            lambda: (state["healthy"], b'{"ok":1}'),
+            lambda: (state["ready"], b'{"ready":0}'),
+        )
         await server.start("127.0.0.1", 0)
         assert server.address is not None
         host, port = server.address
+        base = f"http://{host}:{port}"
 
-        async def get(path: str, method: str = "GET") -> bytes:
-            r, w = await asyncio.open_connection(host, port)
-            w.write(f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-            data = await r.read()
-            w.close()
-            return data
+        def get(path: str, method: str = "GET") -> tuple[int, bytes, str]:
+            req = urllib.request.Request(base + path, method=method)
+            try:
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    return int(r.status), bytes(r.read()), str(r.headers["Content-Type"])
+            except urllib.error.HTTPError as e:
+                return int(e.code), bytes(e.read()), str(e.headers["Content-Type"])
 
-        out = [await get("/metrics"), await get("/healthz"), await get("/nope")]
-        healthy[0] = False
-        out.append(await get("/healthz"))
-        out.append(await get("/metrics", "POST"))
-        out.append(await get("/metrics", "HEAD"))
+        out = {}
+        for key, path, method in (
+            ("metrics", "/metrics", "GET"),
+            ("health", "/healthz", "GET"),
+            ("unready", "/readyz", "GET"),
+            ("missing", "/nope", "GET"),
+            ("post", "/metrics", "POST"),
+        ):
+            out[key] = await asyncio.to_thread(get, path, method)
+        state.update(healthy=False, ready=True)
+        out["sick"] = await asyncio.to_thread(get, "/healthz")
+        out["ready"] = await asyncio.to_thread(get, "/readyz")
         await server.close()
         return out
 
-    metrics, health, missing, sick, post, head = asyncio.run(main())
-    assert metrics.startswith(b"HTTP/1.1 200 OK\r\n")
-    assert b"text/plain; version=0.0.4" in metrics and metrics.endswith(b"rankwatch_up 1\n")
-    assert health.startswith(b"HTTP/1.1 200") and health.endswith(b'{"ok":1}')
-    assert missing.startswith(b"HTTP/1.1 404")
-    assert sick.startswith(b"HTTP/1.1 503")
-    assert post.startswith(b"HTTP/1.1 405")
-    assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"\r\n\r\n")
+    out = asyncio.run(main())
+    status, body, ctype = out["metrics"]
+    assert status == 200 and "text/plain; version=0.0.4" in ctype
+    assert b"rankwatch_up 1.0" in body
+    assert out["health"][:2] == (200, b'{"ok":1}')
+    assert out["unready"][:2] == (503, b'{"ready":0}')
+    assert out["missing"][0] == 404 and out["post"][0] == 405
+    assert out["sick"][0] == 503 and out["ready"][0] == 200
 
 
 # --- what was published -----------------------------------------------------------------------
@@ -281,21 +388,52 @@ def test_fleet_stats_counts_latest_versions_and_finds_suspect_nodes() -> None:
             }
         )
 
+    hour = 3_600_000
+    t0 = 1_800_000_000_000
     records = [
-        d("rw-1", "j1", "node-7", "nccl_ib_async_event", "ib"),
-        d("rw-1", "j1", "node-7", "nccl_ib_wc_retry_exceeded", "ib"),  # update of rw-1
-        d("rw-2", "j2", "node-7", "pt_cuda_error", "cuda"),
-        d("rw-3", "j3", "node-1", "pt_cuda_error", "cuda"),
-        b"garbage",
+        (d("rw-0", "j0", "node-7", "pt_cuda_error", "cuda"), t0 - 30 * hour),  # before --since
+        (d("rw-1", "j1", "node-7", "nccl_ib_async_event", "ib"), t0),
+        (d("rw-1", "j1", "node-7", "nccl_ib_wc_retry_exceeded", "ib"), t0 + hour),  # update
+        (d("rw-2", "j2", "node-7", "pt_cuda_error", "cuda"), t0 + 2 * hour),
+        (d("rw-3", "j3", "node-1", "pt_cuda_error", "cuda"), t0 + 7 * hour),
+        (b"garbage", t0),
     ]
-    stats = fleet_stats(latest_versions(records).values())
+    ledger = ledger_of(records)
+    assert len(ledger) == 4
+    since = parse_since("8h", now_s=(t0 + 8 * hour) / 1000)
+    assert since == t0
+    stats = fleet_stats(ledger, since_ms=since, now_ms=t0 + 8 * hour, buckets=4)
     assert stats["incidents"] == 3 and stats["jobs"] == 3
-    assert stats["by_signature"][0] == {"name": "pt_cuda_error", "incidents": 2}
-    assert {"name": "nccl_ib_wc_retry_exceeded", "incidents": 1} in stats["by_signature"]
-    assert stats["by_host"][0] == {"name": "node-7", "incidents": 2}
+    assert stats["by_signature"][0] == {
+        "name": "pt_cuda_error",
+        "incidents": 2,
+        "trend": [0, 1, 0, 1],
+    }
+    sigs = {r["name"]: r["incidents"] for r in stats["by_signature"]}
+    assert sigs["nccl_ib_wc_retry_exceeded"] == 1 and "nccl_ib_async_event" not in sigs
+    assert stats["by_host"][0] == {"name": "node-7", "incidents": 2, "trend": [1, 1, 0, 0]}
     assert stats["suspect_nodes"] == [{"host": "node-7", "jobs": ["j1", "j2"], "incidents": 2}]
     text = render_stats(stats)
-    assert "suspect nodes" in text and "node-7  2 jobs" in text
+    assert "suspect nodes" in text and "node-7  2 jobs" in text and "█" in text
+    # the same incidents through the daemon's metrics name the same suspects
+    m = DaemonMetrics(REJECT_REASONS, "0", suspect_window_s=8 * 3600)
+    for value, ts in sorted(records, key=lambda r: r[1]):
+        if value != b"garbage":
+            m.fleet.published(orjson.loads(value), ts / 1000)
+    m.fleet.refresh((t0 + 8 * hour) / 1000)
+    p = parse_metrics(m.render().decode())
+    exported = {k: v for k, v in p.items() if k.startswith("rankwatch_suspect_host_jobs{")}
+    expected = {
+        f'rankwatch_suspect_host_jobs{{host="{s["host"]}"}}': len(s["jobs"])
+        for s in stats["suspect_nodes"]
+    }
+    assert exported == expected
+    # only the window counts: two days back, node-7 had incidents in three jobs
+    wide = fleet_stats(ledger, since_ms=parse_since("2d", now_s=(t0 + 8 * hour) / 1000))
+    assert wide["suspect_nodes"][0]["jobs"] == ["j0", "j1", "j2"]
+    with pytest.raises(SinceError, match="expected a duration"):
+        parse_since("yesterday")
+    assert parse_since("2026-11-30T12:00:00Z") == 1_796_040_000_000
 
 
 def test_positions_commit_only_what_the_engine_took_past_the_replay() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import fleetgen
 from conftest import analyze_dir
 from rankwatch import Catalog, Engine, EngineConfig
 from rankwatch.local import analyze_files, discover
+from rankwatch.simulate import fleetgen
 
 WARN = (
     "node-03:40213:40377 [5] misc/socket.cc:484 NCCL WARN socketStartConnect: "

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-import fleetgen
 from conftest import GenerateAndAnalyze
+from rankwatch.simulate import fleetgen
 
 FAULTS = [s for s in fleetgen.SCENARIOS if not s.startswith("healthy")]
 HEALTHY = [s for s in fleetgen.SCENARIOS if s.startswith("healthy")]

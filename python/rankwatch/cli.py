@@ -15,6 +15,7 @@ from rankwatch.daemon.commands import register as register_daemon
 from rankwatch.engine import Engine, EngineConfig
 from rankwatch.local import InputError, analyze_files, discover, read_log_bytes
 from rankwatch.report import Style, render_report
+from rankwatch.simulate.command import register as register_simulate
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -138,7 +139,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rankwatch.demo import DemoError, run_demo
 
     try:
-        return run_demo(port=args.port, settle_ms=args.settle_ms, timeout_s=args.timeout_s)
+        return run_demo(
+            port=args.port,
+            settle_ms=args.settle_ms,
+            timeout_s=args.timeout_s,
+            bootstrap=args.bootstrap_servers,
+        )
     except DemoError as e:
         raise UsageError(str(e)) from None
 
@@ -203,8 +209,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_daemon(sub)
     register_alert(sub)
+    register_simulate(sub)
 
     d = sub.add_parser("demo", help="end to end on a local Kafka: broker, daemon, a failing job")
+    d.add_argument(
+        "--bootstrap-servers",
+        metavar="HOST:PORT",
+        help="use this Kafka broker (fresh topics per run); default: start the dev broker of a "
+        "source checkout",
+    )
     d.add_argument("--port", type=int, default=19192, help="dev broker port")
     d.add_argument("--settle-ms", type=int, default=3000)
     d.add_argument("--timeout-s", type=float, default=180.0)

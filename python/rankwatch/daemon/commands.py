@@ -140,32 +140,37 @@ def cmd_replay(args: argparse.Namespace) -> int:
 # --- stats ----------------------------------------------------------------------------------
 
 
-async def _fleet(cfg: DaemonConfig, topic: str) -> dict[str, Any]:
+async def _fleet(
+    cfg: DaemonConfig, topic: str, since_ms: int | None, buckets: int
+) -> dict[str, Any]:
     from rankwatch.daemon.kafka_clients import reader_consumer
-    from rankwatch.daemon.stats import fleet_stats, read_diagnoses
+    from rankwatch.daemon.stats import fleet_stats, read_ledger
 
     reader = reader_consumer(cfg)
     try:
         await reader.start()
-        diagnoses = await read_diagnoses(reader, topic)
+        ledger = await read_ledger(reader, topic)
     finally:
         await reader.stop()
-    return fleet_stats(diagnoses)
+    return fleet_stats(ledger, since_ms=since_ms, buckets=buckets)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     from aiokafka.errors import KafkaError
 
-    from rankwatch.daemon.stats import render_stats
+    from rankwatch.daemon.stats import SinceError, parse_since, render_stats
 
+    if args.buckets < 1:
+        return _error("--buckets must be at least 1", EXIT_USAGE)
     try:
         cfg = _connection_config(args)
-    except ConfigError as e:
+        since_ms = parse_since(args.since) if args.since else None
+    except (ConfigError, SinceError) as e:
         return _error(str(e), EXIT_USAGE)
     topic = args.topic or cfg.output_topic
     quiet_kafka()
     try:
-        stats = asyncio.run(_fleet(cfg, topic))
+        stats = asyncio.run(_fleet(cfg, topic, since_ms, args.buckets))
     except KafkaError as e:
         return _error(f"reading {topic} at {cfg.bootstrap_servers} failed: {e}", EXIT_FAILURE)
     if args.json:
@@ -233,10 +238,25 @@ def register(subparsers: Any) -> None:
         help="fleet statistics from the diagnoses topic",
         description=(
             "Read the diagnoses topic and count incidents by signature, subsystem and host; "
-            "hosts that initiated incidents in two or more jobs are suspect nodes."
+            "hosts that initiated incidents in two or more jobs are suspect nodes (the rule "
+            "and the counting of the daemon's rankwatch_suspect_host_jobs metric). An incident "
+            "counts at the time its first diagnosis was published."
         ),
     )
     s.add_argument("--topic", help="diagnoses topic (default: output_topic of the config)")
+    s.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only incidents first published since then: a duration ago (30m, 24h, 7d) or an "
+        "ISO time; the daemon's suspect window is --suspect-window-ms (default 24h)",
+    )
+    s.add_argument(
+        "--buckets",
+        type=int,
+        default=8,
+        metavar="N",
+        help="trend buckets per signature and host over the window (default 8)",
+    )
     s.add_argument("--json", action="store_true", help="print rankwatch.fleet-stats/1 JSON")
     s.add_argument("--config", metavar="FILE", help="TOML config file (connection settings)")
     _add_option_flags(s, CONNECTION_KEYS)

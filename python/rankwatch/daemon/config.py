@@ -197,7 +197,13 @@ class DaemonConfig:
         250, "poll the engine at least this often, even without input", kind=INT, minimum=10
     )
     metrics_addr: str = _opt(
-        "127.0.0.1:9464", "host:port of /metrics and /healthz ('off' disables)", kind=ADDR
+        "127.0.0.1:9464", "host:port of /metrics, /healthz and /readyz ('off' disables)", kind=ADDR
+    )
+    suspect_window_ms: int = _opt(
+        24 * 3_600_000,
+        "a host that initiated incidents in two or more jobs this recently is a suspect",
+        kind=INT,
+        minimum=1,
     )
     catalog: list[str] = _opt(  # noqa: RUF009
         [], "extra catalog file or folder (repeatable)", kind=LIST, metavar="PATH"

@@ -1,95 +1,94 @@
-"""`/metrics` and `/healthz` over a minimal asyncio HTTP/1.1 server (standard library only).
+"""`/metrics`, `/healthz` and `/readyz`: prometheus_client's WSGI exposition app (content
+negotiation, gzip, `name[]` filters) behind a small router, served by a threading WSGI server on
+a daemon thread so that a scrape never waits for the event loop.
 
-Each connection serves one request and is closed; enough for Prometheus scrapes and probes."""
+The probe callbacks run on the server's threads; they only read a few attributes of the
+daemon."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
-from collections.abc import Callable
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-log = logging.getLogger("rankwatch.daemon")
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
-CONTENT_METRICS = "text/plain; version=0.0.4; charset=utf-8"
-MAX_HEAD_BYTES = 16 * 1024
-READ_TIMEOUT_S = 5.0
+if TYPE_CHECKING:
+    from wsgiref.types import StartResponse, WSGIEnvironment
 
-Health = Callable[[], tuple[bool, bytes]]
+Probe = Callable[[], tuple[bool, bytes]]
+
+_STATUS = {
+    200: "200 OK",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    503: "503 Service Unavailable",
+}
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes and probes every few seconds would drown the daemon's log."""
+
+
+class _Server(ThreadingWSGIServer):
+    allow_reuse_address = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 class HttpServer:
-    def __init__(self, metrics: Callable[[], bytes], health: Health) -> None:
-        self._metrics = metrics
-        self._health = health
-        self._server: asyncio.Server | None = None
+    def __init__(self, registry: CollectorRegistry, health: Probe, ready: Probe) -> None:
+        self._metrics_app = make_wsgi_app(registry)
+        self._probes = {"/healthz": health, "/health": health, "/readyz": ready}
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._handle, host, port)
-        sock = self._server.sockets[0].getsockname()
+        kind = _Server6 if ":" in host else _Server
+        server = make_server(host, port, self._app, kind, handler_class=_QuietHandler)
+        self._server = server
+        sock = server.socket.getsockname()
         self.address = (str(sock[0]), int(sock[1]))
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="rankwatch-http", daemon=True
+        )
+        self._thread.start()
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        server, self._server = self._server, None
+        if server is not None:
+            await asyncio.to_thread(server.shutdown)
+            server.server_close()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
-            if len(head) > MAX_HEAD_BYTES:
-                await self._reply(writer, 431, b"request header too large\n")
-                return
-            parts = head.split(b"\r\n", 1)[0].split()
-            if len(parts) != 3:
-                await self._reply(writer, 400, b"bad request\n")
-                return
-            method, target = parts[0].decode("latin-1"), parts[1].decode("latin-1")
-            path = target.split("?", 1)[0]
-            if method not in ("GET", "HEAD"):
-                await self._reply(writer, 405, b"method not allowed\n", head_only=False)
-                return
-            head_only = method == "HEAD"
-            if path == "/metrics":
-                await self._reply(writer, 200, self._metrics(), CONTENT_METRICS, head_only)
-            elif path in ("/healthz", "/health"):
-                ok, body = self._health()
-                await self._reply(writer, 200 if ok else 503, body, "application/json", head_only)
-            else:
-                await self._reply(writer, 404, b"not found: try /metrics or /healthz\n")
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-            pass
-        except ConnectionError:
-            pass
-        except Exception:  # a scrape must never take the daemon down
-            log.exception("metrics server: request failed")
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+    def _app(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = str(environ.get("PATH_INFO", "/"))
+        method = str(environ.get("REQUEST_METHOD", "GET"))
+        if method not in ("GET", "HEAD"):
+            return _reply(start_response, 405, b"method not allowed\n")
+        if path == "/metrics":
+            body: Iterable[bytes] = self._metrics_app(environ, start_response)
+            return body
+        probe = self._probes.get(path)
+        if probe is None:
+            return _reply(start_response, 404, b"not found: try /metrics, /healthz or /readyz\n")
+        ok, body_bytes = probe()
+        return _reply(start_response, 200 if ok else 503, body_bytes, "application/json")
 
-    @staticmethod
-    async def _reply(
-        writer: asyncio.StreamWriter,
-        status: int,
-        body: bytes,
-        content_type: str = "text/plain; charset=utf-8",
-        head_only: bool = False,
-    ) -> None:
-        reason = {
-            200: "OK",
-            400: "Bad Request",
-            404: "Not Found",
-            405: "Method Not Allowed",
-            431: "Request Header Fields Too Large",
-            503: "Service Unavailable",
-        }[status]
-        writer.write(
-            f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-        )
-        if not head_only:
-            writer.write(body)
-        await writer.drain()
+
+def _reply(
+    start_response: StartResponse,
+    status: int,
+    body: bytes,
+    content_type: str = "text/plain; charset=utf-8",
+) -> list[bytes]:
+    headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]
+    start_response(_STATUS[status], headers)
+    return [body]

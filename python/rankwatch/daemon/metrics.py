@@ -1,270 +1,273 @@
-"""A small Prometheus registry (counters, gauges, histograms with labels) rendered in the text
-exposition format 0.0.4, plus the daemon's own metric set. Standard library only."""
+"""Every metric `rankwatch run` exports, on a `prometheus_client` registry of its own.
+
+Totals the engine keeps (lines, bytes, signature hits, evictions) are copied from
+`Engine.stats()` after each batch and exported by a collector as counters, so a scrape never
+touches the engine. Fleet statistics: incidents by signature, subsystem and root-cause host
+count what this daemon published (sum them over daemons); suspect hosts follow the whole
+diagnoses topic, which every daemon reads, so each names the fleet's suspects (take the max
+over daemons). Label values are bounded."""
 
 from __future__ import annotations
 
-import bisect
-import math
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeVar
 
-LabelValues = tuple[str, ...]
+import orjson
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
+from rankwatch.daemon.fleet import FleetLedger, Incident, suspects
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+# `_created` series double every counter's series count for a timestamp nobody here reads.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
-
-def _fmt(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    return repr(float(value))
-
-
-def _labels(names: Sequence[str], values: Sequence[str], extra: str = "") -> str:
-    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
+MAX_HOST_SERIES = 200  # root-cause hosts with a series of their own; the rest count as "other"
+MAX_SUSPECT_SERIES = 50  # suspect hosts exported by name, most jobs first
+OTHER = "other"
+BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
-class Metric:
-    kind = "untyped"
+class _EngineTotals(Collector):
+    """Counters whose totals live in the engine: exported from the last `stats()` copy."""
 
-    def __init__(self, name: str, help: str, labels: Sequence[str] = ()) -> None:
-        self.name = name
-        self.help = help
-        self.label_names = tuple(labels)
-
-    def samples(self) -> Iterable[str]:
-        raise NotImplementedError
-
-    def render(self) -> str:
-        head = f"# HELP {self.name} {self.help}\n# TYPE {self.name} {self.kind}\n"
-        return head + "".join(s + "\n" for s in self.samples())
-
-
-class _Valued(Metric):
-    def __init__(
-        self,
-        name: str,
-        help: str,
-        labels: Sequence[str] = (),
-        known: Iterable[LabelValues] = (),
-    ) -> None:
-        super().__init__(name, help, labels)
-        self.values: dict[LabelValues, float] = {}
-        for k in known:  # series known in advance are exported as 0
-            self.values[k] = 0.0
-        if not labels:
-            self.values[()] = 0.0
-
-    def set(self, value: float, *labels: str) -> None:
-        self.values[labels] = float(value)
-
-    def get(self, *labels: str) -> float:
-        return self.values.get(labels, 0.0)
-
-    def remove(self, *labels: str) -> None:
-        self.values.pop(labels, None)
-
-    def samples(self) -> Iterable[str]:
-        for key in sorted(self.values):
-            yield f"{self.name}{_labels(self.label_names, key)} {_fmt(self.values[key])}"
-
-
-class Counter(_Valued):
-    kind = "counter"
-
-    def inc(self, amount: float = 1.0, *labels: str) -> None:
-        self.values[labels] = self.values.get(labels, 0.0) + amount
-
-
-class Gauge(_Valued):
-    kind = "gauge"
-
-
-class Histogram(Metric):
-    kind = "histogram"
-
-    def __init__(self, name: str, help: str, buckets: Sequence[float]) -> None:
-        super().__init__(name, help)
-        self.bounds = sorted(buckets)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-        self.count += 1
-
-    def samples(self) -> Iterable[str]:
-        running = 0
-        for bound, n in zip([*self.bounds, math.inf], self.counts, strict=True):
-            running += n
-            yield f'{self.name}_bucket{{le="{_fmt(bound)}"}} {running}'
-        yield f"{self.name}_sum {_fmt(self.sum)}"
-        yield f"{self.name}_count {self.count}"
-
-
-_M = TypeVar("_M", bound=Metric)
-
-
-class Registry:
     def __init__(self) -> None:
-        self.metrics: list[Metric] = []
+        self.stats: Mapping[str, object] = {}
 
-    def add(self, metric: _M) -> _M:
-        self.metrics.append(metric)
-        return metric
+    def _num(self, key: str) -> float:
+        v = self.stats.get(key, 0)
+        return float(v) if isinstance(v, int | float) else 0.0
 
-    def render(self) -> bytes:
-        return "".join(m.render() for m in self.metrics).encode()
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        for name, key, text in (
+            ("rankwatch_lines_in", "lines", "log lines fed to the engine (replays included)"),
+            ("rankwatch_bytes_in", "bytes", "log bytes fed to the engine (replays included)"),
+            ("rankwatch_jobs_evicted", "jobs_evicted", "jobs evicted to stay under the budget"),
+        ):
+            yield CounterMetricFamily(name, text, value=self._num(key))
+        hits = CounterMetricFamily(
+            "rankwatch_signature_hits",
+            "signature hits, by signature (replays included)",
+            labels=["signature"],
+        )
+        by_sig = self.stats.get("hits_by_signature")
+        if isinstance(by_sig, dict):
+            for sig, n in sorted(by_sig.items()):
+                hits.add_metric([str(sig)], float(n))
+        yield hits
+
+
+class BoundedLabel:
+    """Maps label values to at most `limit` distinct ones; later newcomers become "other"."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.known: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        if value in self.known:
+            return value
+        if len(self.known) < self.limit:
+            self.known.add(value)
+            return value
+        return OTHER
+
+
+class FleetMetrics:
+    """Incidents by signature/subsystem and root-cause host, and suspect hosts in a window."""
+
+    def __init__(self, r: CollectorRegistry, window_s: float) -> None:
+        self.window_s = window_s
+        self.ledger = FleetLedger()
+        self.host_label = BoundedLabel(MAX_HOST_SERIES)
+        self.incidents = Counter(
+            "rankwatch_incidents",
+            "incidents diagnosed and published by this daemon, by signature and subsystem",
+            ["signature", "subsystem"],
+            registry=r,
+        )
+        self.by_host = Counter(
+            "rankwatch_incidents_by_host",
+            f"incidents by root-cause host (the first {MAX_HOST_SERIES} hosts seen by name, "
+            f'later ones as "{OTHER}")',
+            ["host"],
+            registry=r,
+        )
+        self.suspect_jobs = Gauge(
+            "rankwatch_suspect_host_jobs",
+            "jobs in which a suspect host initiated incidents within the window "
+            f"(the {MAX_SUSPECT_SERIES} with most jobs)",
+            ["host"],
+            registry=r,
+        )
+        self.suspect_count = Gauge(
+            "rankwatch_suspect_hosts",
+            "hosts that initiated incidents in two or more jobs within the window",
+            registry=r,
+        )
+        Gauge(
+            "rankwatch_suspect_window_seconds",
+            "the window suspect hosts are counted in",
+            registry=r,
+        ).set(window_s)
+        self._exported: set[str] = set()
+
+    def observe(self, value: bytes | None, record_ms: int) -> None:
+        """A record of the diagnoses topic, from any daemon: it counts for the suspect hosts
+        (the counters only count what this daemon published, so that sums add up)."""
+        if not value:
+            return
+        try:
+            d = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(d, dict):
+            self.ledger.add(d, record_ms)
+
+    def published(self, diagnosis: Mapping[str, object], now_s: float | None = None) -> None:
+        now_s = time.time() if now_s is None else now_s
+        new = self.ledger.add(diagnosis, int(now_s * 1000))
+        if new is not None:
+            self._count(new)
+        self.refresh(now_s)
+
+    def _count(self, inc: Incident) -> None:
+        self.incidents.labels(inc.signature, inc.subsystem).inc()
+        if inc.host is not None:
+            self.by_host.labels(self.host_label(inc.host)).inc()
+
+    def refresh(self, now_s: float | None = None) -> None:
+        """Recomputes the suspect gauges for the window ending now (drops older incidents)."""
+        now_s = time.time() if now_s is None else now_s
+        since_ms = int((now_s - self.window_s) * 1000)
+        self.ledger.prune(since_ms)
+        found = suspects(self.ledger.since(since_ms))
+        self.suspect_count.set(len(found))
+        shown = {s.host: len(s.jobs) for s in found[:MAX_SUSPECT_SERIES]}
+        for host in self._exported - shown.keys():
+            self.suspect_jobs.remove(host)
+        for host, n in shown.items():
+            self.suspect_jobs.labels(host).set(n)
+        self._exported = set(shown)
 
 
 class DaemonMetrics:
-    """Every metric `rankwatch run` exports. Engine totals are copied in from `Engine.stats()`
-    after each batch (`update_engine`), so a scrape never touches the engine."""
-
-    def __init__(self, reject_reasons: Sequence[str], version: str) -> None:
-        r = self.registry = Registry()
-        info = r.add(Gauge("rankwatch_build_info", "build information", ["version"]))
-        info.set(1, version)
-        self.records_in = r.add(
-            Counter("rankwatch_records_in_total", "input records read (replayed ones excluded)")
+    def __init__(
+        self, reject_reasons: Sequence[str], version: str, suspect_window_s: float = 86_400.0
+    ) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        Info("rankwatch_build", "build information", registry=r).info({"version": version})
+        self.engine_totals = _EngineTotals()
+        r.register(self.engine_totals)
+        self.fleet = FleetMetrics(r, suspect_window_s)
+        self.kafka_up = Gauge(
+            "rankwatch_kafka_up", "1 when the last broker metadata request succeeded", registry=r
         )
-        self.records_replayed = r.add(
-            Counter(
-                "rankwatch_records_replayed_total",
-                "input records re-read to rebuild state after an assignment",
-            )
+        self.records_in = Counter(
+            "rankwatch_records_in", "input records read (replayed ones excluded)", registry=r
         )
-        self.lines_in = r.add(
-            Counter("rankwatch_lines_in_total", "log lines fed to the engine (replays included)")
+        self.records_replayed = Counter(
+            "rankwatch_records_replayed",
+            "input records re-read to rebuild state after an assignment",
+            registry=r,
         )
-        self.bytes_in = r.add(
-            Counter("rankwatch_bytes_in_total", "log bytes fed to the engine (replays included)")
+        self.rejected = Counter(
+            "rankwatch_records_rejected",
+            "input records rejected, by reason (replayed ones excluded)",
+            ["reason"],
+            registry=r,
         )
-        self.rejected = r.add(
-            Counter(
-                "rankwatch_records_rejected_total",
-                "input records rejected, by reason (replayed ones excluded)",
-                ["reason"],
-                [(x,) for x in reject_reasons],
-            )
+        for reason in reject_reasons:  # known series are exported as 0
+            self.rejected.labels(reason)
+        self.dead_letter = Counter(
+            "rankwatch_dead_letter_records",
+            "records copied to the dead-letter topic",
+            registry=r,
         )
-        self.dead_letter = r.add(
-            Counter(
-                "rankwatch_dead_letter_records_total", "records copied to the dead-letter topic"
-            )
+        self.incidents_open = Gauge(
+            "rankwatch_incidents_open", "incidents held by the engine", registry=r
         )
-        self.hits = r.add(
-            Counter(
-                "rankwatch_signature_hits_total",
-                "signature hits, by signature (replays included)",
-                ["signature"],
-            )
+        self.incidents_pending = Gauge(
+            "rankwatch_incidents_pending",
+            "incidents held by the engine that have no diagnosis yet",
+            registry=r,
         )
-        self.incidents_open = r.add(
-            Gauge("rankwatch_incidents_open", "incidents held by the engine")
+        self.diagnoses_out = Counter(
+            "rankwatch_diagnoses_out",
+            "diagnoses published (first versions and updates)",
+            ["kind"],
+            registry=r,
         )
-        self.incidents_pending = r.add(
-            Gauge(
-                "rankwatch_incidents_pending",
-                "incidents held by the engine that have no diagnosis yet",
-            )
+        for kind in ("new", "update"):
+            self.diagnoses_out.labels(kind)
+        self.diagnoses_skipped = Counter(
+            "rankwatch_diagnoses_skipped",
+            "diagnoses not published because they were already published, by reason",
+            ["reason"],
+            registry=r,
         )
-        self.diagnoses_out = r.add(
-            Counter(
-                "rankwatch_diagnoses_out_total",
-                "diagnoses published (first versions and updates)",
-                ["kind"],
-                [("new",), ("update",)],
-            )
+        for reason in ("identical", "replay", "overlap"):
+            self.diagnoses_skipped.labels(reason)
+        self.unacknowledged = Gauge(
+            "rankwatch_publish_unacknowledged_records",
+            "diagnoses and dead-letter copies sent but not yet acknowledged by the broker",
+            registry=r,
         )
-        self.diagnoses_skipped = r.add(
-            Counter(
-                "rankwatch_diagnoses_skipped_total",
-                "diagnoses not published because they were already published, by reason",
-                ["reason"],
-                [("identical",), ("replay",), ("overlap",)],
-            )
+        self.held = Gauge(
+            "rankwatch_diagnosis_updates_held",
+            "updates of published diagnoses waiting for the next checkpoint",
+            registry=r,
         )
-        self.unacknowledged = r.add(
-            Gauge(
-                "rankwatch_publish_unacknowledged_records",
-                "diagnoses and dead-letter copies sent but not yet acknowledged by the broker",
-            )
+        self.lag = Gauge(
+            "rankwatch_consumer_lag_records",
+            "records between the high watermark and the daemon's position",
+            ["topic", "partition"],
+            registry=r,
         )
-        self.held = r.add(
-            Gauge(
-                "rankwatch_diagnosis_updates_held",
-                "updates of published diagnoses waiting for the next checkpoint",
-            )
+        self.partitions = Gauge(
+            "rankwatch_partitions_assigned", "input partitions owned by this daemon", registry=r
         )
-        self.lag = r.add(
-            Gauge(
-                "rankwatch_consumer_lag_records",
-                "records between the high watermark and the daemon's position",
-                ["topic", "partition"],
-            )
+        self.rebalances = Counter(
+            "rankwatch_rebalances", "partition assignments received", registry=r
         )
-        self.partitions = r.add(
-            Gauge("rankwatch_partitions_assigned", "input partitions owned by this daemon")
+        self.commits = Counter("rankwatch_commits", "offset commits", registry=r)
+        self.jobs = Gauge("rankwatch_jobs", "jobs held by the engine", registry=r)
+        self.memory = Gauge(
+            "rankwatch_ring_memory_bytes", "engine memory: rings, hits and snapshots", registry=r
         )
-        self.rebalances = r.add(
-            Counter("rankwatch_rebalances_total", "partition assignments received")
+        self.memory_budget = Gauge(
+            "rankwatch_memory_budget_bytes", "configured engine memory budget", registry=r
         )
-        self.commits = r.add(Counter("rankwatch_commits_total", "offset commits"))
-        self.jobs = r.add(Gauge("rankwatch_jobs", "jobs held by the engine"))
-        self.memory = r.add(
-            Gauge("rankwatch_ring_memory_bytes", "engine memory: rings, hits and snapshots")
+        self.batch_seconds = Histogram(
+            "rankwatch_batch_duration_seconds",
+            "time from a fetched batch to its diagnoses being sent",
+            buckets=BATCH_BUCKETS,
+            registry=r,
         )
-        self.memory_budget = r.add(
-            Gauge("rankwatch_memory_budget_bytes", "configured engine memory budget")
+        self.loops = Counter(
+            "rankwatch_loop_iterations",
+            "fetch-feed-poll-publish iterations (advances at least every poll_interval_ms)",
+            registry=r,
         )
-        self.jobs_evicted = r.add(
-            Counter("rankwatch_jobs_evicted_total", "jobs evicted to stay under the budget")
-        )
-        self.batch_seconds = r.add(
-            Histogram(
-                "rankwatch_batch_duration_seconds",
-                "time from a fetched batch to its diagnoses being sent",
-                [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
-            )
-        )
-        self.loops = r.add(
-            Counter(
-                "rankwatch_loop_iterations_total",
-                "fetch-feed-poll-publish iterations (advances at least every poll_interval_ms)",
-            )
-        )
-        self.last_batch = r.add(
-            Gauge(
-                "rankwatch_last_batch_timestamp_seconds",
-                "wall time the last input batch was processed",
-            )
+        self.last_batch = Gauge(
+            "rankwatch_last_batch_timestamp_seconds",
+            "wall time the last input batch was processed",
+            registry=r,
         )
 
     def update_engine(self, stats: Mapping[str, object]) -> None:
+        self.engine_totals.stats = stats
+
         def num(key: str) -> float:
             v = stats.get(key, 0)
             return float(v) if isinstance(v, int | float) else 0.0
 
-        self.lines_in.set(num("lines"))
-        self.bytes_in.set(num("bytes"))
         self.incidents_open.set(num("incidents"))
         self.jobs.set(num("jobs"))
         self.memory.set(num("memory_bytes"))
-        self.memory_budget.set(num("memory_budget_bytes"))
-        self.jobs_evicted.set(num("jobs_evicted"))
-        hits = stats.get("hits_by_signature")
-        if isinstance(hits, dict):
-            for sig, n in hits.items():
-                self.hits.set(float(n), str(sig))
+        if "memory_budget_bytes" in stats:
+            self.memory_budget.set(num("memory_budget_bytes"))
 
     def render(self) -> bytes:
-        return self.registry.render()
+        return prometheus_client.generate_latest(self.registry)

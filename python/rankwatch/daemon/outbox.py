@@ -34,7 +34,7 @@ class Outbox:
             did = str(d["id"])
             skip, chash = self.index.decide(d, replaying(str(d.get("job", ""))))
             if skip is not None:
-                self.metrics.diagnoses_skipped.inc(1, skip)
+                self.metrics.diagnoses_skipped.labels(skip).inc()
                 if skip == IDENTICAL:
                     self.held.pop(did, None)  # back to what was published
                 continue
@@ -52,7 +52,8 @@ class Outbox:
         assert self.publisher is not None
         await self.publisher.send_diagnosis(d)
         self.index.remember(d, chash)
-        self.metrics.diagnoses_out.inc(1, kind)
+        self.metrics.diagnoses_out.labels(kind).inc()
+        self.metrics.fleet.published(d)
         root = d.get("root_cause") or {}
         log.info(
             "diagnosis %s (%s) job=%s rank=%s host=%s signature=%s",

@@ -5,11 +5,14 @@ PATH is a job unless `--job`; ranks from file names, torchrun and Open MPI layou
 all files are interleaved one by one, each file in its own order, like ranks writing at once.
 A record is `{"job", "rank", "host", "ts", "line", "source"}`: `ts` is null (the engine reads
 the time printed on the line; the Kafka timestamp, now, is the fallback), `source` names the
-file's stream so that lines of different files never share a stream."""
+file's stream so that lines of different files never share a stream: a path relative to the
+folder that holds the job's files (diagnosis origins never show where the files were read
+from, a temporary folder say), or `rank:N`."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -36,7 +39,25 @@ class ReplayResult:
     seconds: float
 
 
-def canonical_record(f: LogFile, line: bytes) -> bytes:
+def stream_names(files: Sequence[LogFile]) -> list[str]:
+    """The `source` of each file: its stream key or path, relative to the deepest folder that
+    holds all files of its job (`rank:N` keys stay as they are)."""
+    roots: dict[str, str] = {}
+    for job in {f.job for f in files}:
+        parents = [os.path.abspath(f.path.parent) for f in files if f.job == job]
+        roots[job] = os.path.commonpath(parents)
+    names = []
+    for f in files:
+        key = f.source_key or str(f.path)
+        if key.startswith("rank:"):
+            names.append(key)
+            continue
+        rel = os.path.relpath(os.path.abspath(key), roots[f.job])
+        names.append(f.path.name if rel == "." else rel)
+    return names
+
+
+def canonical_record(f: LogFile, line: bytes, source: str | None = None) -> bytes:
     return orjson.dumps(
         {
             "job": f.job,
@@ -44,7 +65,7 @@ def canonical_record(f: LogFile, line: bytes) -> bytes:
             "host": None,
             "ts": None,
             "line": line[:MAX_LINE_BYTES].decode("utf-8", "replace"),
-            "source": f.source_key or str(f.path),
+            "source": source if source is not None else f.source_key or str(f.path),
         }
     )
 
@@ -160,8 +181,9 @@ async def replay_files(
         partitions = await producer.partitions_for(topic)
         sender = BatchSender(producer, topic, sorted(partitions))
         check_every = max(1, int(rate / 50)) if rate else 0
+        sources = {id(f): name for f, name in zip(files, stream_names(files), strict=True)}
         for f, line in interleave(files):
-            await sender.add(f.job.encode(), canonical_record(f, line))
+            await sender.add(f.job.encode(), canonical_record(f, line, sources[id(f)]))
             if rate and sender.records % check_every == 0:
                 ahead = sender.records / rate - (time.monotonic() - t0)
                 if ahead > 0:

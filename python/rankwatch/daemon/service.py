@@ -37,12 +37,15 @@ from rankwatch.daemon.positions import Positions
 from rankwatch.daemon.published import PublishedIndex
 from rankwatch.daemon.publisher import Publisher, PublishError
 from rankwatch.daemon.rebuild import plan_starts
+from rankwatch.daemon.sdnotify import Notifier
 from rankwatch.daemon.tail import TopicTail
 from rankwatch.engine import REJECT_REASONS, Decoder, Engine
 
 log = logging.getLogger("rankwatch.daemon")
 
 HOUSEKEEPING_S = 60.0
+FLEET_SYNC_S = 15.0  # how often the diagnoses topic is read on for the suspect-host metrics
+KAFKA_PROBE_S = 5.0  # how often the broker is asked for metadata (rankwatch_kafka_up, /readyz)
 
 
 class DaemonError(RuntimeError):
@@ -73,12 +76,15 @@ class Daemon:
         for topic in cfg.input_topics():
             tc = cfg.topic_config(topic)
             self.decoders[topic] = (tc.decoder(), tc.job_header)
-        self.metrics = DaemonMetrics(REJECT_REASONS, __version__)
+        self.metrics = DaemonMetrics(REJECT_REASONS, __version__, cfg.suspect_window_ms / 1000)
         self.metrics.memory_budget.set(cfg.memory_budget_bytes)
         retain_s = 2 * cfg.replay_window_ms / 1000 + 3600
         self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s)
         self.jobmap = JobMap()
-        self.http = HttpServer(self.metrics.render, self.health)
+        self.http = HttpServer(self.metrics.registry, self.health, self.readiness)
+        self.notifier = Notifier()
+        self.kafka_up = False
+        self._kafka_probe: asyncio.Task[None] | None = None
         self.consumer: Any = None
         self.reader: Any = None
         self.publisher: Publisher | None = None
@@ -95,6 +101,7 @@ class Daemon:
         self.last_alive = time.monotonic()
         self.last_commit = time.monotonic()
         self.last_housekeeping = time.monotonic()
+        self.last_fleet_sync = time.monotonic()
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -102,6 +109,7 @@ class Daemon:
         """Asks the loop to stop fetching, drain and close (what SIGTERM/SIGINT do)."""
         if not self.stopping.is_set():
             log.info("stopping: draining and closing")
+            self.notifier.stopping()
         self.stopping.set()
 
     def install_signal_handlers(self) -> None:
@@ -122,6 +130,7 @@ class Daemon:
             await self._start_clients()
             self.outbox.publisher = self.publisher
             self.started = True
+            self._kafka_probe = asyncio.create_task(self._probe_kafka())
             while not self.stopping.is_set() and self.failure is None:
                 await self._step()
             if self.failure is None:
@@ -181,6 +190,10 @@ class Daemon:
         log.info("drained: offsets committed")
 
     async def _close(self) -> None:
+        if self._kafka_probe is not None:
+            self._kafka_probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._kafka_probe
         if self._inflight is not None:  # only after a failure: its outcome no longer matters
             with contextlib.suppress(Exception):
                 await self._inflight
@@ -206,10 +219,14 @@ class Daemon:
 
     # --- health ---------------------------------------------------------------------------
 
-    def health(self) -> tuple[bool, bytes]:
+    def _loop_age_s(self) -> tuple[float, bool]:
         age = time.monotonic() - self.last_alive
-        limit = max(30.0, 4 * self.cfg.poll_interval_ms / 1000)
-        ok = self.started and self.failure is None and age < limit
+        return age, age < max(30.0, 4 * self.cfg.poll_interval_ms / 1000)
+
+    def health(self) -> tuple[bool, bytes]:
+        """Live: started, not failed, and the loop moved recently."""
+        age, moving = self._loop_age_s()
+        ok = self.started and self.failure is None and moving
         body = {
             "status": "ok" if ok else "unhealthy",
             "started": self.started,
@@ -219,6 +236,51 @@ class Daemon:
             "failure": str(self.failure) if self.failure else None,
         }
         return ok, orjson.dumps(body) + b"\n"
+
+    def readiness(self) -> tuple[bool, bytes]:
+        """Ready: live, the broker answered the last metadata request, and partitions are
+        assigned (a member without partitions does no work, so it is not ready)."""
+        age, moving = self._loop_age_s()
+        partitions = len(self.pos.owned)
+        reasons = [
+            why
+            for bad, why in (
+                (not self.started, "not started"),
+                (self.failure is not None, "failed"),
+                (self.stopping.is_set(), "stopping"),
+                (not self.kafka_up, "broker unreachable"),
+                (self.rebalancing or partitions == 0, "no partitions assigned"),
+                (not moving, "loop stalled"),
+            )
+            if bad
+        ]
+        body = {
+            "status": "ready" if not reasons else "not ready",
+            "reasons": reasons,
+            "kafka_up": self.kafka_up,
+            "partitions": partitions,
+            "seconds_since_last_loop": round(age, 3),
+        }
+        return not reasons, orjson.dumps(body) + b"\n"
+
+    async def _probe_kafka(self) -> None:
+        """Asks the broker for cluster metadata every KAFKA_PROBE_S seconds."""
+        timeout_s = min(KAFKA_PROBE_S, self.cfg.request_timeout_ms / 1000)
+        while True:
+            try:
+                await asyncio.wait_for(self.reader.topics(), timeout_s)
+                up = True
+            except (KafkaError, TimeoutError, OSError):
+                up = False
+            if up != self.kafka_up:
+                log.log(
+                    logging.INFO if up else logging.WARNING,
+                    "broker %s",
+                    "reachable" if up else "unreachable",
+                )
+            self.kafka_up = up
+            self.metrics.kafka_up.set(1 if up else 0)
+            await asyncio.sleep(KAFKA_PROBE_S)
 
     # --- the loop -------------------------------------------------------------------------
     #
@@ -234,6 +296,7 @@ class Daemon:
         )
         async with self.lock:
             self.last_alive = time.monotonic()
+            self.notifier.watchdog()
             try:
                 await self._settle()
                 parts = self._accept(batch, rebalanced=generation != self.generation)
@@ -313,10 +376,11 @@ class Daemon:
         self.metrics.records_replayed.inc(part.replayed)
         self.metrics.records_in.inc(len(part.records) - part.replayed)
         assert self.publisher is not None
+        per_reason: dict[str, int] = {}  # one labelled update per reason and batch
         for i, reason in rejected:
             if i < part.replayed:
                 continue  # counted and copied when it was first read
-            self.metrics.rejected.inc(1, reason)
+            per_reason[reason] = per_reason.get(reason, 0) + 1
             if self.cfg.dead_letter_topic is not None:
                 r = part.records[i]
                 source = f"{tp.topic}/{tp.partition}/{r.offset}"
@@ -324,6 +388,8 @@ class Daemon:
                     r.value, r.key, list(r.headers), reason, source
                 )
                 self.metrics.dead_letter.inc()
+        for reason, n in per_reason.items():
+            self.metrics.rejected.labels(reason).inc(n)
         self.pos.fed(tp, part.end)
 
     def _replaying(self, job: str) -> bool:
@@ -360,7 +426,7 @@ class Daemon:
         for tp in self._assigned():
             hw = self.consumer.highwater(tp)
             if hw is not None:
-                self.metrics.lag.set(self.pos.lag(tp, hw), tp.topic, str(tp.partition))
+                self.metrics.lag.labels(tp.topic, str(tp.partition)).set(self.pos.lag(tp, hw))
         # taken every loop (about 20 µs), so the gauges always match what was fed and polled
         stats = await self.engine.stats()
         self.metrics.update_engine(stats)
@@ -371,10 +437,38 @@ class Daemon:
         self.metrics.held.set(len(self.outbox.held))
         self.metrics.loops.inc()
         mono = time.monotonic()
+        if mono - self.last_fleet_sync >= FLEET_SYNC_S and self.tail is not None:
+            self.last_fleet_sync = mono
+            try:
+                await self._read_output(timeout_s=5.0)
+            except (KafkaError, OSError) as e:  # the metrics wait; the next sync reads on
+                log.warning("reading %s for fleet metrics failed: %r", self.cfg.output_topic, e)
         if mono - self.last_housekeeping >= HOUSEKEEPING_S:
             self.last_housekeeping = mono
             self.index.prune()
             self.jobmap.prune(2 * self.cfg.replay_window_ms / 1000 + 3600)
+
+    async def _read_output(
+        self,
+        *,
+        since_ms: int | None = None,
+        index_since: int | None = None,
+        timeout_s: float = 60.0,
+    ) -> None:
+        """Reads the diagnoses topic on from where it stopped (every daemon's publishes): what
+        is published (PublishedIndex) and the suspect hosts."""
+        assert self.tail is not None
+
+        def handle(rec: Any) -> None:
+            if index_since is None or rec.timestamp >= index_since:
+                self.index.load(rec.value)
+            self.metrics.fleet.observe(rec.value, int(rec.timestamp))
+            self.notifier.watchdog()  # a long first read is progress, not a hang
+
+        try:
+            await self.tail.catch_up(handle, since_ms=since_ms, timeout_s=timeout_s)
+        finally:
+            self.metrics.fleet.refresh()
 
     # --- rebalancing ----------------------------------------------------------------------
 
@@ -410,6 +504,8 @@ class Daemon:
                     await self.consumer.seek_to_committed(*new)
             finally:
                 self.last_alive = time.monotonic()
+            if self.failure is None:
+                self.notifier.ready(f"consuming {len(assigned)} partition(s)")
 
     async def _assign(self, assigned: set[TopicPartition]) -> None:
         self.metrics.rebalances.inc()
@@ -420,7 +516,8 @@ class Daemon:
             await self.engine.drop_jobs(jobs)
             self.pos.forget(lost)
             for tp in lost:
-                self.metrics.lag.remove(tp.topic, str(tp.partition))
+                with contextlib.suppress(KeyError):
+                    self.metrics.lag.remove(tp.topic, str(tp.partition))
             log.info("partitions lost: %d; dropped %d job(s)", len(lost), len(jobs))
         self.pos.owned = set(assigned)
         self.metrics.partitions.set(len(assigned))
@@ -433,7 +530,11 @@ class Daemon:
         assert self.tail is not None
         t0 = time.monotonic()
         before = self.tail.records_read
-        await self.tail.catch_up(lambda rec: self.index.load(rec.value), since_ms=plan.earliest_ms)
+        # the suspect-host window reaches further back than the index needs
+        fleet_since = now_ms() - self.cfg.suspect_window_ms
+        await self._read_output(
+            since_ms=min(plan.earliest_ms, fleet_since), index_since=plan.earliest_ms
+        )
         replay = sum(max(0, e - s) for s, e in plan.starts.values())
         log.info(
             "partitions assigned: %d new (re-reading %d records to rebuild state); "

@@ -1,0 +1,100 @@
+"""Fleet statistics shared by `rankwatch stats` and the daemon's metrics, so both count the same
+incidents and name the same suspect hosts.
+
+An incident is counted once, under the last published version of its diagnosis, at the time
+its first version was published (the Kafka record time on the diagnoses topic, or the wall time
+the daemon sent it). A suspect host initiated incidents in `SUSPECT_MIN_JOBS` or more distinct
+jobs inside the window."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SUSPECT_MIN_JOBS = 2
+UNCLASSIFIED = "unclassified"
+UNKNOWN_SUBSYSTEM = "unknown"
+
+
+@dataclass(frozen=True)
+class Incident:
+    id: str
+    job: str
+    signature: str
+    subsystem: str
+    host: str | None
+    first_seen_ms: int
+
+
+@dataclass(frozen=True)
+class Suspect:
+    host: str
+    jobs: tuple[str, ...]
+    incidents: int
+
+
+def incident_of(diagnosis: Mapping[str, Any], first_seen_ms: int) -> Incident | None:
+    """The fleet view of one diagnosis (None for records that are not diagnoses)."""
+    did = diagnosis.get("id")
+    if not isinstance(did, str):
+        return None
+    sig = diagnosis.get("signature")
+    sig = sig if isinstance(sig, dict) else {}
+    root = diagnosis.get("root_cause")
+    host = root.get("host") if isinstance(root, dict) else None
+    return Incident(
+        id=did,
+        job=str(diagnosis.get("job", "")),
+        signature=str(sig.get("id") or UNCLASSIFIED),
+        subsystem=str(sig.get("subsystem") or UNKNOWN_SUBSYSTEM),
+        host=str(host) if host else None,
+        first_seen_ms=first_seen_ms,
+    )
+
+
+class FleetLedger:
+    """The latest version of every incident, keyed by diagnosis id, with its first-seen time."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Incident] = {}
+
+    def add(self, diagnosis: Mapping[str, Any], seen_ms: int) -> Incident | None:
+        """Records a (new or updated) diagnosis; returns the incident when its id is new."""
+        inc = incident_of(diagnosis, seen_ms)
+        if inc is None:
+            return None
+        old = self._by_id.get(inc.id)
+        if old is not None:
+            inc = Incident(**{**inc.__dict__, "first_seen_ms": old.first_seen_ms})
+        self._by_id[inc.id] = inc
+        return inc if old is None else None
+
+    def since(self, since_ms: int | None) -> list[Incident]:
+        return [i for i in self._by_id.values() if since_ms is None or i.first_seen_ms >= since_ms]
+
+    def prune(self, before_ms: int) -> int:
+        old = [k for k, i in self._by_id.items() if i.first_seen_ms < before_ms]
+        for k in old:
+            del self._by_id[k]
+        return len(old)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+def suspects(incidents: Iterable[Incident], min_jobs: int = SUSPECT_MIN_JOBS) -> list[Suspect]:
+    """Hosts that initiated incidents in `min_jobs` or more jobs: most jobs first, then name."""
+    jobs: dict[str, set[str]] = {}
+    counts: dict[str, int] = {}
+    for i in incidents:
+        if i.host is None:
+            continue
+        jobs.setdefault(i.host, set()).add(i.job)
+        counts[i.host] = counts.get(i.host, 0) + 1
+    found = [
+        Suspect(host=h, jobs=tuple(sorted(js)), incidents=counts[h])
+        for h, js in jobs.items()
+        if len(js) >= min_jobs
+    ]
+    return sorted(found, key=lambda s: (-len(s.jobs), -s.incidents, s.host))
