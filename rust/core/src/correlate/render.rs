@@ -47,6 +47,12 @@ fn sig_json(s: Option<&Signature>) -> Value {
 }
 
 impl<'a> View<'a> {
+    /// The masked message of a line no signature recognised (groups it across ranks).
+    pub fn unclassified_template(&self, h: &Hit) -> String {
+        let meta = crate::prefix::peel(&h.text, self.cfg.default_year);
+        super::util::template(h.text[meta.msg_start..].trim_end())
+    }
+
     /// Every field of a hit, including those not needed for correlation (not kept at ingest).
     pub fn all_fields(&self, h: &Hit) -> Vec<(String, String)> {
         let Some(sig) = h.sig else {
@@ -129,6 +135,13 @@ impl<'a> View<'a> {
                     "fields": fields_json(&self.all_fields(h)),
                 });
                 merge(&mut v, extra);
+                if h.sig.is_none() {
+                    v["template"] = json!(self.unclassified_template(h));
+                }
+                if !srcs.contains(&h.source) {
+                    let by = self.host_of(h.source).map(|x| self.host_name(x));
+                    v["reported_by"] = json!({"rank": self.rank_of(h.source), "host": by});
+                }
                 RootLine {
                     json: v,
                     sig: self.sig(h),
@@ -283,7 +296,10 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
     // Whose cause, fix and verify texts apply: the candidate's own cause line; for a
     // configuration root cause, the root line's signature when it carries advice, else the
     // cause that configuration explains.
-    let config_sig = top.config.and_then(|(_, s)| s).map(|s| &v.cat.signatures[s as usize]);
+    let config_sig = top
+        .config
+        .and_then(|(_, s)| s)
+        .map(|s| &v.cat.signatures[s as usize]);
     let root_advice = root.sig.filter(|s| !s.fix.is_empty());
     let cause_sig = top
         .cause
@@ -442,6 +458,14 @@ fn first_warning(v: &View, inc: &Incident, top: &Cand, root_text: &str) -> Optio
             .filter(|&i| v.hit(i).sig.is_some())
             .collect()
     };
+    // Times carried from an earlier line (NCCL INFO lines print none) are only lower bounds:
+    // when some candidates printed their own time, those decide.
+    let exact: Vec<usize> = pool
+        .iter()
+        .copied()
+        .filter(|&i| v.hit(i).ts_exact)
+        .collect();
+    let pool = if exact.is_empty() { pool } else { exact };
     pool.into_iter()
         .min_by_key(|&i| v.order_key(i))
         .filter(|&i| v.hit(i).text != root_text)
@@ -467,10 +491,11 @@ fn collateral(
         if Some(r) == top.rank() {
             continue;
         }
-        let id = v
-            .sig(h)
-            .map_or("unclassified".to_string(), |s| s.id.clone());
-        let e = coll.entry(id).or_default();
+        let key = match v.sig(h) {
+            Some(s) => s.id.clone(),
+            None => format!("unclassified\t{}", v.unclassified_template(h)),
+        };
+        let e = coll.entry(key).or_default();
         e.0.insert(r);
         e.1 += 1;
         e.2 |= h.sig.is_some_and(|s| explains.contains(&s));
@@ -480,14 +505,19 @@ fn collateral(
     list.sort_by(|a, b| b.1 .0.len().cmp(&a.1 .0.len()).then(a.0.cmp(&b.0)));
     let out = list
         .into_iter()
-        .map(|(id, (ranks, n, explained))| {
+        .map(|(key, (ranks, n, explained))| {
+            let (id, template) = key.split_once('\t').unwrap_or((key.as_str(), ""));
             let title = v
                 .cat
-                .index_of(&id)
+                .index_of(id)
                 .map(|i| v.cat.signatures[i as usize].title.clone())
                 .unwrap_or_else(|| "Unclassified error".into());
-            json!({"signature": id, "title": title, "ranks": rank_ranges(&ranks),
-                   "rank_count": ranks.len(), "lines": n, "explained_by_root_cause": explained})
+            let mut j = json!({"signature": id, "title": title, "ranks": rank_ranges(&ranks),
+                   "rank_count": ranks.len(), "lines": n, "explained_by_root_cause": explained});
+            if !template.is_empty() {
+                j["template"] = json!(template);
+            }
+            j
         })
         .collect();
     (out, all)

@@ -110,6 +110,62 @@ pub fn iso_ms(ms: i64) -> String {
     )
 }
 
+/// A message with its variable parts masked, so the same unrecognised error groups across
+/// ranks: hex and numbers become `<n>`, dotted or colon-separated addresses `<addr>`, paths
+/// `<path>`.
+pub fn template(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    for (i, word) in msg.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(&mask_word(word));
+    }
+    out
+}
+
+fn mask_word(word: &str) -> String {
+    if let Some((addr, _port)) = word.split_once('<') {
+        if addr.matches('.').count() >= 3 || addr.matches(':').count() >= 2 {
+            return "<addr>".to_string();
+        }
+    }
+    let core = word.trim_matches(|c: char| "()[]<>,;'\"".contains(c));
+    let (start, end) = match word.find(core) {
+        Some(s) if !core.is_empty() => (s, s + core.len()),
+        _ => return word.to_string(),
+    };
+    let masked = if core.contains('/') && core.len() > 1 {
+        "<path>".to_string()
+    } else if core.matches('.').count() >= 3 || core.matches(':').count() >= 2 {
+        "<addr>".to_string()
+    } else {
+        mask_numbers(core)
+    };
+    format!("{}{}{}", &word[..start], masked, &word[end..])
+}
+
+fn mask_numbers(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b[i] == b'0' && b.get(i + 1).is_some_and(|c| *c == b'x' || *c == b'X');
+        if b[i].is_ascii_digit() {
+            let mut j = if hex { i + 2 } else { i };
+            while j < b.len() && (b[j].is_ascii_hexdigit() && (hex || b[j].is_ascii_digit())) {
+                j += 1;
+            }
+            out.push_str("<n>");
+            i = j.max(i + 1);
+        } else {
+            out.push(b[i] as char);
+            i += 1;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +188,18 @@ mod tests {
     fn iso_formatting() {
         assert_eq!(iso_ms(1_796_040_001_005), "2026-11-30T12:00:01.005Z");
         assert_eq!(iso_ms(0), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn templates_group_variable_parts() {
+        assert_eq!(
+            template("ncclSocketInit: connecting to address  with family 1 is neither AF_INET(2) nor AF_INET6(10)"),
+            "ncclSocketInit: connecting to address  with family <n> is neither AF_INET(<n>) nor AF_INET<n>(<n>)"
+        );
+        assert_eq!(
+            template("comm 0x7f3a5c001230 failed on /dev/shm/nccl-x at 10.1.2.3<4000>"),
+            "comm <n> failed on <path> at <addr>"
+        );
     }
 
     #[test]
