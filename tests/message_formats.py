@@ -135,20 +135,70 @@ def nccl_line(t: Template) -> Instance:
     return Instance(t, f"node17:4012:4088 [3] {src}:1234 NCCL WARN {msg}")
 
 
-def _torch_value(field: str) -> str:
+# Values for torch.tsv fields, by words in the field's expression (first match wins).
+TORCH_VALUES: list[tuple[tuple[str, ...], str]] = [
+    (("logprefix",), "[PG ID 0 PG GUID 0(default_pg) Rank 3] "),
+    (
+        ("*this", "work)", "{work}"),
+        "WorkNCCL(SeqNum=52, OpType=ALLREDUCE, NumelIn=11, NumelOut=11, Timeout(ms)=600000)",
+    ),
+    (("what()", "strerror", "error", "err_name", "msg", "reason"), "Connection reset by peer"),
+    (("timeout", "elapsed", "duration", "ms", "seconds"), "600000"),
+    (("addr", "host", "endpoint", "url"), "node-03"),
+    (("file", "path", "dir"), "/tmp/torch_debug_3.log"),
+    (("key",), "/default_pg/0//cuda//0"),
+    (("exitcode", "exit code"), "1"),
+    (("process ", "pid"), "4012"),
+    (("socket",), "SocketImpl(fd=45, addr=[node-03]:48262, remote=[node-01]:29500)"),
+    (("signal", "sig"), "SIGTERM"),
+    (
+        (
+            "rank",
+            "size",
+            "count",
+            "num",
+            "seq",
+            "id",
+            "port",
+            "code",
+            "pid",
+            "errno",
+            "res",
+            "min",
+            "max",
+            "expected",
+            "actual",
+            "world",
+            "line",
+            "fd",
+            "len",
+            "index",
+            "version",
+        ),
+        "3",
+    ),
+]
+
+
+def _torch_value(field: str, before: str) -> str:
     inner = field.strip("{}%").lower()
-    if any(k in inner for k in ("rank", "size", "count", "num", "seq", "id", "port", "code")):
-        return "3"
-    if any(k in inner for k in ("timeout", "ms", "time", "duration")):
-        return "600000"
-    if any(k in inner for k in ("addr", "host", "endpoint")):
-        return "node-03"
-    return "ncclAllReduce"
+    if inner in ("*this", "work"):
+        return TORCH_VALUES[1][1]
+    if inner in ("", "s", "d", "r", "i", "f", "x"):
+        inner = before[-12:].lower()  # a bare placeholder: judge by the words just before it
+    return next((v for words, v in TORCH_VALUES if any(w in inner for w in words)), "value")
 
 
 def torch_message(fmt: str) -> str:
-    fmt = fmt.replace("\\n", " ").replace("\\t", " ").replace("\\\\", "\\")
-    return TORCH_FIELD.sub(lambda m: _torch_value(m.group(0)), fmt).strip()
+    fmt = fmt.replace("\\n", " ").replace("\\t", " ").replace('\\"', '"').replace("\\\\", "\\")
+    out: list[str] = []
+    pos = 0
+    for m in TORCH_FIELD.finditer(fmt):
+        out.append(fmt[pos : m.start()])
+        out.append(_torch_value(m.group(0), "".join(out)))
+        pos = m.end()
+    out.append(fmt[pos:])
+    return "".join(out).strip()
 
 
 def torch_line(t: Template) -> Instance:

@@ -77,9 +77,52 @@ SUBSYSTEMS_BY_FILE: list[tuple[str, frozenset[str]]] = [
     ]
 ]
 
+# Which catalog subsystems fit a PyTorch message, by the source file's name.
+TORCH_SUBSYSTEMS: list[tuple[str, frozenset[str]]] = [
+    (part, frozenset(subs.split()))
+    for part, subs in [
+        ("TCPStore", "store"),
+        ("socket.cpp", "store"),
+        ("Store.hpp", "store python"),
+        ("Utils.hpp", "store python watchdog"),
+        ("elastic/", "elastic store"),
+        ("rendezvous.py", "store elastic"),
+        ("launcher/", "elastic"),
+        ("run.py", "elastic"),
+        ("", "watchdog python memory cuda init store"),
+    ]
+]
+# Exception types that report a programming mistake in the caller's Python code rather than a
+# failure of the distributed job; they are matched by the generic exception signatures only.
+TORCH_API_MISUSE = (
+    "ValueError",
+    "TypeError",
+    "NotImplementedError",
+    "AssertionError",
+    "ImportError",
+    "LookupError",
+    "NotADirectoryError",
+)
+TORCH_MATCHED_MIN = 0.95
+TORCH_SPECIFIC_MIN = 0.90
+
 NCCL_MATCHED_MIN = 0.95
 NCCL_SPECIFIC_MIN = 0.60
 SPECIFIC_MAX_FORMATS = 8
+
+
+def torch_failure_rows() -> list[mf.Template]:
+    """ERROR-level logs and exceptions of torch.tsv, less the Python API-misuse exceptions."""
+    return [
+        t
+        for t in mf.read_tsv("torch.tsv")
+        if t.level.startswith("ERROR")
+        or (t.level.startswith("EXCEPTION:") and not t.level.endswith(TORCH_API_MISUSE))
+    ]
+
+
+def torch_subsystems(file: str) -> frozenset[str]:
+    return next(subs for part, subs in TORCH_SUBSYSTEMS if part in file)
 
 
 def allowed_subsystems(files: tuple[str, ...]) -> set[str]:
@@ -133,3 +176,41 @@ def test_catalog_does_not_claim_foreign_messages(catalog: Catalog) -> None:
         mf.Template("WARN", ("src/misc/socket.cc",), "v2.30.7-1", "failed : Connect to %s")
     ).line
     assert not any(h["id"].startswith("nccl_sock_connect") for h in catalog.test(line)["hits"])
+
+
+def test_torch_failure_messages_are_covered(catalog: Catalog) -> None:
+    outcomes = classify(catalog, [mf.torch_line(t) for t in torch_failure_rows()])
+    generic = {
+        "pt_runtime_error",
+        "py_exception",
+        "pt_dist_backend_error",
+        "pt_dist_store_error",
+        "pt_dist_network_error",
+    }
+    formats_per_signature = Counter(s for o in outcomes for s in set(o.hits))
+    subsystem = {s["id"]: s["subsystem"] for s in catalog.signatures()}
+
+    total = len(outcomes)
+    matched = [o for o in outcomes if o.hits]
+    named = [o for o in matched if set(o.hits) - generic]
+    specific = [
+        o
+        for o in named
+        if any(formats_per_signature[s] <= SPECIFIC_MAX_FORMATS for s in set(o.hits) - generic)
+    ]
+    misplaced = [  # the generic wrappers name an exception type, not a layer: not checked
+        (o.instance.line, o.hits)
+        for o in named
+        if not {subsystem[s] for s in set(o.hits) - generic}
+        & torch_subsystems(o.instance.template.files[0])
+    ]
+    print(
+        f"\nPyTorch failure messages (ERROR logs and exceptions, API misuse excluded): {total}; "
+        f"matched {len(matched)} ({len(matched) / total:.1%}); by a signature of their own "
+        f"(not only a generic exception wrapper) {len(named)} ({len(named) / total:.1%}); by "
+        f"signatures of <= {SPECIFIC_MAX_FORMATS} templates {len(specific)} "
+        f"({len(specific) / total:.1%}); subsystem mismatches {len(misplaced)}"
+    )
+    assert len(matched) >= TORCH_MATCHED_MIN * total
+    assert len(named) >= TORCH_SPECIFIC_MIN * total
+    assert misplaced == []
