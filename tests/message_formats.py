@@ -80,8 +80,8 @@ def nccl_warns_since_2_18() -> list[Template]:
 # What a `{{name}}` macro parameter stands for, by the file that uses it.
 MACRO_VALUES = {
     "misc/ibvwrap.cc": "ibv_reg_mr",
-    "misc/mlx5dvwrap.cc": "mlx5dv_get_data_direct_sysfs_path",
-    "misc/nvmlwrap.cc": "nvmlDeviceGetNvLinkState",
+    "misc/mlx5dvwrap.cc": "mlx5dv_reg_dmabuf_mr",
+    "misc/nvmlwrap.cc": "nvmlDeviceGetHandleByPciBusId",
 }
 
 
