@@ -8,6 +8,7 @@ with its own cause, fix and verify text.
 from __future__ import annotations
 
 import pytest
+
 from rankwatch import Catalog
 
 PREFIX = "node17:4012:4088 [3] misc/socket.cc:484 NCCL WARN "
