@@ -84,7 +84,7 @@ def test_envelopes_and_prefixes_are_peeled(catalog: Catalog) -> None:
         got = catalog.test(line)
         assert got["message"].startswith("socketStartConnect"), line
         assert got["host"] == "node-03"
-        assert any(h["id"] == "nccl_sock_connect_failed" for h in got["hits"]), got
+        assert any(h["id"] == "nccl_sock_connect_no_route" for h in got["hits"]), got
 
 
 def test_cri_partial_lines_are_joined(catalog: Catalog) -> None:

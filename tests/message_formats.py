@@ -1,0 +1,228 @@
+"""Message templates of NCCL and PyTorch (../shared/reference/messages/*.tsv) turned into log
+lines as those programs print them, for checking the catalog's coverage.
+
+Each printf conversion, `{{NAME}}` macro or `{expr}` field is replaced by a plausible value
+chosen from the text just before it (an address after "to", an errno text after "failed :",
+a number elsewhere), and the message is put inside a real line prefix: NCCL's WARN prefix
+with the source file, c10's glog-like prefix, torchelastic's logging prefix, or a Python
+exception line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+MESSAGES_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "reference" / "messages"
+
+# Tags before v2.18.1-1: formats whose last tag is one of these are out of the target set.
+TAGS_BEFORE_2_18 = frozenset(
+    [
+        "v2.10.3-1",
+        "v2.11.4-1",
+        "v2.12.7-1",
+        "v2.12.10-1",
+        "v2.12.12-1",
+        "v2.13.4-1",
+        "v2.14.3-1",
+        "v2.15.1-1",
+        "v2.15.5-1",
+        "v2.16.2-1",
+        "v2.16.5-1",
+        "v2.17.1-1",
+    ]
+)
+
+PRINTF = re.compile(
+    r"%[-+ #0]*(?:\*|\d+)?(?:\.(?:\*|\d+))?(?:hh|h|ll|l|z|j|t|L)?([diouxXeEfgGcspn])"
+)
+MACRO = re.compile(r"\{\{(\w+)\}\}")
+# torch.tsv fields: `{expr}`, `{}`, and Python %-style logging arguments.
+TORCH_FIELD = re.compile(r"\{[^{}]*\}|%[-+ #0]*\d*(?:\.\d+)?[sdifrx]")
+
+ERRNO_TEXT = "Network is unreachable"
+ADDRESS = "10.20.3.21<51844>"
+
+
+@dataclass(frozen=True)
+class Template:
+    level: str
+    files: tuple[str, ...]
+    last_tag: str
+    format: str
+
+
+@dataclass(frozen=True)
+class Instance:
+    template: Template
+    line: str
+
+
+def read_tsv(name: str) -> list[Template]:
+    """Rows of one table; the columns differ between nccl.tsv and torch.tsv."""
+    rows = (MESSAGES_DIR / name).read_text(encoding="utf-8").splitlines()[1:]
+    out = []
+    for row in rows:
+        cols = row.split("\t")
+        files = tuple(f.strip().removesuffix("?") for f in cols[1].split(","))
+        last = cols[3] if name == "nccl.tsv" else cols[2]
+        out.append(Template(cols[0], files, last, cols[-1]))
+    return out
+
+
+def nccl_warns_since_2_18() -> list[Template]:
+    return [
+        t for t in read_tsv("nccl.tsv") if t.level == "WARN" and t.last_tag not in TAGS_BEFORE_2_18
+    ]
+
+
+# What a `{{name}}` macro parameter stands for, by the file that uses it.
+MACRO_VALUES = {
+    "misc/ibvwrap.cc": "ibv_reg_mr",
+    "misc/mlx5dvwrap.cc": "mlx5dv_reg_dmabuf_mr",
+    "misc/nvmlwrap.cc": "nvmlDeviceGetHandleByPciBusId",
+}
+
+
+def _value_for(before: str, conv: str) -> str:
+    """A plausible value for one conversion, given the text that precedes it."""
+    tail = before[-40:].lower()
+    if conv == "s":
+        if tail.endswith("call to "):
+            return "recv from"
+        if tail.endswith("while "):
+            return "creating"
+        if re.search(r"event ?: ?$", tail):
+            return "port error"
+        if re.search(r"(?:failed|error|errno \d+|returned)\s*:?\s*\(?$", tail):
+            return ERRNO_TEXT
+        if re.search(r"(?:to|from|address|addr|peer|host|with)\s*$", tail):
+            return ADDRESS
+        if re.search(r"(?:dev|device|hca|nic|port)\s*:?\s*$", tail):
+            return "mlx5_0"
+        if re.search(r"(?:file|path|library|lib|open)\s*:?\s*$", tail):
+            return "libgdrapi.so.2" if tail.endswith("open ") else "/dev/shm/nccl-Xy12Ab"
+        return "ncclAllReduce"
+    if conv == "p":
+        return "0x7f3a5c001230"
+    if conv in "xX":
+        return "1f"
+    if conv == "c":
+        return "Y"
+    if conv in "eEfgG":
+        return "1.5"
+    return "3"
+
+
+def _substitute(fmt: str, src: str) -> str:
+    fmt = fmt.split("\\n")[0] or fmt  # NCCL prints text after a newline as a line of its own
+    fmt = fmt.replace("\\n", " ").replace('\\"', '"').replace("\\t", " ")
+    fmt = MACRO.sub(lambda m: MACRO_VALUES.get(src, "socket"), fmt)
+    out: list[str] = []
+    pos = 0
+    for m in PRINTF.finditer(fmt):
+        out.append(fmt[pos : m.start()])
+        out.append(_value_for("".join(out), m.group(1)))
+        pos = m.end()
+    out.append(fmt[pos:])
+    return "".join(out).replace("%%", "%").strip()
+
+
+def nccl_line(t: Template) -> Instance:
+    src = t.files[0].removeprefix("src/")
+    msg = _substitute(t.format, src)
+    return Instance(t, f"node17:4012:4088 [3] {src}:1234 NCCL WARN {msg}")
+
+
+# Values for torch.tsv fields, by words in the field's expression (first match wins).
+TORCH_VALUES: list[tuple[tuple[str, ...], str]] = [
+    (("logprefix",), "[PG ID 0 PG GUID 0(default_pg) Rank 3] "),
+    (
+        ("*this", "work)", "{work}"),
+        "WorkNCCL(SeqNum=52, OpType=ALLREDUCE, NumelIn=11, NumelOut=11, Timeout(ms)=600000)",
+    ),
+    (("what()", "strerror", "error", "err_name", "msg", "reason"), "Connection reset by peer"),
+    (("timeout", "elapsed", "duration", "ms", "seconds"), "600000"),
+    (("addr", "host", "endpoint", "url"), "node-03"),
+    (("file", "path", "dir"), "/tmp/torch_debug_3.log"),
+    (("key",), "/default_pg/0//cuda//0"),
+    (("exitcode", "exit code"), "1"),
+    (("process ", "pid"), "4012"),
+    (("socket",), "SocketImpl(fd=45, addr=[node-03]:48262, remote=[node-01]:29500)"),
+    (("signal", "sig"), "SIGTERM"),
+    (
+        (
+            "rank",
+            "size",
+            "count",
+            "num",
+            "seq",
+            "id",
+            "port",
+            "code",
+            "pid",
+            "errno",
+            "res",
+            "min",
+            "max",
+            "expected",
+            "actual",
+            "world",
+            "line",
+            "fd",
+            "len",
+            "index",
+            "version",
+        ),
+        "3",
+    ),
+]
+
+
+def _torch_value(field: str, before: str) -> str:
+    inner = field.strip("{}%").lower()
+    if inner in ("*this", "work"):
+        return TORCH_VALUES[1][1]
+    if inner in ("", "s", "d", "r", "i", "f", "x"):
+        inner = before[-12:].lower()  # a bare placeholder: judge by the words just before it
+    return next((v for words, v in TORCH_VALUES if any(w in inner for w in words)), "value")
+
+
+def torch_message(fmt: str) -> str:
+    fmt = fmt.replace("\\n", " ").replace("\\t", " ").replace('\\"', '"').replace("\\\\", "\\")
+    out: list[str] = []
+    pos = 0
+    for m in TORCH_FIELD.finditer(fmt):
+        out.append(fmt[pos : m.start()])
+        out.append(_torch_value(m.group(0), "".join(out)))
+        pos = m.end()
+    out.append(fmt[pos:])
+    return "".join(out).strip()
+
+
+def torch_line(t: Template) -> Instance:
+    """The line shape a torch message takes, by how it is emitted."""
+    msg = torch_message(t.format)
+    file = t.files[0]
+    base = file.rsplit("/", 1)[-1]
+    letter = {"ERROR": "E", "WARNING": "W", "INFO": "I"}.get(t.level.split("(")[0], "E")
+    if t.level.startswith("EXCEPTION:"):
+        kind = t.level.removeprefix("EXCEPTION:")
+        name = {
+            "c10::Error": "RuntimeError",
+            "c10::Error(internal assert)": "RuntimeError",
+            "std::runtime_error": "RuntimeError",
+            "std::system_error": "RuntimeError",
+            "std::invalid_argument": "ValueError",
+            "DistBackendError": "torch.distributed.DistBackendError",
+            "DistStoreError": "torch.distributed.DistStoreError",
+            "DistNetworkError": "torch.distributed.DistNetworkError",
+            "SocketError": "torch.distributed.DistNetworkError",
+        }.get(kind, kind)
+        return Instance(t, f"[rank3]: {name}: {msg}")
+    if file.endswith((".cpp", ".hpp", ".h")):
+        c10d = "[c10d] " if "(c10d)" in t.level else ""
+        prefix = f"[rank3]:[{letter}1130 12:00:01.123456789 {base}:616] "
+        return Instance(t, prefix + c10d + msg)
+    return Instance(t, f"{letter}1130 12:00:01.123000 4012 {file}:900] {msg}")
