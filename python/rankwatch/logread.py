@@ -6,6 +6,7 @@ the readable part is analyzed and the file is reported as partially read."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import zlib
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 CHUNK_BYTES = 1 << 20
+GZIP_STEP_BYTES = 16 << 10
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -39,9 +41,15 @@ def _raw_chunks(path: Path, chunk_bytes: int) -> Iterator[bytes]:
 
 
 def _gunzip(raw: Iterator[bytes], first: bytes, chunk_bytes: int) -> Iterator[bytes]:
-    """Decompresses gzip members one after another, at most `chunk_bytes` out per step."""
+    """Decompresses gzip members one after another, at most `chunk_bytes` out per step. Input
+    goes in in small steps: when zlib finds damage, only the last step's output is lost."""
+    steps = (
+        c[i : i + GZIP_STEP_BYTES]
+        for c in itertools.chain([first], raw)
+        for i in range(0, len(c), GZIP_STEP_BYTES)
+    )
     d = _member()
-    data, out, full = first, 0, False
+    data, out, full = next(steps), 0, False
     while True:
         # `full`: the last step filled its output, so more may be pending without new input.
         while data or full:
@@ -58,7 +66,7 @@ def _gunzip(raw: Iterator[bytes], first: bytes, chunk_bytes: int) -> Iterator[by
             if piece:
                 yield piece
             data = d.unused_data if d.eof else d.unconsumed_tail
-        nxt = next(raw, None)
+        nxt = next(steps, None)
         if nxt is None:
             break
         data = nxt

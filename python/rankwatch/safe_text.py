@@ -8,9 +8,12 @@ import os
 import unicodedata
 
 MAX_NAME_CHARS = 512
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def _escape(ch: str) -> str:
+    if ch in _SHORT:
+        return _SHORT[ch]
     code = ord(ch)
     if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (os.fsdecode's surrogateescape)
         return f"\\x{code - 0xDC00:02x}"
