@@ -425,3 +425,31 @@ def test_replay_reads_a_huge_line_in_bounded_memory(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert [len(x) for x in lines] == [6, 256 * 1024, 5]
     assert peak < 16 << 20, peak
+
+
+def test_a_line_longer_than_a_read_chunk_stays_one_line(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with open(logs / "rank-3.log", "wb") as fh:
+        fh.write(b"starting\n")
+        for i in range(48):  # 3 MiB: longer than a read chunk, and with prefixes inside
+            fh.write(b"[rank%d]: NCCL WARN " % i + b"y" * (64 << 10))
+        fh.write(b"\n" + CAUSE.encode() + b"\n")
+    doc = report(rw("analyze", logs, "--json"))
+    assert doc["input"]["lines"] == 3
+    [d] = doc["diagnoses"]
+    assert d["root_cause"]["line"] == CAUSE
+    assert d["root_cause"]["origin"].endswith("rank-3.log:3")
+
+
+def test_a_million_rank_prefixes_stay_within_the_memory_budget(tmp_path: Path) -> None:
+    with open(tmp_path / "mixed.log", "w") as fh:
+        fh.writelines(f"[rank{i}]: step 1 loss 0.5\n" for i in range(1_000_000))
+        fh.write(f"[rank7]: {CAUSE}\n")
+    r, rss_mb = rw_rss_mb(
+        "analyze", tmp_path / "mixed.log", "--json", "--memory-budget-bytes", "10000000"
+    )
+    doc = report(r)
+    assert [d["root_cause"]["rank"] for d in doc["diagnoses"]] == [7]
+    # Each of a million sources used to cost about 900 bytes outside the budget.
+    assert rss_mb < 400, rss_mb
