@@ -19,8 +19,8 @@ from rankwatch.safe_text import printable
 
 SKIP_SUFFIXES = {".json", ".toml", ".yaml", ".yml", ".py", ".pyc", ".so", ".png", ".jpg", ".pt"}
 
-# Per-rank names: rank-3.log, rank_3.out, rank3.txt, Open MPI rank.3/stdout.
-_RANK_NAME = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)(?:\.[a-z]+)?$", re.IGNORECASE)
+# Per-rank names: rank-3.log, rank_3.out, rank3.txt, rank-3.log.gz, Open MPI rank.3/stdout.
+_RANK_NAME = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)(?:\.[a-z]+){0,2}$", re.IGNORECASE)
 # torchrun --log-dir: .../attempt_<n>/<local_rank>/(stdout|stderr).log
 _TORCHRUN = re.compile(r"attempt_(\d+)/(\d+)/(?:stdout|stderr)\.log$")
 MAX_RANK = (1 << 32) - 1
