@@ -31,9 +31,9 @@ def test_replay_of_a_messy_folder(
     whole = gzip.compress(b"".join(b"rank 3 step %d\n" % i for i in range(50_000)))
     (logs / "rank-3.log.gz").write_bytes(whole[: len(whole) // 2])
     topic = fresh_topics("logs")
+    command = ["replay", str(logs), "--topic", topic, "--bootstrap-servers", daemon_kafka]
     r = subprocess.run(
-        [sys.executable, "-m", "rankwatch.cli", "replay", str(logs), "--topic", topic]
-        + ["--bootstrap-servers", daemon_kafka],
+        [sys.executable, "-m", "rankwatch.cli", *command],
         capture_output=True,
         text=True,
         timeout=120,

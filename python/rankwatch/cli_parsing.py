@@ -50,8 +50,14 @@ def add_catalog_parser(
 ) -> None:
     """`rankwatch catalog list|show ID|test LINE`, its options before or after the action."""
     c = sub.add_parser("catalog", help="list, show or test signatures")
-    c.add_argument("--catalog", action="append", default=[], metavar="PATH")
-    c.add_argument("--json", action="store_true")
+    c.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="extra catalog file or folder (repeatable)",
+    )
+    c.add_argument("--json", action="store_true", help="print JSON (show, test)")
     c.set_defaults(func=command)
     # The options are accepted after the action too (`catalog test --catalog F LINE`).
     late = Parser(add_help=False)
