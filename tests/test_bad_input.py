@@ -221,10 +221,13 @@ def test_link_out_of_the_folder_is_not_read(tmp_path: Path) -> None:
     secret = tmp_path / "elsewhere.log"
     secret.write_text(OTHER_CAUSE + "\n")
     (logs / "rank-7.log").symlink_to(secret)
+    (logs / "rank-8.log").symlink_to(logs / "rank-8.log")
     r = rw("analyze", logs, "--json")
     doc = report(r)
     assert [d["root_cause"]["line"] for d in doc["diagnoses"]] == [CAUSE]
     assert f"skipped {logs}/rank-7.log: link to {secret}, outside {logs}" in r.stderr
+    assert f"skipped {logs}/rank-8.log: link loop" in r.stderr
+    usage_error(rw("analyze", logs / "rank-8.log"), "rank-8.log")
 
 
 def test_folders_a_thousand_deep_are_walked(tmp_path: Path) -> None:

@@ -107,6 +107,14 @@ def _why(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+def _real(path: Path) -> Path | None:
+    """Where `path` leads, links followed; None for a link loop."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):  # Python 3.11 reports a loop as RuntimeError
+        return None
+
+
 def _is_inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
@@ -116,7 +124,10 @@ def _entry_file(entry: os.DirEntry[str], root: Path, found: _Found) -> tuple[Pat
     an ordinary omission) otherwise."""
     path = Path(entry.path)
     if entry.is_symlink():
-        target = path.resolve()
+        target = _real(path)
+        if target is None:
+            found.skip(path, "link loop")
+            return None
         if not _is_inside(target, root):
             found.skip(path, f"link to {printable(target)}, outside {printable(root)}")
             return None
@@ -138,7 +149,7 @@ def _entry_file(entry: os.DirEntry[str], root: Path, found: _Found) -> tuple[Pat
 def _walk(top: Path, found: _Found) -> Iterator[tuple[Path, int]]:
     """Regular files under `top`, folder by folder in name order, without recursion (a tree
     a thousand folders deep must not exhaust the stack) and without following links out."""
-    root = top.resolve()
+    root = _real(top) or top
     stack = [top]
     while stack:
         folder = stack.pop()
@@ -169,7 +180,7 @@ def _job_name(p: Path, is_dir: bool, job: str | None, found: _Found) -> tuple[st
     """The job of PATH `p`, and a note when its natural name was already taken."""
     if job is not None:
         return job, None
-    base = printable((p.resolve().name if is_dir else p.stem) or "job")
+    base = printable(((_real(p) or p).name if is_dir else p.stem) or "job")
     name, n = base, 1
     while name in found.jobs:
         n += 1
@@ -220,10 +231,11 @@ def discover(
         if not str(raw):
             raise InputError("an empty PATH ('') names no file; use . for this folder")
         p = Path(raw)
-        if p.resolve() in found.seen_roots:
+        real = _real(p)
+        if real is not None and real in found.seen_roots:
             tell(f"{printable(p)} was given twice; read once")
             continue
-        found.seen_roots.add(p.resolve())
+        found.seen_roots.add(real or p)
         listed = _candidates(p, found)
         if listed is None:
             continue
@@ -252,7 +264,7 @@ def _add_files(
         tell(renamed)
     repeats = 0
     for path, size in candidates:
-        real = path.resolve()
+        real = _real(path) or path
         if real in found.seen_files:
             repeats += 1
             continue
