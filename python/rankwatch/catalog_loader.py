@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from rankwatch import _core
+from rankwatch.safe_text import printable
 
 BUILTIN_DIR = Path(__file__).parent / "catalog"
 
@@ -27,12 +28,15 @@ def catalog_files(extra: Iterable[str | Path] = (), include_builtin: bool = True
         if p.is_dir():
             found = sorted(p.rglob("*.toml"))
             if not found:
-                raise CatalogError(f"{p}: folder holds no .toml catalog files")
+                raise CatalogError(f"{printable(p)}: folder holds no .toml catalog files")
             files.extend(found)
         elif p.exists():
             files.append(p)
         else:
-            raise CatalogError(f"{p}: no such catalog file or folder")
+            raise CatalogError(f"{printable(p)}: no such catalog file or folder")
+    for f in files:
+        if not f.is_file():  # a FIFO would block the read, a device never end
+            raise CatalogError(f"{printable(f)}: not a regular file")
     return files
 
 
@@ -43,9 +47,9 @@ class Catalog:
         sources: list[tuple[str, str]] = []
         for f in catalog_files(extra, include_builtin):
             try:
-                sources.append((str(f), f.read_text(encoding="utf-8")))
+                sources.append((printable(f, limit=None), f.read_text(encoding="utf-8")))
             except (OSError, UnicodeDecodeError) as e:
-                raise CatalogError(f"{f}: cannot read catalog file: {e}") from None
+                raise CatalogError(f"{printable(f)}: cannot read catalog file: {e}") from None
         try:
             self._core = _core.Catalog(sources)
         except _core.CatalogError as e:

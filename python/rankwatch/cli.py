@@ -13,7 +13,7 @@ from rankwatch.alert.commands import register as register_alert
 from rankwatch.catalog_loader import Catalog, CatalogError
 from rankwatch.daemon.commands import register as register_daemon
 from rankwatch.engine import Engine, EngineConfig
-from rankwatch.local import InputError, analyze_files, discover, read_log_bytes
+from rankwatch.local import InputError, analyze_files
 from rankwatch.report import Style, render_report
 from rankwatch.simulate.command import register as register_simulate
 
@@ -36,34 +36,27 @@ def _load_catalog(paths: Sequence[str]) -> Catalog:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    from rankwatch.cli_inputs import find_inputs, say
+    from rankwatch.local import feed_baseline
+    from rankwatch.safe_text import printable
+
     catalog = _load_catalog(args.catalog)
     cfg = EngineConfig(
         ring_lines=args.ring_lines,
         memory_budget_bytes=args.memory_budget_bytes,
         incident_horizon_ms=args.incident_horizon_ms,
     )
-    try:
-        files, skipped = discover(args.paths, job=args.job, rank_pattern=args.rank_pattern)
-    except InputError as e:
-        raise UsageError(str(e)) from None
-    for s in skipped:
-        print(f"rankwatch: skipped {s}", file=sys.stderr)
+    files, skipped = find_inputs(args.paths, args.job, args.rank_pattern)
     engine = Engine(catalog, cfg)
     if args.baseline:
-        try:
-            base_files, _ = discover(args.baseline)
-        except InputError as e:
-            raise UsageError(f"--baseline: {e}") from None
-        for bf in base_files:
-            try:
-                engine.add_baseline(read_log_bytes(bf.path))
-            except OSError as e:
-                print(f"rankwatch: skipped baseline {bf.path}: {e.strerror}", file=sys.stderr)
+        base_files, _ = find_inputs(args.baseline, "baseline", None, what="--baseline: ")
+        feed_baseline(engine, base_files, on_error=say("skipped baseline"))
     result = analyze_files(
         engine,
         files,
         progress=sys.stderr.isatty() and not args.quiet,
-        on_error=lambda m: print(f"rankwatch: skipped {m}", file=sys.stderr),
+        on_error=say("skipped"),
+        on_partial=say("partially read"),
     )
     if args.json:
         doc = {
@@ -74,13 +67,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                 "bytes": result.bytes,
                 "lines": result.lines,
                 "skipped": skipped + result.skipped,
+                "partially_read": result.partial,
                 "seconds": round(result.seconds, 3),
             },
         }
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         style = Style(color=sys.stdout.isatty() and "NO_COLOR" not in os.environ)
-        jobs = sorted({f.job for f in files})
+        jobs = sorted({printable(f.job) for f in files})
         header = (
             f"rankwatch: {len(result.diagnoses)} incident(s) in job(s) {', '.join(jobs)}; "
             f"{result.lines:,} lines from {result.files} files in {result.seconds:.1f} s"
@@ -90,22 +84,18 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    catalog = _load_catalog(args.catalog)
+    catalog = _load_catalog([*args.catalog, *getattr(args, "catalog_late", [])])
     if args.action == "list":
         for s in catalog.signatures():
             print(f"{s['id']:<40} {s['role']:<8} {s['subsystem']:<10} {s['title']}")
         print(f"{len(catalog)} signatures from {len(catalog.files)} files", file=sys.stderr)
         return EXIT_OK
     if args.action == "show":
-        if not args.arg:
-            raise UsageError("catalog show needs a signature id")
         sig = catalog.signature(args.arg)
         if sig is None:
             raise UsageError(f"no signature with id {args.arg!r} (see `rankwatch catalog list`)")
         sys.stdout.buffer.write(orjson.dumps(sig, option=orjson.OPT_INDENT_2) + b"\n")
         return EXIT_OK
-    if not args.arg:
-        raise UsageError('catalog test needs a line, e.g. rankwatch catalog test "LINE"')
     result = catalog.test(args.arg)
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
@@ -150,7 +140,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from rankwatch.cli_parsing import (
+        CONTEXT_LINES,
+        COUNT,
+        MEMORY_BYTES,
+        SPAN_MS,
+        Parser,
+        add_catalog_parser,
+    )
+
+    p = Parser(
         prog="rankwatch",
         description=(
             "Find the rank, host, GPU and line that started a distributed-training failure."
@@ -184,23 +183,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--context",
-        type=int,
+        type=CONTEXT_LINES,
         default=20,
         metavar="N",
         help="preceding lines to print per incident (JSON always has all)",
     )
-    a.add_argument("--ring-lines", type=int, default=256, metavar="N")
-    a.add_argument("--memory-budget-bytes", type=int, default=1 << 30, metavar="BYTES")
-    a.add_argument("--incident-horizon-ms", type=int, default=20 * 60_000, metavar="MS")
+    a.add_argument("--ring-lines", type=COUNT, default=256, metavar="N")
+    a.add_argument("--memory-budget-bytes", type=MEMORY_BYTES, default=1 << 30, metavar="BYTES")
+    a.add_argument("--incident-horizon-ms", type=SPAN_MS, default=20 * 60_000, metavar="MS")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)
 
-    c = sub.add_parser("catalog", help="list, show or test signatures")
-    c.add_argument("action", choices=["list", "show", "test"])
-    c.add_argument("arg", nargs="?", help="signature id (show) or a log line (test)")
-    c.add_argument("--catalog", action="append", default=[], metavar="PATH")
-    c.add_argument("--json", action="store_true")
-    c.set_defaults(func=cmd_catalog)
+    add_catalog_parser(sub, cmd_catalog)
 
     v = sub.add_parser("validate", help="validate the catalog (and config)")
     v.add_argument("--catalog", action="append", default=[], metavar="PATH")
@@ -231,8 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
-    except UsageError as e:
-        print(f"rankwatch: {e}", file=sys.stderr)
+    except (UsageError, InputError) as e:
+        print(f"rankwatch: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("rankwatch: interrupted", file=sys.stderr)

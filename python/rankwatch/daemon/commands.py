@@ -29,7 +29,7 @@ from rankwatch.daemon.config import (
     parse_path,
 )
 from rankwatch.daemon.logs import quiet_kafka, setup_logging
-from rankwatch.local import InputError, discover
+from rankwatch.inputs import InputError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -109,27 +109,28 @@ def _connection_config(args: argparse.Namespace) -> DaemonConfig:
 def cmd_replay(args: argparse.Namespace) -> int:
     from aiokafka.errors import KafkaError
 
+    from rankwatch.cli_inputs import find_inputs, say
+    from rankwatch.daemon.config import check_topic_name
     from rankwatch.daemon.kafka_clients import connection_kwargs
     from rankwatch.daemon.replay import replay_files
 
-    if args.rate is not None and args.rate <= 0:
+    if args.rate is not None and not 0 < args.rate < float("inf"):
         return _error("--rate must be a positive number of lines per second", EXIT_USAGE)
     try:
+        check_topic_name(args.topic, "--topic")
         cfg = _connection_config(args)
-        files, skipped = discover(args.paths, job=args.job, rank_pattern=args.rank_pattern)
+        files, _ = find_inputs(args.paths, args.job, args.rank_pattern)
     except (ConfigError, InputError) as e:
-        return _error(str(e), EXIT_USAGE)
-    for s in skipped:
-        print(f"rankwatch: skipped {s}", file=sys.stderr)
+        return _error(f"error: {e}", EXIT_USAGE)
     quiet_kafka()
     try:
         result = asyncio.run(
-            replay_files(files, args.topic, connection_kwargs(cfg), rate=args.rate)
+            replay_files(
+                files, args.topic, connection_kwargs(cfg), rate=args.rate, on_error=say("skipped")
+            )
         )
     except KafkaError as e:
         return _error(f"replay to {args.topic} at {cfg.bootstrap_servers} failed: {e}", 1)
-    except OSError as e:
-        return _error(f"reading input failed: {e}", EXIT_FAILURE)
     print(
         f"sent {result.records:,} records ({result.bytes:,} bytes) from {result.files} file(s) "
         f"of {result.jobs} job(s) to {args.topic} in {result.seconds:.2f} s"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import orjson
 
 from rankwatch.catalog_loader import Catalog, CatalogError
 from rankwatch.engine import RECORD_FORMATS, Decoder, EngineConfig
+from rankwatch.safe_text import printable
 
 ENV_PREFIX = "RANKWATCH_"
 PATH_KEYS = ("job_path", "rank_path", "host_path", "ts_path", "line_path", "source_path")
@@ -366,6 +368,13 @@ def _check_path(value: Any, where: str) -> list[str]:
     return list(value)
 
 
+def _shown(key: str, value: Any, options: Mapping[str, dataclasses.Field[Any]] = OPTIONS) -> str:
+    """A value as an error message may show it: secrets only by their type."""
+    if options[key].metadata["secret"]:
+        return f"a value of type {type(value).__name__} (not shown: a secret)"
+    return repr(value)
+
+
 def _check_value(
     key: str, value: Any, where: str, options: Mapping[str, dataclasses.Field[Any]] = OPTIONS
 ) -> Any:
@@ -374,20 +383,22 @@ def _check_value(
     kind = meta["kind"]
     if kind == INT:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {_shown(key, value, options)}")
         minimum = meta["minimum"]
         if minimum is not None and value < minimum:
             raise ConfigError(f"{where}: must be at least {minimum:,}, got {value:,}")
         return value
     if kind == BOOL:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+            raise ConfigError(f"{where}: expected true or false, got {_shown(key, value, options)}")
         return value
     if kind == LIST:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(f"{where}: expected a list of non-empty strings, got {value!r}")
+            raise ConfigError(
+                f"{where}: expected a list of non-empty strings, got {_shown(key, value, options)}"
+            )
         return list(value)
     if kind == PATH:
         if value is None:
@@ -396,9 +407,11 @@ def _check_value(
     if value is None and kind in (OPT_STR, CHOICE):
         return None
     if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a string, got {value!r}")
+        raise ConfigError(f"{where}: expected a string, got {_shown(key, value, options)}")
     if kind == CHOICE and value not in meta["choices"]:
-        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(meta['choices'])}")
+        raise ConfigError(
+            f"{where}: {_shown(key, value, options)} is not one of {', '.join(meta['choices'])}"
+        )
     if kind == ADDR:
         _check_addr(value, where)
     if kind == STR and not value.strip():
@@ -489,9 +502,28 @@ def load_config(
     return cfg
 
 
+# What Kafka accepts as a topic name; anything else makes the client wait for a topic that can
+# never exist.
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def check_topic_name(name: str, where: str) -> None:
+    """Raises ConfigError unless Kafka would accept `name` as a topic name."""
+    if not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise ConfigError(
+            f"{where}: {printable(repr(name), limit=120)} is not a valid Kafka topic name "
+            "(1 to 249 of the characters a-z A-Z 0-9 . _ -, not . or ..)"
+        )
+
+
 def check_config(cfg: DaemonConfig) -> None:
     """Rules that involve more than one key."""
     inputs = cfg.input_topics()
+    for name in inputs:
+        check_topic_name(name, "topic")
+    check_topic_name(cfg.output_topic, "output_topic")
+    if cfg.dead_letter_topic is not None:
+        check_topic_name(cfg.dead_letter_topic, "dead_letter_topic")
     if not inputs:
         raise ConfigError(
             "no input topic: set `topic` in the config file, RANKWATCH_TOPIC or --topic"

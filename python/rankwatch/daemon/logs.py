@@ -7,8 +7,14 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from typing import Any
+
+from rankwatch.safe_text import printable
 
 RATE_LIMIT_S = 10.0
+# Values logged come from records (job names, hosts): each is cut to this many characters.
+MAX_LOGGED_VALUE_CHARS = 256
+MAX_LOGGED_MESSAGE_CHARS = 8192
 
 
 class RateLimit(logging.Filter):
@@ -32,6 +38,30 @@ class RateLimit(logging.Filter):
         return True
 
 
+class SafeMessage(logging.Filter):
+    """Makes each message one printable line: string arguments (a job name taken from a
+    record) are escaped and cut, then the whole message is escaped, so that a `\\n` in a
+    value cannot forge a log line and a 100 KB job name does not make a 100 KB line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args: Any = record.args
+        if isinstance(args, tuple):
+            record.args = tuple(_safe_value(a) for a in args)
+        elif isinstance(args, dict):
+            record.args = {k: _safe_value(v) for k, v in args.items()}
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            return True  # a bad format string: the handler reports it as logging does
+        record.msg = printable(message, limit=MAX_LOGGED_MESSAGE_CHARS)
+        record.args = None
+        return True
+
+
+def _safe_value(value: object) -> object:
+    return printable(value, limit=MAX_LOGGED_VALUE_CHARS) if isinstance(value, str) else value
+
+
 def setup_logging(level: str) -> None:
     """For `rankwatch run`: the daemon's own logs at `level`; aiokafka's warnings and errors,
     rate-limited (all of it at debug)."""
@@ -42,13 +72,17 @@ def setup_logging(level: str) -> None:
         force=True,
     )
     kafka = logging.getLogger("aiokafka")
+    handlers = logging.getLogger().handlers
     if level == "debug":
         kafka.setLevel(logging.DEBUG)
     else:
         kafka.setLevel(logging.WARNING)
         limit = RateLimit("aiokafka")
-        for handler in logging.getLogger().handlers:
+        for handler in handlers:
             handler.addFilter(limit)
+    safe = SafeMessage()
+    for handler in handlers:
+        handler.addFilter(safe)
 
 
 def quiet_kafka() -> None:

@@ -1,6 +1,6 @@
 """`rankwatch replay`: loads log files into a Kafka topic as canonical records, keyed by job.
 
-Files are found and named the way `rankwatch analyze` does (`rankwatch.local.discover`: each
+Files are found and named the way `rankwatch analyze` does (`rankwatch.inputs.discover`: each
 PATH is a job unless `--job`; ranks from file names, torchrun and Open MPI layouts). Lines of
 all files are interleaved one by one, each file in its own order, like ranks writing at once.
 A record is `{"job", "rank", "host", "ts", "line", "source"}`: `ts` is null (the engine reads
@@ -14,15 +14,16 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
-from rankwatch.local import LogFile, _open
+from rankwatch.inputs import LogFile
+from rankwatch.logread import PartialRead, read_lines
 
 MAX_BATCH_BYTES = 512 * 1024
 # Longer lines are cut (the engine keeps at most `max_line_bytes` of a line anyway), so that a
@@ -65,29 +66,38 @@ def canonical_record(f: LogFile, line: bytes, source: str | None = None) -> byte
             "host": None,
             "ts": None,
             "line": line[:MAX_LINE_BYTES].decode("utf-8", "replace"),
-            "source": source if source is not None else f.source_key or str(f.path),
+            "source": source if source is not None else f.source_key or f.origin,
         }
     )
 
 
-def interleave(files: Sequence[LogFile]) -> Iterator[tuple[LogFile, bytes]]:
-    """Non-blank lines of all files, one from each file in turn, each file in its order."""
-    handles: list[tuple[LogFile, IO[bytes]]] = [(f, _open(f.path)) for f in files]
-    try:
-        active = [(f, iter(fh)) for f, fh in handles]
-        while active:
-            still = []
-            for f, it in active:
-                for raw in it:
-                    line = raw.rstrip(b"\r\n")
+def interleave(
+    files: Sequence[LogFile], on_error: Callable[[str], None] | None = None
+) -> Iterator[tuple[LogFile, bytes]]:
+    """Non-blank lines of all files, one from each file in turn, each file in its order. Each
+    line is read with at most MAX_LINE_BYTES of it in memory; a file that fails is reported to
+    `on_error` ("PATH: reason", partially read gzip files after their readable lines) and the
+    others go on."""
+    active = [(f, read_lines(f.path, MAX_LINE_BYTES)) for f in files]
+    while active:
+        still = []
+        for f, it in active:
+            try:
+                for line in it:
                     if line.strip():
                         yield f, line
                         still.append((f, it))
                         break
-            active = still
-    finally:
-        for _, fh in handles:
-            fh.close()
+            except PartialRead as e:
+                _report(on_error, f"{f.origin}: partially read: {e}")
+            except OSError as e:
+                _report(on_error, f"{f.origin}: {e.strerror or e}")
+        active = still
+
+
+def _report(on_error: Callable[[str], None] | None, message: str) -> None:
+    if on_error is not None:
+        on_error(message)
 
 
 class BatchSender:
@@ -172,8 +182,10 @@ async def replay_files(
     connection: dict[str, Any],
     *,
     rate: float | None = None,
+    on_error: Callable[[str], None] | None = None,
 ) -> ReplayResult:
-    """Sends every line of `files` to `topic`; `rate` caps lines per second."""
+    """Sends every line of `files` to `topic`; `rate` caps lines per second; files that
+    cannot be read (or only in part) are reported to `on_error`."""
     t0 = time.monotonic()
     producer = new_producer(connection)
     try:
@@ -182,7 +194,7 @@ async def replay_files(
         sender = BatchSender(producer, topic, sorted(partitions))
         check_every = max(1, int(rate / 50)) if rate else 0
         sources = {id(f): name for f, name in zip(files, stream_names(files), strict=True)}
-        for f, line in interleave(files):
+        for f, line in interleave(files, on_error):
             await sender.add(f.job.encode(), canonical_record(f, line, sources[id(f)]))
             if rate and sender.records % check_every == 0:
                 ahead = sender.records / rate - (time.monotonic() - t0)

@@ -65,6 +65,9 @@ pub struct Stats {
     pub records: u64,
     pub rejected: HashMap<&'static str, u64>,
     pub compacted_hits: u64,
+    /// Lines whose process was new when its job already had as many sources as the budget
+    /// allows (routed to their stream's source).
+    pub sources_capped: u64,
 }
 
 /// Identity a caller knows about a stream before reading it.
@@ -121,6 +124,15 @@ pub struct Engine {
     baseline: Baseline,
 }
 
+/// `raw` cut to at most `max` bytes, not inside a UTF-8 character (`raw` is longer).
+fn cut_at_char(raw: &[u8], max: usize) -> &[u8] {
+    let mut cut = max;
+    while cut > 0 && (raw[cut] & 0xC0) == 0x80 {
+        cut -= 1;
+    }
+    &raw[..cut]
+}
+
 /// Lines of a multi-line record kept with a hit: whole records for causes, the head only for
 /// symptoms (thousands of ranks print the same symptom record).
 /// A Kafka record as handed over: value, key, job header, broker time in ms.
@@ -128,6 +140,10 @@ pub type RawRecord<'a> = (&'a [u8], Option<&'a [u8]>, Option<&'a [u8]>, Option<i
 
 const CAUSE_RECORD_LINES: usize = 40;
 const SYMPTOM_RECORD_LINES: usize = 0;
+/// What a source costs besides its ring's lines: the struct, its key and index entries.
+const SOURCE_BYTES: usize = std::mem::size_of::<crate::job::Source>() + 256;
+/// Sources a job may always have, whatever the budget.
+const MIN_SOURCES: usize = 1024;
 
 fn is_exception_line(msg: &str) -> bool {
     // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback.
@@ -272,14 +288,12 @@ impl Engine {
         if !st.partial.is_empty() {
             match memchr::memchr(b'\n', data) {
                 Some(nl) => {
-                    let mut line = std::mem::take(&mut st.partial);
-                    line.extend_from_slice(&data[..nl]);
-                    self.raw_line(job, st, &line, ingest_ms, event_ms);
+                    self.keep_partial(st, &data[..nl]);
+                    self.partial_line(job, st, ingest_ms, event_ms);
                     start = nl + 1;
                 }
                 None => {
-                    st.partial.extend_from_slice(data);
-                    self.cap_partial(job, st);
+                    self.keep_partial(st, data);
                     return;
                 }
             }
@@ -302,8 +316,7 @@ impl Engine {
             pos = nl + 1;
         }
         if pos < rest.len() {
-            st.partial.extend_from_slice(&rest[pos..]);
-            self.cap_partial(job, st);
+            self.keep_partial(st, &rest[pos..]);
         }
     }
 
@@ -394,12 +407,54 @@ impl Engine {
         rejected
     }
 
-    fn cap_partial(&mut self, job: &mut Job, st: &mut Stream) {
-        // A "line" that never ends is cut into pieces rather than buffered without bound.
-        if st.partial.len() > self.cfg.max_line_bytes * 4 {
-            let p = std::mem::take(&mut st.partial);
-            self.raw_line(job, st, &p, None, None);
+    /// The source of `key`, created if new and counted against the memory budget. Sources
+    /// take at most a quarter of the budget: past that, a new process's lines go to the
+    /// stream's own source (counted in `sources_capped`), so that a million distinct
+    /// `[rankN]:` prefixes cannot outgrow the budget.
+    fn route(&mut self, job: &mut Job, key: SourceKey, origin: &Arc<str>) -> u32 {
+        if let Some(&i) = job.source_keys.get(&key) {
+            return i;
         }
+        let max_sources = (self.cfg.memory_budget_bytes / 4 / SOURCE_BYTES).max(MIN_SOURCES);
+        let key = if job.sources.len() >= max_sources && !matches!(key, SourceKey::Stream(_)) {
+            self.stats.sources_capped += 1;
+            SourceKey::Stream(origin.clone())
+        } else {
+            key
+        };
+        let before = job.sources.len();
+        let src = job.source_for(key, origin);
+        if job.sources.len() > before {
+            job.mem_bytes += SOURCE_BYTES;
+            self.stats.memory_bytes += SOURCE_BYTES;
+        }
+        src
+    }
+
+    /// Processes the line that waited in `st.partial`, cut (and counted) first when it grew
+    /// past `max_line_bytes` (see `keep_partial`).
+    fn partial_line(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        ingest_ms: Option<i64>,
+        event_ms: Option<i64>,
+    ) {
+        let line = std::mem::take(&mut st.partial);
+        let mut raw = line.as_slice();
+        if raw.len() > self.cfg.max_line_bytes {
+            self.stats.truncated_lines += 1;
+            raw = cut_at_char(raw, self.cfg.max_line_bytes);
+        }
+        self.raw_line(job, st, raw, ingest_ms, event_ms);
+    }
+
+    /// Adds the next bytes of an unfinished line. A line longer than `max_line_bytes` keeps
+    /// only its head (one byte over, so that `partial_line` sees it was cut); the rest is
+    /// dropped until its newline, so the line stays one line with its own number and prefix.
+    fn keep_partial(&self, st: &mut Stream, data: &[u8]) {
+        let room = (self.cfg.max_line_bytes + 1).saturating_sub(st.partial.len());
+        st.partial.extend_from_slice(&data[..data.len().min(room)]);
     }
 
     fn take_job(&mut self, name: &str) -> Job {
@@ -424,9 +479,8 @@ impl Engine {
         if let Some(mut st) = self.streams.remove(&stream_id) {
             if !st.partial.is_empty() || !st.cri_buf.is_empty() {
                 let mut job = self.take_job(&st.job);
-                let p = std::mem::take(&mut st.partial);
-                if !p.is_empty() {
-                    self.raw_line(&mut job, &mut st, &p, None, None);
+                if !st.partial.is_empty() {
+                    self.partial_line(&mut job, &mut st, None, None);
                 }
                 if !st.cri_buf.is_empty() {
                     let text = std::mem::take(&mut st.cri_buf);
@@ -455,11 +509,7 @@ impl Engine {
         }
         if raw.len() > self.cfg.max_line_bytes {
             self.stats.truncated_lines += 1;
-            let mut cut = self.cfg.max_line_bytes;
-            while cut > 0 && (raw[cut] & 0xC0) == 0x80 {
-                cut -= 1;
-            }
-            raw = &raw[..cut];
+            raw = cut_at_char(raw, self.cfg.max_line_bytes);
         }
         match std::str::from_utf8(raw) {
             Ok(s) => self.text_line(job, st, s, ingest_ms, event_ms),
@@ -556,13 +606,16 @@ impl Engine {
                 st.cache.host_noted = true;
             }
         }
+        let capped_before = self.stats.sources_capped;
         let src = if let Some(l) = meta.local_rank {
             match st.cache.local.iter().find(|(x, _)| *x == l) {
                 Some((_, s)) => *s,
                 None => {
-                    let s =
-                        job.source_for(SourceKey::StreamLocal(st.origin.clone(), l), &st.origin);
-                    st.cache.local.push((l, s));
+                    let key = SourceKey::StreamLocal(st.origin.clone(), l);
+                    let s = self.route(job, key, &st.origin);
+                    if self.stats.sources_capped == capped_before {
+                        st.cache.local.push((l, s));
+                    }
                     s
                 }
             }
@@ -570,24 +623,28 @@ impl Engine {
             match st.cache.key_src {
                 Some(s) => s,
                 None => {
-                    let s = job.source_for(k.clone(), &st.origin);
-                    st.cache.key_src = Some(s);
+                    let s = self.route(job, k.clone(), &st.origin);
+                    if self.stats.sources_capped == capped_before {
+                        st.cache.key_src = Some(s);
+                    }
                     s
                 }
             }
         } else if let Some(r) = meta.grank {
-            job.source_for(SourceKey::Rank(r), &st.origin)
+            self.route(job, SourceKey::Rank(r), &st.origin)
         } else if let (Some(h), Some(p), Producer::Nccl) = (host, meta.pid, meta.producer) {
-            job.source_for(SourceKey::HostPid(h, p), &st.origin)
+            self.route(job, SourceKey::HostPid(h, p), &st.origin)
         } else if continuation && st.last_source.is_some() {
             st.last_source.unwrap_or_default()
         } else {
-            job.source_for(SourceKey::Stream(st.origin.clone()), &st.origin)
+            self.route(job, SourceKey::Stream(st.origin.clone()), &st.origin)
         };
         st.last_source = Some(src);
+        let capped = self.stats.sources_capped != capped_before;
 
-        // Learn identity.
-        {
+        // Learn identity (not from a line whose process was over the cap: its source is the
+        // stream's, shared by every process beyond the cap).
+        if !capped {
             let needs_index;
             {
                 let s = &mut job.sources[src as usize];

@@ -342,7 +342,7 @@ impl PyEngine {
             "unclassified_errors": s.unclassified_errors, "dropped_hits": s.dropped_hits,
             "jobs": self.inner.job_count(), "incidents": self.inner.incident_count(),
             "jobs_evicted": s.jobs_evicted, "ring_shrinks": s.ring_shrinks,
-            "compacted_hits": s.compacted_hits,
+            "compacted_hits": s.compacted_hits, "sources_capped": s.sources_capped,
             "diagnoses_emitted": s.diagnoses_emitted, "memory_bytes": s.memory_bytes,
             "peak_memory_bytes": s.peak_memory_bytes,
             "memory_budget_bytes": self.inner.cfg.memory_budget_bytes,

@@ -1,0 +1,288 @@
+"""Finding the log files under the PATHs a user gives, and what each file's path says about
+whose lines it holds (rank, torchrun local rank, job).
+
+Real folders are messy: only regular files are read (a FIFO or a link to `/dev/zero` would
+block or never end), links that lead out of the given folder are not followed, a folder that
+cannot be listed is reported, the same file reached twice is read once, and two PATHs with
+the same folder name become two jobs (`logs`, `logs-2`) rather than one merged job."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rankwatch.safe_text import printable
+
+SKIP_SUFFIXES = {".json", ".toml", ".yaml", ".yml", ".py", ".pyc", ".so", ".png", ".jpg", ".pt"}
+
+# Per-rank names: rank-3.log, rank_3.out, rank3.txt, rank-3.log.gz, Open MPI rank.3/stdout.
+_RANK_NAME = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)(?:\.[a-z]+){0,2}$", re.IGNORECASE)
+# torchrun --log-dir: .../attempt_<n>/<local_rank>/(stdout|stderr).log
+_TORCHRUN = re.compile(r"attempt_(\d+)/(\d+)/(?:stdout|stderr)\.log$")
+MAX_RANK = (1 << 32) - 1
+MAX_LOCAL_RANK = (1 << 16) - 1
+
+
+class InputError(Exception):
+    """An input path is missing, unreadable or holds nothing to read (exit status 2)."""
+
+    def __init__(self, message: str, skipped: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.skipped = list(skipped)
+
+
+@dataclass
+class LogFile:
+    path: Path
+    job: str
+    source_key: str | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    size: int = 0
+
+    @property
+    def origin(self) -> str:
+        """The file's name as the engine and reports show it (escaped, never cut)."""
+        return printable(self.path, limit=None)
+
+
+@dataclass
+class _Found:
+    """What discovery has gathered so far."""
+
+    files: list[LogFile] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    seen_roots: set[Path] = field(default_factory=set)
+    seen_files: set[Path] = field(default_factory=set)
+    jobs: dict[str, Path] = field(default_factory=dict)
+
+    def skip(self, path: Path | str, why: str) -> None:
+        self.skipped.append(f"{printable(path)}: {why}")
+
+
+def _number(text: str | None, maximum: int) -> int | None:
+    if text is None or not text.isascii() or not text.isdigit():
+        return None
+    value = int(text)
+    return value if value <= maximum else None
+
+
+def classify_path(path: Path, job: str, rank_pattern: re.Pattern[str] | None) -> LogFile:
+    """Hints a file's path gives about whose lines it holds."""
+    posix = path.as_posix()
+    f = LogFile(path=path, job=job)
+    m = _TORCHRUN.search(posix)
+    if m and (local := _number(m.group(2), MAX_LOCAL_RANK)) is not None:
+        f.local_rank = local
+        f.source_key = printable(path.parent, limit=None)
+        return f
+    if rank_pattern is not None:
+        m = rank_pattern.search(posix)
+        value = m.group("rank") if m else None
+        if value is not None:  # (an optional group that took no part falls through)
+            f.rank = _number(value, MAX_RANK)
+            if f.rank is None:
+                raise InputError(
+                    f"--rank-pattern matched {printable(path)} but its rank group captured "
+                    f"{value!r}, not a rank number"
+                )
+            f.source_key = f"rank:{f.rank}"
+            return f
+    # rank-3.log, or Open MPI's rank.3/stdout
+    m = _RANK_NAME.search(path.name)
+    if m is None and path.name in {"stdout", "stderr"}:
+        m = _RANK_NAME.search(path.parent.name)
+    if m is not None:
+        f.rank = _number(m.group(1), MAX_RANK)
+        if f.rank is not None:
+            f.source_key = f"rank:{f.rank}"
+    return f
+
+
+def _why(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def _real(path: Path) -> Path | None:
+    """Where `path` leads, links followed; None for a link loop."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):  # Python 3.11 reports a loop as RuntimeError
+        return None
+
+
+def _is_inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _entry_file(entry: os.DirEntry[str], root: Path, found: _Found) -> tuple[Path, int] | None:
+    """A directory entry that is a file to read, with its size; None (reported when it is not
+    an ordinary omission) otherwise."""
+    path = Path(entry.path)
+    if entry.is_symlink():
+        target = _real(path)
+        if target is None:
+            found.skip(path, "link loop")
+            return None
+        if not _is_inside(target, root):
+            found.skip(path, f"link to {printable(target)}, outside {printable(root)}")
+            return None
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        found.skip(path, _why(e))
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return None  # a linked folder inside the root: its files are read where they are
+    if path.suffix.lower() in SKIP_SUFFIXES:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        found.skip(path, "not a regular file")
+        return None
+    return path, st.st_size
+
+
+def _walk(top: Path, found: _Found) -> Iterator[tuple[Path, int]]:
+    """Regular files under `top`, folder by folder in name order, without recursion (a tree
+    a thousand folders deep must not exhaust the stack) and without following links out."""
+    root = _real(top) or top
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            found.skip(folder, f"folder not read: {_why(e)}")
+            continue
+        subfolders = []
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    subfolders.append(Path(entry.path))
+                    continue
+            except OSError as e:
+                found.skip(entry.path, _why(e))
+                continue
+            if entry.name.startswith("."):
+                continue
+            hit = _entry_file(entry, root, found)
+            if hit is not None:
+                yield hit
+        stack.extend(reversed(subfolders))
+
+
+def _job_name(p: Path, is_dir: bool, job: str | None, found: _Found) -> tuple[str, str | None]:
+    """The job of PATH `p`, and a note when its natural name was already taken."""
+    if job is not None:
+        return job, None
+    base = printable(((_real(p) or p).name if is_dir else p.stem) or "job")
+    name, n = base, 1
+    while name in found.jobs:
+        n += 1
+        name = f"{base}-{n}"
+    found.jobs[name] = p
+    if name == base:
+        return name, None
+    return name, (
+        f"{printable(p)} is job {name}: job {base} is {printable(found.jobs[base])} "
+        "(use --job to merge them)"
+    )
+
+
+def _candidates(p: Path, found: _Found) -> tuple[list[tuple[Path, int]], bool] | None:
+    """The files one PATH stands for and whether it is a folder; None if it holds nothing."""
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise InputError(f"{printable(p)}: no such file or directory", found.skipped) from None
+    except OSError as e:
+        raise InputError(f"{printable(p)}: {_why(e)}", found.skipped) from None
+    if stat.S_ISDIR(st.st_mode):
+        if not os.access(p, os.R_OK | os.X_OK):
+            raise InputError(f"{printable(p)}: permission denied", found.skipped)
+        return list(_walk(p, found)), True
+    if not stat.S_ISREG(st.st_mode):
+        found.skip(p, "not a regular file")
+        return None
+    if not os.access(p, os.R_OK):
+        raise InputError(f"{printable(p)}: permission denied", found.skipped)
+    return [(p, st.st_size)], False
+
+
+def discover(
+    paths: Sequence[str | Path],
+    job: str | None = None,
+    rank_pattern: str | None = None,
+    note: Callable[[str], None] | None = None,
+) -> tuple[list[LogFile], list[str]]:
+    """Expands PATHs into log files and the list of what was skipped and why. Without `job`,
+    each PATH is its own job named after it; `note` hears about renamed jobs and repeats."""
+    pattern = _compile_rank_pattern(rank_pattern)
+    if job is not None and not job.strip():
+        raise InputError("--job must not be empty")
+    tell = note or (lambda _: None)
+    found = _Found()
+    for raw in paths:
+        if not str(raw):
+            raise InputError("an empty PATH ('') names no file; use . for this folder")
+        p = Path(raw)
+        real = _real(p)
+        if real is not None and real in found.seen_roots:
+            tell(f"{printable(p)} was given twice; read once")
+            continue
+        found.seen_roots.add(real or p)
+        listed = _candidates(p, found)
+        if listed is None:
+            continue
+        candidates, is_dir = listed
+        if is_dir and not candidates:
+            raise InputError(f"{printable(p)}: folder holds no log files", found.skipped)
+        _add_files(p, candidates, is_dir, job, pattern, found, tell)
+    if not found.files:
+        raise InputError("no log files to read", found.skipped)
+    if pattern is not None and not any(pattern.search(f.path.as_posix()) for f in found.files):
+        raise InputError(f"--rank-pattern {pattern.pattern!r} matches no input file's path")
+    return found.files, found.skipped
+
+
+def _add_files(
+    p: Path,
+    candidates: list[tuple[Path, int]],
+    is_dir: bool,
+    job: str | None,
+    pattern: re.Pattern[str] | None,
+    found: _Found,
+    tell: Callable[[str], None],
+) -> None:
+    name, renamed = _job_name(p, is_dir, printable(job) if job is not None else None, found)
+    if renamed:
+        tell(renamed)
+    repeats = 0
+    for path, size in candidates:
+        real = _real(path) or path
+        if real in found.seen_files:
+            repeats += 1
+            continue
+        found.seen_files.add(real)
+        lf = classify_path(path, name, pattern)
+        lf.size = size
+        found.files.append(lf)
+    if repeats:
+        tell(f"{printable(p)}: {repeats} file(s) already read through another PATH; read once")
+
+
+def _compile_rank_pattern(text: str | None) -> re.Pattern[str] | None:
+    if not text:
+        return None
+    try:
+        pattern = re.compile(text)
+    except re.error as e:
+        raise InputError(f"--rank-pattern {text!r} is not a valid regex: {e}") from None
+    if "rank" not in pattern.groupindex:
+        raise InputError("--rank-pattern needs a named group (?P<rank>...)")
+    return pattern
