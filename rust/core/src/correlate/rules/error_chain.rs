@@ -30,7 +30,14 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             let why = "the same error was printed earlier by this process".to_string();
             board.add(who, host, "error_chain", 0, why);
         }
-        if let Some(chain) = chain_start(v, scope, start) {
+        if v.hit(start).field("error_return").is_some() {
+            // Only a trace: the line it follows, if any, is where this failure was printed.
+            if let Some(head) = failure_before(v, scope, start) {
+                start = head;
+                let why = "the error-return trace follows this process's failure line".to_string();
+                board.add(who, host, "error_chain", 0, why);
+            }
+        } else if let Some(chain) = chain_start(v, scope, start) {
             start = chain;
             let why = format!(
                 "the failure starts at the error-return trace {} lines earlier",
@@ -98,6 +105,7 @@ fn chain_start(v: &View, scope: &Scope, line: usize) -> Option<usize> {
         let prev = scope.hits.iter().copied().find(|&i| {
             let h = v.hit(i);
             h.field("error_return").is_some()
+                && h.source == target.source
                 && h.origin == target.origin
                 && h.line_no < c.line_no
                 && h.line_no + MAX_LINE_GAP >= c.line_no
@@ -107,5 +115,22 @@ fn chain_start(v: &View, scope: &Scope, line: usize) -> Option<usize> {
             None => break,
         }
     }
-    (cur != line).then_some(cur)
+    if cur == line || failure_before(v, scope, cur).is_some() {
+        return None;
+    }
+    Some(cur)
+}
+
+/// NCCL prints a trace after the WARN that started it: a trace right behind another failure
+/// line of the same process is that failure's tail; returns that line.
+fn failure_before(v: &View, scope: &Scope, start: usize) -> Option<usize> {
+    let s = v.hit(start);
+    scope.hits.iter().copied().find(|&i| {
+        let h = v.hit(i);
+        h.source == s.source
+            && h.origin == s.origin
+            && h.field("error_return").is_none()
+            && h.line_no < s.line_no
+            && h.line_no + MAX_LINE_GAP + 1 >= s.line_no
+    })
 }

@@ -1,4 +1,4 @@
-//! A process that only printed symptoms (or, in an incident no signature recognised, only
+//! A process that only printed symptoms (its line: the most telling one) (or, in an incident no signature recognised, only
 //! unclassified errors) is a weak suspect: a quarter of the symptom's weight.
 
 use crate::catalog::Role;
@@ -18,10 +18,19 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         let who = v.printer(h);
         let host = v.host_of(h.source);
         let c = board.cand(who, host);
-        if c.symptom.is_some() {
+        // The most telling symptom (highest weight), the first of equals.
+        let better = c.symptom.is_none_or(|s| {
+            let w = v.sig(v.hit(s)).map_or(0, |x| x.weight);
+            weight > w || (weight == w && v.order_key(i) < v.order_key(s))
+        });
+        if !better {
             continue;
         }
+        let first = c.symptom.is_none();
         c.symptom = Some(i);
+        if !first {
+            continue;
+        }
         if c.ts.is_none() {
             c.ts = v.hit_time(h);
         }
