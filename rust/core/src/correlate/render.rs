@@ -570,13 +570,13 @@ fn facts_of(v: &View, top: &Cand, root: &RootLine) -> Facts {
     put("host", top.host.map(|h| v.host_name(h).to_string()));
     put("rank", top.rank().map(|r| r.to_string()));
     put("job", Some(v.job.name.clone()));
-    for key in ["device", "pid"] {
+    for key in ["device", "pid", "ts"] {
         put(
             key,
             root.json
                 .get(key)
                 .filter(|x| !x.is_null())
-                .map(|x| x.to_string()),
+                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string)),
         );
     }
     if let Some(Value::Object(m)) = root.json.get("fields") {
