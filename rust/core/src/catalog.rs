@@ -1,6 +1,7 @@
 //! The signature catalog: TOML data files parsed, validated and compiled into one Hyperscan
 //! database plus per-signature field regexes. See python/rankwatch/catalog/SCHEMA.md.
 
+use crate::dbcache::{CacheKey, CacheReport, DbCache, DbOrigin};
 use crate::matcher::{Expression, Matcher, FLAG_CASELESS, FLAG_SINGLEMATCH};
 use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Serialize};
@@ -190,6 +191,8 @@ pub struct Catalog {
     matcher: Matcher,
     /// Hyperscan expression id -> signature index.
     expr_sig: Vec<u16>,
+    /// Whether the database was compiled or came from the cache, and why.
+    pub cache_report: CacheReport,
 }
 
 fn err(file: &str, sig: Option<&str>, reason: impl Into<String>) -> CatalogError {
@@ -208,8 +211,18 @@ fn valid_id(id: &str) -> bool {
 }
 
 impl Catalog {
-    /// Builds a catalog from `(file name, TOML text)` pairs, validating everything.
+    /// Builds a catalog from `(file name, TOML text)` pairs, validating everything and
+    /// compiling the Hyperscan database (no cache).
     pub fn from_sources(sources: &[(String, String)]) -> Result<Catalog, CatalogError> {
+        Catalog::from_sources_cached(sources, None)
+    }
+
+    /// As [`Catalog::from_sources`], but takes the compiled database from `cache` when it holds
+    /// one for these expressions, and stores it there after compiling otherwise.
+    pub fn from_sources_cached(
+        sources: &[(String, String)],
+        cache: Option<&DbCache>,
+    ) -> Result<Catalog, CatalogError> {
         let mut signatures: Vec<Signature> = Vec::new();
         let mut by_id: HashMap<String, u16> = HashMap::new();
         for (file, text) in sources {
@@ -251,43 +264,14 @@ impl Catalog {
             }
             sig.explains_idx = idx;
         }
-        let mut exprs = Vec::new();
-        let mut expr_sig = Vec::new();
-        for (si, sig) in signatures.iter().enumerate() {
-            for p in &sig.patterns {
-                let flags = FLAG_SINGLEMATCH | if sig.caseless { FLAG_CASELESS } else { 0 };
-                exprs.push((p.as_str(), flags));
-                expr_sig.push(si as u16);
-            }
-        }
-        let hs_exprs: Vec<Expression> = exprs
-            .iter()
-            .enumerate()
-            .map(|(i, (p, f))| Expression {
-                pattern: p,
-                id: i as u32,
-                flags: *f,
-            })
-            .collect();
-        let matcher = Matcher::compile(&hs_exprs).map_err(|e| match e.expression {
-            Some(i) => {
-                let sig = &signatures[expr_sig[i] as usize];
-                err(
-                    &sig.file,
-                    Some(&sig.id),
-                    format!(
-                        "pattern {:?} rejected by Hyperscan: {}",
-                        exprs[i].0, e.message
-                    ),
-                )
-            }
-            None => err("<catalog>", None, format!("Hyperscan: {}", e.message)),
-        })?;
+        let names: Vec<&str> = sources.iter().map(|(name, _)| name.as_str()).collect();
+        let (matcher, expr_sig, cache_report) = build_matcher(&signatures, &names, cache)?;
         Ok(Catalog {
             signatures,
             by_id,
             matcher,
             expr_sig,
+            cache_report,
         })
     }
 
@@ -351,6 +335,78 @@ impl Catalog {
             }
         }
     }
+}
+
+/// The Hyperscan database of every signature's patterns (from the cache when it has it) and
+/// the expression id -> signature index map.
+fn build_matcher(
+    signatures: &[Signature],
+    source_names: &[&str],
+    cache: Option<&DbCache>,
+) -> Result<(Matcher, Vec<u16>, CacheReport), CatalogError> {
+    let mut exprs = Vec::new();
+    let mut expr_sig = Vec::new();
+    for (si, sig) in signatures.iter().enumerate() {
+        for p in &sig.patterns {
+            let flags = FLAG_SINGLEMATCH | if sig.caseless { FLAG_CASELESS } else { 0 };
+            exprs.push(Expression {
+                pattern: p.as_str(),
+                id: exprs.len() as u32,
+                flags,
+            });
+            expr_sig.push(si as u16);
+        }
+    }
+    let compile = || compile(&exprs, &expr_sig, signatures);
+    let Some(cache) = cache else {
+        return Ok((compile()?, expr_sig.clone(), CacheReport::uncached()));
+    };
+    let Some(key) = CacheKey::new(source_names, &exprs) else {
+        let mut report = CacheReport::uncached();
+        report.note = Some("cache skipped: Hyperscan cannot describe this CPU".into());
+        return Ok((compile()?, expr_sig.clone(), report));
+    };
+    let path = cache.path_of(&key);
+    let (matcher, origin, mut note) = match cache.load(&key, exprs.len()) {
+        Ok(matcher) => (matcher, DbOrigin::Cached, None),
+        // A missing file is the normal first run; anything else is worth a debug note.
+        Err(why) => {
+            let note = path.exists().then(|| format!("cache entry ignored: {why}"));
+            (compile()?, DbOrigin::Compiled, note)
+        }
+    };
+    if origin == DbOrigin::Compiled {
+        if let Err(why) = cache.store(&key, &matcher) {
+            note = Some(format!("cache not written: {why}"));
+        }
+    }
+    let report = CacheReport {
+        origin,
+        path: Some(path),
+        note,
+    };
+    Ok((matcher, expr_sig, report))
+}
+
+fn compile(
+    exprs: &[Expression<'_>],
+    expr_sig: &[u16],
+    signatures: &[Signature],
+) -> Result<Matcher, CatalogError> {
+    Matcher::compile(exprs).map_err(|e| match e.expression {
+        Some(i) => {
+            let sig = &signatures[expr_sig[i] as usize];
+            err(
+                &sig.file,
+                Some(&sig.id),
+                format!(
+                    "pattern {:?} rejected by Hyperscan: {}",
+                    exprs[i].pattern, e.message
+                ),
+            )
+        }
+        None => err("<catalog>", None, format!("Hyperscan: {}", e.message)),
+    })
 }
 
 fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
@@ -534,6 +590,43 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
             c.signatures[sigs[0] as usize].explains_idx,
             vec![c.index_of("timeout").unwrap()]
         );
+    }
+
+    #[test]
+    fn cached_database_is_used_on_the_second_load() {
+        let dir = std::env::temp_dir().join(format!("rankwatch-catcache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = DbCache::at(&dir);
+        let sources = [("small.toml".to_string(), SMALL.to_string())];
+        let cold = Catalog::from_sources_cached(&sources, Some(&cache)).unwrap();
+        assert_eq!(cold.cache_report.origin, DbOrigin::Compiled);
+        assert_eq!(cold.cache_report.note, None);
+        let warm = Catalog::from_sources_cached(&sources, Some(&cache)).unwrap();
+        assert_eq!(warm.cache_report.origin, DbOrigin::Cached);
+        let line = b"socketStartConnect: Connect to 172.17.0.1<39275> failed : x";
+        for c in [&cold, &warm] {
+            let (mut ids, mut sigs) = (Vec::new(), Vec::new());
+            c.matcher()
+                .scan_into(line, &mut c.matcher().scratch(), &mut ids);
+            c.signatures_for(&ids, &mut sigs);
+            assert_eq!(sigs, vec![c.index_of("sock_connect").unwrap()]);
+        }
+        // An edited catalog under the same file name replaces the entry.
+        let edited = [(
+            "small.toml".to_string(),
+            SMALL.replace("'^NET/Socket ?: Using'", "'^NET/Socket : Using'"),
+        )];
+        let changed = Catalog::from_sources_cached(&edited, Some(&cache)).unwrap();
+        assert_eq!(changed.cache_report.origin, DbOrigin::Compiled);
+        assert!(changed
+            .cache_report
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("stale"));
+        let again = Catalog::from_sources_cached(&edited, Some(&cache)).unwrap();
+        assert_eq!(again.cache_report.origin, DbOrigin::Cached);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn load_err(text: &str) -> CatalogError {
