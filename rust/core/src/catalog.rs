@@ -2,8 +2,8 @@
 //! database plus per-signature field regexes. See python/rankwatch/catalog/SCHEMA.md.
 
 use crate::dbcache::{CacheKey, CacheReport, DbCache, DbOrigin};
+use crate::fieldre::FieldRegex;
 use crate::matcher::{Expression, Matcher, FLAG_CASELESS, FLAG_SINGLEMATCH};
-use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
@@ -102,7 +102,7 @@ pub struct Signature {
     pub patterns: Vec<String>,
     pub caseless: bool,
     #[serde(skip)]
-    pub field_regexes: Vec<Regex>,
+    pub field_regexes: Vec<FieldRegex>,
     /// Per field regex: does it capture anything the correlator reads?
     #[serde(skip)]
     pub field_needed: Vec<bool>,
@@ -311,21 +311,22 @@ impl Catalog {
         out: &mut Vec<(String, String)>,
     ) {
         let spec = &self.signatures[sig as usize];
-        for (re, needed) in spec.field_regexes.iter().zip(&spec.field_needed) {
+        for (field, needed) in spec.field_regexes.iter().zip(&spec.field_needed) {
             if needed_only && !needed {
                 continue;
             }
             // Version variants repeat the same names: once they are filled, skip the rest.
             if !out.is_empty()
-                && re
-                    .capture_names()
-                    .flatten()
+                && field
+                    .names()
+                    .iter()
                     .all(|n| out.iter().any(|(k, _)| k == n))
             {
                 continue;
             }
+            let Some(re) = field.regex() else { continue };
             if let Some(caps) = re.captures(text) {
-                for name in re.capture_names().flatten() {
+                for name in field.names() {
                     if let Some(m) = caps.name(name) {
                         if !out.iter().any(|(k, _)| k == name) {
                             out.push((name.to_string(), m.as_str().to_string()));
@@ -439,11 +440,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     }
     let mut field_regexes = Vec::new();
     for f in &s.fields {
-        let re = Regex::new(f).map_err(|x| e(format!("field regex {f:?} is invalid: {x}")))?;
-        // ASCII classes (`\d`, `\b`, `\w`) keep the fast DFA engines usable on every line;
-        // patterns that need Unicode semantics (`.`, negated classes) keep them.
-        let re = RegexBuilder::new(f).unicode(false).build().unwrap_or(re);
-        if re.capture_names().flatten().next().is_none() {
+        let re =
+            FieldRegex::parse(f).map_err(|x| e(format!("field regex {f:?} is invalid: {x}")))?;
+        if re.names().is_empty() {
             return Err(e(format!("field regex {f:?} has no named group")));
         }
         field_regexes.push(re);
@@ -481,16 +480,16 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         && (s.role != Role::Context
             || sync == Some(Sync::Seq)
             || field_regexes.iter().any(|re| {
-                re.capture_names()
-                    .flatten()
-                    .any(|n| INGEST_CONTEXT_FIELDS.contains(&n))
+                re.names()
+                    .iter()
+                    .any(|n| INGEST_CONTEXT_FIELDS.contains(&n.as_str()))
             }));
     let field_needed = field_regexes
         .iter()
         .map(|re| {
-            re.capture_names()
-                .flatten()
-                .any(|n| CORRELATOR_FIELDS.contains(&n))
+            re.names()
+                .iter()
+                .any(|n| CORRELATOR_FIELDS.contains(&n.as_str()))
         })
         .collect();
     Ok(Signature {
@@ -627,6 +626,34 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
         let again = Catalog::from_sources_cached(&edited, Some(&cache)).unwrap();
         assert_eq!(again.cache_report.origin, DbOrigin::Cached);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_shipped_field_regex_compiles() {
+        // Loading only parses field regexes; compiling happens on first use, so check here.
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/rankwatch/catalog");
+        let mut sources = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                sources.push((
+                    path.display().to_string(),
+                    std::fs::read_to_string(&path).unwrap(),
+                ));
+            }
+        }
+        sources.sort();
+        let catalog = Catalog::from_sources(&sources).unwrap();
+        for sig in &catalog.signatures {
+            for field in &sig.field_regexes {
+                let re = field
+                    .regex()
+                    .unwrap_or_else(|| panic!("{}: {}", sig.id, field.pattern()));
+                let names: Vec<&str> = re.capture_names().flatten().collect();
+                assert_eq!(names, field.names(), "{}", sig.id);
+            }
+        }
     }
 
     fn load_err(text: &str) -> CatalogError {

@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod correlate;
 pub mod dbcache;
 pub mod engine;
+pub mod fieldre;
 pub mod job;
 pub mod matcher;
 pub mod prefix;
