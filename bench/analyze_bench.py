@@ -35,7 +35,13 @@ T = TypeVar("T")
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-JOB = {"scenario": "healthy", "ranks": 16384, "layout": "per-node", "seed": 1, "steps": 20}
+JOB: dict[str, Any] = {
+    "scenario": "healthy",
+    "ranks": 16384,
+    "layout": "per-node",
+    "seed": 1,
+    "steps": 20,
+}
 JOB_DIR = HERE / "out" / "analyze-healthy-16384-per-node"
 FRAGMENTS = 20
 ONE_LINE = "node1:11:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
@@ -48,11 +54,13 @@ class Timing:
     runs: list[float] = field(default_factory=list)
 
     @property
-    def median(self) -> float:
-        return statistics.median(self.runs)
+    def best(self) -> float:
+        return min(self.runs)
 
-    def spread(self) -> str:
-        return f"{min(self.runs):.2f}–{max(self.runs):.2f}"
+    def text(self) -> str:
+        """Best, then median and the slowest: on a shared machine the best is the least
+        disturbed run, and the rest shows how much load there was."""
+        return f"{self.best:.2f} ({statistics.median(self.runs):.2f}, {max(self.runs):.2f})"
 
 
 def timed(fn: Callable[[], T]) -> tuple[float, T]:
@@ -74,14 +82,8 @@ def ensure_job() -> list[Path]:
             for p in JOB_DIR.iterdir():
                 p.unlink()
         print(f"generating {JOB} into {JOB_DIR.relative_to(ROOT)} ...", flush=True)
-        fleetgen.generate(
-            JOB["scenario"],
-            JOB_DIR,
-            ranks=int(JOB["ranks"]),
-            layout=str(JOB["layout"]),
-            seed=int(JOB["seed"]),
-            steps=int(JOB["steps"]),
-        )
+        params = {k: v for k, v in JOB.items() if k != "scenario"}
+        fleetgen.generate(JOB["scenario"], JOB_DIR, **params)
         stamp.write_text(json.dumps(JOB))
     return sorted(p for p in JOB_DIR.iterdir() if p.suffix == ".log")
 
@@ -313,24 +315,24 @@ def render(
 
     grep_t, grep_count = baselines["grep"]
     hs_t, hs_matches = baselines["hyperscan"]
-    grep_rate = corpus.lines / grep_t.median
+    grep_rate = corpus.lines / grep_t.best
     before = builds[0] if len(builds) > 1 else None
     after = builds[-1]
 
     def cell(build: Build | None, what: str) -> str:
         if build is None or what not in build.times:
             return "—"
-        t = build.times[what]
-        return f"{t.median:.2f} ({t.spread()})"
+        return build.times[what].text()
 
     def vs_grep(build: Build | None, what: str) -> str:
         if build is None:
             return "—"
-        rate = corpus.lines / build.times[what].median
+        rate = corpus.lines / build.times[what].best
         return f"{rate:,.0f} lines/s, {rate / grep_rate:.2f}× grep"
 
     table = [
-        "| what | before: s, median (min–max) | after: s, median (min–max) | before | after |",
+        "| what | before: s, best (median, max) | after: s, best (median, max) | before, best "
+        "| after, best |",
         "|---|---:|---:|---:|---:|",
     ]
     for what in (BIG_COLD, BIG_WARM):
@@ -342,9 +344,9 @@ def render(
         ("`cat FILES \\| grep -c -F -f` 20 fragments", grep_t, f"{grep_count:,} lines matched"),
         ("Hyperscan alone, same database, per line", hs_t, f"{hs_matches:,} matches"),
     ):
-        rate = corpus.lines / t.median
+        rate = corpus.lines / t.best
         table.append(
-            f"| {name} | — | {t.median:.2f} ({t.spread()}) | — | {rate:,.0f} lines/s, "
+            f"| {name} | — | {t.text()} | — | {rate:,.0f} lines/s, "
             f"{rate / grep_rate:.2f}× grep; {note} |"
         )
     table += ["", "| start-up | before | after |", "|---|---:|---:|"]
@@ -358,8 +360,7 @@ def render(
     for phase in after.split:
         b = before.split[phase] if before else None
         a = after.split[phase]
-        b_text = f"{b.median:.2f} ({b.spread()})" if b else "—"
-        table.append(f"| {phase} | {b_text} | {a.median:.2f} ({a.spread()}) |")
+        table.append(f"| {phase} | {b.text() if b else '—'} | {a.text()} |")
     command = "`.venv/bin/python bench/analyze_bench.py --repeat {}{}`".format(
         args.repeat, " --before BASE/.venv/bin/rankwatch" if before else ""
     )
@@ -377,7 +378,8 @@ def render(
             f"{len(corpus.blob) / 1e6:,.1f} MB. Rates divide that newline count by the time; "
             f"rankwatch's own `input.lines` says {after.reported_lines:,}.",
             f"{args.repeat} rounds; each round runs every measurement once, builds alternating. "
-            "Times are wall-clock seconds of the whole command (Python start-up included); "
+            "Times are wall-clock seconds of the whole command (Python start-up included), the "
+            "best of the rounds with the median and the slowest in brackets; rates use the best; "
             "cold cache: an empty cache folder, warm: one that holds this catalog. grep runs "
             "with `LC_ALL=C`; Hyperscan alone runs in process over the lines already in memory.",
             "grep fragments: " + ", ".join(f"`{f}`" for f in corpus.fragments) + ".",
