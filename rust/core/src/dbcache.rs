@@ -4,13 +4,14 @@
 //! and the CPU it was compiled for; the cache key is a SHA-256 over exactly those and a format
 //! version of ours. One file per catalog (named after the catalog's source files), so editing a
 //! catalog overwrites its entry instead of adding one. A missing, stale, truncated or corrupt
-//! file is a miss; a cache directory that cannot be written is skipped. Nothing here is ever an
-//! error to the caller: the worst case is compiling, as without a cache.
+//! file is a miss, and so is one that another user owns or may write (Hyperscan trusts the
+//! bytecode it loads); a cache directory that cannot be written is skipped. Nothing here is
+//! ever an error to the caller: the worst case is compiling, as without a cache.
 
 use crate::matcher::{host_platform, library_version, Expression, Matcher};
 use sha2::{Digest, Sha256};
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -92,7 +93,11 @@ impl DbCache {
     /// The cached database for `key` holding `expressions` expressions, or why there is none.
     pub fn load(&self, key: &CacheKey, expressions: usize) -> Result<Matcher, String> {
         let path = self.path_of(key);
-        let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut file = fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        check_owner(&file)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let payload = check_entry(&bytes, key, expressions)?;
         Matcher::deserialize(payload, expressions)
     }
@@ -112,7 +117,7 @@ impl DbCache {
         ));
         let write = || -> std::io::Result<()> {
             fs::create_dir_all(&self.dir)?;
-            let mut f = fs::File::create(&tmp)?;
+            let mut f = create_private(&tmp)?;
             f.write_all(&encode_entry(key, matcher.len(), &payload))?;
             f.sync_all()?;
             fs::rename(&tmp, &path)
@@ -123,6 +128,37 @@ impl DbCache {
         })?;
         Ok(path)
     }
+}
+
+/// Hyperscan trusts the bytecode it deserializes, and a checksum is no defence against someone
+/// who can write the file: only files of this user that nobody else may write are loaded.
+#[cfg(unix)]
+fn check_owner(file: &fs::File) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    extern "C" {
+        fn geteuid() -> u32;
+    }
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if meta.uid() != unsafe { geteuid() } {
+        return Err("not owned by this user".into());
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err("writable by other users".into());
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_owner(_file: &fs::File) -> Result<(), String> {
+    Ok(())
+}
+
+fn create_private(path: &Path) -> std::io::Result<fs::File> {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
 }
 
 fn resolve_dir(
@@ -293,6 +329,23 @@ mod tests {
         fs::write(&path, b"garbage").unwrap();
         assert!(cache.load(&key, PATTERNS.len()).is_err());
         fs::write(&path, &good).unwrap();
+        assert!(cache.load(&key, PATTERNS.len()).is_ok());
+        fs::remove_dir_all(cache.dir()).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn entries_others_may_write_are_not_loaded() {
+        use std::os::unix::fs::PermissionsExt;
+        let (cache, key, path) = stored("perms");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+        let why = cache.load(&key, PATTERNS.len()).err().unwrap();
+        assert!(why.contains("other users"), "{why}");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
         assert!(cache.load(&key, PATTERNS.len()).is_ok());
         fs::remove_dir_all(cache.dir()).unwrap();
     }
