@@ -3,6 +3,7 @@ generates a job and analyzes it through the real engine."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,13 @@ from daemon_fixtures import *  # noqa: E402, F403
 from rankwatch import Catalog, Engine, EngineConfig  # noqa: E402
 from rankwatch.local import analyze_files, discover  # noqa: E402
 from rankwatch.simulate import fleetgen  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Compiled catalogs go to a folder of this session, not the user's cache (subprocesses
+    inherit it)."""
+    os.environ["RANKWATCH_CACHE_DIR"] = str(tmp_path_factory.mktemp("rankwatch-cache"))
 
 
 @pytest.fixture(scope="session")

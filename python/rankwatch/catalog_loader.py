@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,9 +43,19 @@ def catalog_files(extra: Iterable[str | Path] = (), include_builtin: bool = True
 
 
 class Catalog:
-    """The validated signature catalog, compiled into one Hyperscan database."""
+    """The validated signature catalog, compiled into one Hyperscan database.
 
-    def __init__(self, extra: Sequence[str | Path] = (), include_builtin: bool = True) -> None:
+    The compiled database is cached in `$RANKWATCH_CACHE_DIR` (empty: no cache), else
+    `$XDG_CACHE_HOME/rankwatch`, else `~/.cache/rankwatch`; `use_cache=False` bypasses it.
+    A stale or damaged cache file is ignored and replaced, never an error.
+    """
+
+    def __init__(
+        self,
+        extra: Sequence[str | Path] = (),
+        include_builtin: bool = True,
+        use_cache: bool = True,
+    ) -> None:
         sources: list[tuple[str, str]] = []
         for f in catalog_files(extra, include_builtin):
             try:
@@ -51,10 +63,24 @@ class Catalog:
             except (OSError, UnicodeDecodeError) as e:
                 raise CatalogError(f"{printable(f)}: cannot read catalog file: {e}") from None
         try:
-            self._core = _core.Catalog(sources)
+            self._core = _core.Catalog(sources, use_cache)
         except _core.CatalogError as e:
             raise CatalogError(str(e)) from None
         self.files = [Path(s[0]) for s in sources]
+        note = self._core.cache_note
+        if note and os.environ.get("RANKWATCH_DEBUG"):
+            print(f"rankwatch: catalog {note}", file=sys.stderr)
+
+    @property
+    def database_origin(self) -> str:
+        """ "cache" when the compiled database came from the cache, else "compiled"."""
+        return self._core.database_origin
+
+    @property
+    def cache_path(self) -> Path | None:
+        """The cache file consulted, or None when no cache was in use."""
+        path = self._core.cache_path
+        return Path(path) if path is not None else None
 
     def __len__(self) -> int:
         return len(self._core)

@@ -9,19 +9,20 @@ from collections.abc import Sequence
 
 import orjson
 
-from rankwatch.alert.commands import register as register_alert
 from rankwatch.catalog_loader import Catalog, CatalogError
-from rankwatch.daemon.commands import register as register_daemon
 from rankwatch.engine import Engine, EngineConfig
 from rankwatch.local import InputError, analyze_files
 from rankwatch.report import Style, render_report
-from rankwatch.simulate.command import register as register_simulate
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 REPORT_SCHEMA = "rankwatch.report/1"
+
+# Commands that need neither the daemon nor the Kafka client: for these the parser is built
+# without the daemon's subcommands, so that asyncio, aiokafka and the daemon are never imported.
+LOCAL_COMMANDS = frozenset({"analyze", "catalog", "validate", "demo"})
 
 
 class UsageError(Exception):
@@ -139,7 +140,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
     from rankwatch.cli_parsing import (
         CONTEXT_LINES,
         COUNT,
@@ -201,9 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--config", metavar="FILE", help="daemon config (TOML) to check")
     v.set_defaults(func=cmd_validate)
 
-    register_daemon(sub)
-    register_alert(sub)
-    register_simulate(sub)
+    if with_daemon:
+        from rankwatch.alert.commands import register as register_alert
+        from rankwatch.daemon.commands import register as register_daemon
+        from rankwatch.simulate.command import register as register_simulate
+
+        register_daemon(sub)
+        register_alert(sub)
+        register_simulate(sub)
 
     d = sub.add_parser("demo", help="end to end on a local Kafka: broker, daemon, a failing job")
     d.add_argument(
@@ -219,8 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _local_command(argv: Sequence[str]) -> bool:
+    """True when the first word is a local command (the top level has no options but -h)."""
+    return bool(argv) and argv[0] in LOCAL_COMMANDS
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(with_daemon=not _local_command(argv))
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)

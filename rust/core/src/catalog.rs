@@ -1,8 +1,9 @@
 //! The signature catalog: TOML data files parsed, validated and compiled into one Hyperscan
 //! database plus per-signature field regexes. See python/rankwatch/catalog/SCHEMA.md.
 
+use crate::dbcache::{CacheKey, CacheReport, DbCache, DbOrigin};
+use crate::fieldre::FieldRegex;
 use crate::matcher::{Expression, Matcher, FLAG_CASELESS, FLAG_SINGLEMATCH};
-use regex::{Regex, RegexBuilder};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
@@ -113,7 +114,7 @@ pub struct Signature {
     pub patterns: Vec<String>,
     pub caseless: bool,
     #[serde(skip)]
-    pub field_regexes: Vec<Regex>,
+    pub field_regexes: Vec<FieldRegex>,
     /// Per field regex: does it capture anything the correlator reads?
     #[serde(skip)]
     pub field_needed: Vec<bool>,
@@ -206,6 +207,8 @@ pub struct Catalog {
     matcher: Matcher,
     /// Hyperscan expression id -> signature index.
     expr_sig: Vec<u16>,
+    /// Whether the database was compiled or came from the cache, and why.
+    pub cache_report: CacheReport,
 }
 
 fn err(file: &str, sig: Option<&str>, reason: impl Into<String>) -> CatalogError {
@@ -224,8 +227,18 @@ fn valid_id(id: &str) -> bool {
 }
 
 impl Catalog {
-    /// Builds a catalog from `(file name, TOML text)` pairs, validating everything.
+    /// Builds a catalog from `(file name, TOML text)` pairs, validating everything and
+    /// compiling the Hyperscan database (no cache).
     pub fn from_sources(sources: &[(String, String)]) -> Result<Catalog, CatalogError> {
+        Catalog::from_sources_cached(sources, None)
+    }
+
+    /// As [`Catalog::from_sources`], but takes the compiled database from `cache` when it holds
+    /// one for these expressions, and stores it there after compiling otherwise.
+    pub fn from_sources_cached(
+        sources: &[(String, String)],
+        cache: Option<&DbCache>,
+    ) -> Result<Catalog, CatalogError> {
         let mut signatures: Vec<Signature> = Vec::new();
         let mut by_id: HashMap<String, u16> = HashMap::new();
         for (file, text) in sources {
@@ -267,43 +280,14 @@ impl Catalog {
             }
             sig.explains_idx = idx;
         }
-        let mut exprs = Vec::new();
-        let mut expr_sig = Vec::new();
-        for (si, sig) in signatures.iter().enumerate() {
-            for p in &sig.patterns {
-                let flags = FLAG_SINGLEMATCH | if sig.caseless { FLAG_CASELESS } else { 0 };
-                exprs.push((p.as_str(), flags));
-                expr_sig.push(si as u16);
-            }
-        }
-        let hs_exprs: Vec<Expression> = exprs
-            .iter()
-            .enumerate()
-            .map(|(i, (p, f))| Expression {
-                pattern: p,
-                id: i as u32,
-                flags: *f,
-            })
-            .collect();
-        let matcher = Matcher::compile(&hs_exprs).map_err(|e| match e.expression {
-            Some(i) => {
-                let sig = &signatures[expr_sig[i] as usize];
-                err(
-                    &sig.file,
-                    Some(&sig.id),
-                    format!(
-                        "pattern {:?} rejected by Hyperscan: {}",
-                        exprs[i].0, e.message
-                    ),
-                )
-            }
-            None => err("<catalog>", None, format!("Hyperscan: {}", e.message)),
-        })?;
+        let names: Vec<&str> = sources.iter().map(|(name, _)| name.as_str()).collect();
+        let (matcher, expr_sig, cache_report) = build_matcher(&signatures, &names, cache)?;
         Ok(Catalog {
             signatures,
             by_id,
             matcher,
             expr_sig,
+            cache_report,
         })
     }
 
@@ -343,21 +327,22 @@ impl Catalog {
         out: &mut Vec<(String, String)>,
     ) {
         let spec = &self.signatures[sig as usize];
-        for (re, needed) in spec.field_regexes.iter().zip(&spec.field_needed) {
+        for (field, needed) in spec.field_regexes.iter().zip(&spec.field_needed) {
             if needed_only && !needed {
                 continue;
             }
             // Version variants repeat the same names: once they are filled, skip the rest.
             if !out.is_empty()
-                && re
-                    .capture_names()
-                    .flatten()
+                && field
+                    .names()
+                    .iter()
                     .all(|n| out.iter().any(|(k, _)| k == n))
             {
                 continue;
             }
+            let Some(re) = field.regex() else { continue };
             if let Some(caps) = re.captures(text) {
-                for name in re.capture_names().flatten() {
+                for name in field.names() {
                     if let Some(m) = caps.name(name) {
                         if !out.iter().any(|(k, _)| k == name) {
                             out.push((name.to_string(), m.as_str().to_string()));
@@ -367,6 +352,78 @@ impl Catalog {
             }
         }
     }
+}
+
+/// The Hyperscan database of every signature's patterns (from the cache when it has it) and
+/// the expression id -> signature index map.
+fn build_matcher(
+    signatures: &[Signature],
+    source_names: &[&str],
+    cache: Option<&DbCache>,
+) -> Result<(Matcher, Vec<u16>, CacheReport), CatalogError> {
+    let mut exprs = Vec::new();
+    let mut expr_sig = Vec::new();
+    for (si, sig) in signatures.iter().enumerate() {
+        for p in &sig.patterns {
+            let flags = FLAG_SINGLEMATCH | if sig.caseless { FLAG_CASELESS } else { 0 };
+            exprs.push(Expression {
+                pattern: p.as_str(),
+                id: exprs.len() as u32,
+                flags,
+            });
+            expr_sig.push(si as u16);
+        }
+    }
+    let compile = || compile(&exprs, &expr_sig, signatures);
+    let Some(cache) = cache else {
+        return Ok((compile()?, expr_sig.clone(), CacheReport::uncached()));
+    };
+    let Some(key) = CacheKey::new(source_names, &exprs) else {
+        let mut report = CacheReport::uncached();
+        report.note = Some("cache skipped: Hyperscan cannot describe this CPU".into());
+        return Ok((compile()?, expr_sig.clone(), report));
+    };
+    let path = cache.path_of(&key);
+    let (matcher, origin, mut note) = match cache.load(&key, exprs.len()) {
+        Ok(matcher) => (matcher, DbOrigin::Cached, None),
+        // A missing file is the normal first run; anything else is worth a debug note.
+        Err(why) => {
+            let note = path.exists().then(|| format!("cache entry ignored: {why}"));
+            (compile()?, DbOrigin::Compiled, note)
+        }
+    };
+    if origin == DbOrigin::Compiled {
+        if let Err(why) = cache.store(&key, &matcher) {
+            note = Some(format!("cache not written: {why}"));
+        }
+    }
+    let report = CacheReport {
+        origin,
+        path: Some(path),
+        note,
+    };
+    Ok((matcher, expr_sig, report))
+}
+
+fn compile(
+    exprs: &[Expression<'_>],
+    expr_sig: &[u16],
+    signatures: &[Signature],
+) -> Result<Matcher, CatalogError> {
+    Matcher::compile(exprs).map_err(|e| match e.expression {
+        Some(i) => {
+            let sig = &signatures[expr_sig[i] as usize];
+            err(
+                &sig.file,
+                Some(&sig.id),
+                format!(
+                    "pattern {:?} rejected by Hyperscan: {}",
+                    exprs[i].pattern, e.message
+                ),
+            )
+        }
+        None => err("<catalog>", None, format!("Hyperscan: {}", e.message)),
+    })
 }
 
 fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
@@ -399,11 +456,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     }
     let mut field_regexes = Vec::new();
     for f in &s.fields {
-        let re = Regex::new(f).map_err(|x| e(format!("field regex {f:?} is invalid: {x}")))?;
-        // ASCII classes (`\d`, `\b`, `\w`) keep the fast DFA engines usable on every line;
-        // patterns that need Unicode semantics (`.`, negated classes) keep them.
-        let re = RegexBuilder::new(f).unicode(false).build().unwrap_or(re);
-        if re.capture_names().flatten().next().is_none() {
+        let re =
+            FieldRegex::parse(f).map_err(|x| e(format!("field regex {f:?} is invalid: {x}")))?;
+        if re.names().is_empty() {
             return Err(e(format!("field regex {f:?} has no named group")));
         }
         field_regexes.push(re);
@@ -446,16 +501,16 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         && (s.role != Role::Context
             || sync == Some(Sync::Seq)
             || field_regexes.iter().any(|re| {
-                re.capture_names()
-                    .flatten()
-                    .any(|n| INGEST_CONTEXT_FIELDS.contains(&n))
+                re.names()
+                    .iter()
+                    .any(|n| INGEST_CONTEXT_FIELDS.contains(&n.as_str()))
             }));
     let field_needed = field_regexes
         .iter()
         .map(|re| {
-            re.capture_names()
-                .flatten()
-                .any(|n| CORRELATOR_FIELDS.contains(&n))
+            re.names()
+                .iter()
+                .any(|n| CORRELATOR_FIELDS.contains(&n.as_str()))
         })
         .collect();
     Ok(Signature {
@@ -557,6 +612,71 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
             c.signatures[sigs[0] as usize].explains_idx,
             vec![c.index_of("timeout").unwrap()]
         );
+    }
+
+    #[test]
+    fn cached_database_is_used_on_the_second_load() {
+        let dir = std::env::temp_dir().join(format!("rankwatch-catcache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = DbCache::at(&dir);
+        let sources = [("small.toml".to_string(), SMALL.to_string())];
+        let cold = Catalog::from_sources_cached(&sources, Some(&cache)).unwrap();
+        assert_eq!(cold.cache_report.origin, DbOrigin::Compiled);
+        assert_eq!(cold.cache_report.note, None);
+        let warm = Catalog::from_sources_cached(&sources, Some(&cache)).unwrap();
+        assert_eq!(warm.cache_report.origin, DbOrigin::Cached);
+        let line = b"socketStartConnect: Connect to 172.17.0.1<39275> failed : x";
+        for c in [&cold, &warm] {
+            let (mut ids, mut sigs) = (Vec::new(), Vec::new());
+            c.matcher()
+                .scan_into(line, &mut c.matcher().scratch(), &mut ids);
+            c.signatures_for(&ids, &mut sigs);
+            assert_eq!(sigs, vec![c.index_of("sock_connect").unwrap()]);
+        }
+        // An edited catalog under the same file name replaces the entry.
+        let edited = [(
+            "small.toml".to_string(),
+            SMALL.replace("'^NET/Socket ?: Using'", "'^NET/Socket : Using'"),
+        )];
+        let changed = Catalog::from_sources_cached(&edited, Some(&cache)).unwrap();
+        assert_eq!(changed.cache_report.origin, DbOrigin::Compiled);
+        assert!(changed
+            .cache_report
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("stale"));
+        let again = Catalog::from_sources_cached(&edited, Some(&cache)).unwrap();
+        assert_eq!(again.cache_report.origin, DbOrigin::Cached);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_shipped_field_regex_compiles() {
+        // Loading only parses field regexes; compiling happens on first use, so check here.
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/rankwatch/catalog");
+        let mut sources = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                sources.push((
+                    path.display().to_string(),
+                    std::fs::read_to_string(&path).unwrap(),
+                ));
+            }
+        }
+        sources.sort();
+        let catalog = Catalog::from_sources(&sources).unwrap();
+        for sig in &catalog.signatures {
+            for field in &sig.field_regexes {
+                let re = field
+                    .regex()
+                    .unwrap_or_else(|| panic!("{}: {}", sig.id, field.pattern()));
+                let names: Vec<&str> = re.capture_names().flatten().collect();
+                assert_eq!(names, field.names(), "{}", sig.id);
+            }
+        }
     }
 
     fn load_err(text: &str) -> CatalogError {

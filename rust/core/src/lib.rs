@@ -2,6 +2,7 @@
 //!
 //! - [`prefix`] peels launcher/torchrun/NCCL/c10 prefixes off a line (the decoder),
 //! - [`catalog`] loads the TOML signature catalog into one Hyperscan database ([`matcher`]),
+//!   kept compiled on disk by [`dbcache`],
 //! - [`engine`] routes lines to per-process [`ring`]s and records signature hits per [`job`],
 //! - [`correlate`] turns a job's hits into one diagnosis per incident,
 //! - [`records`] decodes Kafka record values (canonical, Fluent Bit, Vector, docker, CRI, text).
@@ -9,7 +10,9 @@
 pub mod baseline;
 pub mod catalog;
 pub mod correlate;
+pub mod dbcache;
 pub mod engine;
+pub mod fieldre;
 pub mod job;
 pub mod matcher;
 pub mod prefix;

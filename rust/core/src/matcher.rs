@@ -17,9 +17,14 @@ struct HsCompileError {
     message: *mut c_char,
     expression: c_int,
 }
+/// `hs_platform_info_t`: the CPU a database is compiled for.
 #[repr(C)]
-struct HsPlatformInfo {
-    _private: [u8; 0],
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PlatformInfo {
+    pub tune: c_uint,
+    pub cpu_features: c_ulonglong,
+    reserved1: c_ulonglong,
+    reserved2: c_ulonglong,
 }
 
 type MatchHandler = unsafe extern "C" fn(
@@ -38,7 +43,7 @@ extern "C" {
         ids: *const c_uint,
         elements: c_uint,
         mode: c_uint,
-        platform: *const HsPlatformInfo,
+        platform: *const PlatformInfo,
         db: *mut *mut HsDatabase,
         error: *mut *mut HsCompileError,
     ) -> c_int;
@@ -56,6 +61,24 @@ extern "C" {
         context: *mut c_void,
     ) -> c_int;
     fn hs_version() -> *const c_char;
+    fn hs_populate_platform(platform: *mut PlatformInfo) -> c_int;
+    fn hs_serialize_database(
+        db: *const HsDatabase,
+        bytes: *mut *mut c_char,
+        length: *mut usize,
+    ) -> c_int;
+    fn hs_deserialize_database(
+        bytes: *const c_char,
+        length: usize,
+        db: *mut *mut HsDatabase,
+    ) -> c_int;
+    fn hs_database_info(db: *const HsDatabase, info: *mut *mut c_char) -> c_int;
+}
+
+// Hyperscan hands out serialized bytes and info strings from its misc allocator, which is
+// malloc unless an application replaces it (rankwatch never does).
+extern "C" {
+    fn free(ptr: *mut c_void);
 }
 
 const HS_SUCCESS: c_int = 0;
@@ -150,6 +173,56 @@ impl Matcher {
             db,
             len: exprs.len(),
         })
+    }
+
+    /// The database as bytes that [`Matcher::deserialize`] accepts on a machine with the same
+    /// library version and CPU features; `None` if the library could not allocate them.
+    pub fn serialize(&self) -> Option<Vec<u8>> {
+        let mut bytes: *mut c_char = ptr::null_mut();
+        let mut length: usize = 0;
+        let rc = unsafe { hs_serialize_database(self.db, &mut bytes, &mut length) };
+        if rc != HS_SUCCESS || bytes.is_null() {
+            return None;
+        }
+        let out = unsafe { std::slice::from_raw_parts(bytes as *const u8, length) }.to_vec();
+        unsafe { free(bytes as *mut c_void) };
+        Some(out)
+    }
+
+    /// Rebuilds a database from [`Matcher::serialize`] output holding `len` expressions. The
+    /// library checks its own header (magic, version, platform); the caller must make sure the
+    /// bytes are the ones serialized (a checksum), as the bytecode itself is trusted.
+    pub fn deserialize(bytes: &[u8], len: usize) -> Result<Matcher, String> {
+        if len == 0 {
+            return Err("no expressions".into());
+        }
+        let mut db: *mut HsDatabase = ptr::null_mut();
+        let rc = unsafe {
+            hs_deserialize_database(bytes.as_ptr() as *const c_char, bytes.len(), &mut db)
+        };
+        if rc != HS_SUCCESS || db.is_null() {
+            return Err(format!("hs_deserialize_database failed with code {rc}"));
+        }
+        let matcher = Matcher { db, len };
+        let info = matcher.info()?;
+        if !info.contains("BLOCK") {
+            return Err(format!("not a block-mode database ({info})"));
+        }
+        Ok(matcher)
+    }
+
+    /// The library's description of the database: version, CPU features, mode.
+    pub fn info(&self) -> Result<String, String> {
+        let mut info: *mut c_char = ptr::null_mut();
+        let rc = unsafe { hs_database_info(self.db, &mut info) };
+        if rc != HS_SUCCESS || info.is_null() {
+            return Err(format!("hs_database_info failed with code {rc}"));
+        }
+        let text = unsafe { CStr::from_ptr(info) }
+            .to_string_lossy()
+            .into_owned();
+        unsafe { free(info as *mut c_void) };
+        Ok(text)
     }
 
     pub fn len(&self) -> usize {
@@ -258,6 +331,13 @@ pub fn library_version() -> String {
     unsafe { CStr::from_ptr(hs_version()).to_string_lossy().into_owned() }
 }
 
+/// The CPU this process runs on, as the library sees it (what it compiles for by default).
+pub fn host_platform() -> Option<PlatformInfo> {
+    let mut p = PlatformInfo::default();
+    let rc = unsafe { hs_populate_platform(&mut p) };
+    (rc == HS_SUCCESS).then_some(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,5 +379,38 @@ mod tests {
     #[test]
     fn version_is_reported() {
         assert!(!library_version().is_empty());
+    }
+
+    #[test]
+    fn serialized_database_scans_like_the_original() {
+        let m = compile(&["Connect to \\S+ failed", "NCCL WARN", "^never"]).unwrap();
+        let bytes = m.serialize().unwrap();
+        let back = Matcher::deserialize(&bytes, m.len()).unwrap();
+        assert_eq!(back.len(), 3);
+        let line = b"x NCCL WARN Connect to 1.2.3.4<5> failed : no";
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        m.scan_into(line, &mut m.scratch(), &mut a);
+        back.scan_into(line, &mut back.scratch(), &mut b);
+        a.sort();
+        b.sort();
+        assert_eq!(a, vec![0, 1]);
+        assert_eq!(a, b);
+        assert!(back.info().unwrap().contains("BLOCK"));
+    }
+
+    #[test]
+    fn damaged_header_is_refused() {
+        let m = compile(&["NCCL WARN"]).unwrap();
+        let bytes = m.serialize().unwrap();
+        assert!(Matcher::deserialize(&bytes[..bytes.len() / 2], 1).is_err());
+        assert!(Matcher::deserialize(&[], 1).is_err());
+        let mut bad_magic = bytes.clone();
+        bad_magic[0] ^= 0xff;
+        assert!(Matcher::deserialize(&bad_magic, 1).is_err());
+    }
+
+    #[test]
+    fn host_platform_is_known() {
+        assert!(host_platform().is_some());
     }
 }

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use rankwatch_core::catalog::Role;
 use rankwatch_core::correlate::Diagnosis;
+use rankwatch_core::dbcache::{DbCache, DbOrigin};
 use rankwatch_core::engine::RawRecord;
 use rankwatch_core::prefix::peel;
 use rankwatch_core::records::DecoderConfig;
@@ -28,11 +29,14 @@ struct PyCatalog {
 
 #[pymethods]
 impl PyCatalog {
-    /// Builds a catalog from (file name, TOML text) pairs.
+    /// Builds a catalog from (file name, TOML text) pairs; with `use_cache`, the compiled
+    /// database comes from (and goes to) the user's cache directory (see dbcache.rs).
     #[new]
-    fn new(py: Python<'_>, sources: Vec<(String, String)>) -> PyResult<Self> {
+    #[pyo3(signature = (sources, use_cache = true))]
+    fn new(py: Python<'_>, sources: Vec<(String, String)>, use_cache: bool) -> PyResult<Self> {
+        let cache = use_cache.then(DbCache::from_env).flatten();
         let cat = py
-            .detach(|| Catalog::from_sources(&sources))
+            .detach(|| Catalog::from_sources_cached(&sources, cache.as_ref()))
             .map_err(|e| CatalogError::new_err(e.to_string()))?;
         Ok(PyCatalog {
             inner: Arc::new(cat),
@@ -41,6 +45,28 @@ impl PyCatalog {
 
     fn __len__(&self) -> usize {
         self.inner.len()
+    }
+
+    /// "cache" when the Hyperscan database was loaded from the cache, else "compiled".
+    #[getter]
+    fn database_origin(&self) -> &'static str {
+        match self.inner.cache_report.origin {
+            DbOrigin::Cached => "cache",
+            DbOrigin::Compiled => "compiled",
+        }
+    }
+
+    /// The cache file consulted (None when no cache was used).
+    #[getter]
+    fn cache_path(&self) -> Option<String> {
+        let path = self.inner.cache_report.path.as_ref();
+        path.map(|p| p.display().to_string())
+    }
+
+    /// Why an existing cache entry was ignored or the cache could not be written.
+    #[getter]
+    fn cache_note(&self) -> Option<String> {
+        self.inner.cache_report.note.clone()
     }
 
     fn ids(&self) -> Vec<String> {

@@ -1,0 +1,394 @@
+"""`rankwatch analyze` end to end on a healthy 16,384-rank job written as 2,048 per-node files
+(`[defaultN]:` interleaving), in one run with alternating repeats:
+
+1. `rankwatch analyze --json` with a cold cache (an empty cache folder each time) and a warm one,
+2. `cat FILES | grep -c -F -f FRAGMENTS` with 20 literal fragments taken from the catalog,
+3. Hyperscan alone over the same lines with the catalog's database (no decoding, no state),
+
+then start-up (`rankwatch analyze` of a one-line file with a cold and a warm cache, and
+`rankwatch validate`) and where `analyze` spends its time (imports, catalog, feed, correlate).
+With `--before RANKWATCH` (the `rankwatch` script of another build, e.g. main), every rankwatch
+figure is also taken for that build, in the same rounds. Writes the section "Analyze" of
+bench/RESULTS.md unless --no-write.
+
+    .venv/bin/python bench/analyze_bench.py [--repeat 5] [--before BASE/.venv/bin/rankwatch]
+
+The job is generated into bench/out/ once and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+JOB: dict[str, Any] = {
+    "scenario": "healthy",
+    "ranks": 16384,
+    "layout": "per-node",
+    "seed": 1,
+    "steps": 20,
+}
+JOB_DIR = HERE / "out" / "analyze-healthy-16384-per-node"
+FRAGMENTS = 20
+ONE_LINE = "node1:11:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+
+
+@dataclass
+class Timing:
+    """Seconds of each repeat of one measurement."""
+
+    runs: list[float] = field(default_factory=list)
+
+    @property
+    def best(self) -> float:
+        return min(self.runs)
+
+    def text(self) -> str:
+        """Best, then median and the slowest: on a shared machine the best is the least
+        disturbed run, and the rest shows how much load there was."""
+        return f"{self.best:.2f} ({statistics.median(self.runs):.2f}, {max(self.runs):.2f})"
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
+    t0 = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - t0, value
+
+
+# --- the job and the grep fragments ---------------------------------------------------------
+
+
+def ensure_job() -> list[Path]:
+    stamp = JOB_DIR / "bench-job.json"
+    if not (stamp.exists() and json.loads(stamp.read_text()) == JOB):
+        sys.path.insert(0, str(HERE))
+        import fleetgen
+
+        if JOB_DIR.exists():
+            for p in JOB_DIR.iterdir():
+                p.unlink()
+        print(f"generating {JOB} into {JOB_DIR.relative_to(ROOT)} ...", flush=True)
+        params = {k: v for k, v in JOB.items() if k != "scenario"}
+        fleetgen.generate(JOB["scenario"], JOB_DIR, **params)
+        stamp.write_text(json.dumps(JOB))
+    return sorted(p for p in JOB_DIR.iterdir() if p.suffix == ".log")
+
+
+_CLASS_ESCAPES = set("dDsSwWbBAzZntrfvexpPQEkcuhH0123456789")
+
+
+def literal_runs(pattern: str) -> list[str]:
+    """The stretches of a regex that match only themselves, e.g. 'Connect to ' and ' failed'
+    in 'Connect to \\S+ failed'."""
+    runs: list[str] = []
+    run = ""
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt in _CLASS_ESCAPES:
+                runs.append(run)
+                run = ""
+            else:
+                run += nxt
+            i += 2
+            continue
+        if c in "*?{":  # the previous character is optional or repeated: not part of a literal
+            run = run[:-1]
+        if c in ".^$*+?()[]{}|":
+            runs.append(run)
+            run = ""
+            if c == "[":
+                i = pattern.find("]", i + 2) if pattern.find("]", i + 2) >= 0 else len(pattern)
+        else:
+            run += c
+        i += 1
+    runs.append(run)
+    return [r for r in runs if r]
+
+
+def catalog_fragments(signatures: list[dict[str, Any]], count: int) -> list[str]:
+    """One literal fragment (the longest, at least 10 characters) per case-sensitive signature,
+    `count` of them spread evenly over the catalog."""
+    per_sig: list[str] = []
+    for sig in signatures:
+        if sig.get("caseless"):
+            continue
+        runs = [r.strip() for p in sig["patterns"] for r in literal_runs(p)]
+        best = max(runs, key=len, default="")
+        if len(best) >= 10 and best not in per_sig:
+            per_sig.append(best)
+    if len(per_sig) <= count:
+        return per_sig
+    return [per_sig[round(i * (len(per_sig) - 1) / (count - 1))] for i in range(count)]
+
+
+# --- one measurement each -------------------------------------------------------------------
+
+
+def run_rankwatch(rankwatch: str, args: Sequence[str], cache_dir: str) -> bytes:
+    env = dict(os.environ, RANKWATCH_CACHE_DIR=cache_dir)
+    proc = subprocess.run([rankwatch, *args], env=env, capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{rankwatch} {' '.join(args)} failed: {proc.stderr.decode()[-500:]}")
+    return proc.stdout
+
+
+def run_grep(files: list[Path], fragments: Path) -> int:
+    env = dict(os.environ, LC_ALL="C")
+    cat = subprocess.Popen(["cat", "--", *map(str, files)], stdout=subprocess.PIPE)
+    grep = subprocess.run(
+        ["grep", "-c", "-F", "-f", str(fragments)],
+        stdin=cat.stdout,
+        stdout=subprocess.PIPE,
+        env=env,
+        check=False,
+    )
+    assert cat.stdout is not None
+    cat.stdout.close()
+    cat.wait()
+    return int(grep.stdout.decode().strip() or 0)
+
+
+SPLIT_CODE = """
+import json, sys, time
+t0 = time.perf_counter()
+import rankwatch.cli
+from rankwatch import Catalog, Engine
+from rankwatch.local import discover, read_log_bytes
+t1 = time.perf_counter()
+catalog = Catalog()
+t2 = time.perf_counter()
+files, _ = discover([sys.argv[1]])
+engine = Engine(catalog)
+for f in files:
+    s = engine.open_stream(f.job, str(f.path), source_key=f.source_key, rank=f.rank,
+                           local_rank=f.local_rank)
+    engine.feed(s, read_log_bytes(f.path))
+    engine.close_stream(s)
+t3 = time.perf_counter()
+diagnoses = engine.finish()
+t4 = time.perf_counter()
+print(json.dumps({"imports": t1 - t0, "catalog": t2 - t1, "feed": t3 - t2,
+                  "correlate": t4 - t3, "diagnoses": len(diagnoses)}))
+"""
+
+
+def run_split(rankwatch: str, cache_dir: str) -> dict[str, float]:
+    """Where one in-process analysis of the job spends its time, under the build's Python."""
+    python = str(Path(rankwatch).parent / "python")
+    env = dict(os.environ, RANKWATCH_CACHE_DIR=cache_dir)
+    out = subprocess.run(
+        [python, "-c", SPLIT_CODE, str(JOB_DIR)], env=env, capture_output=True, check=True
+    ).stdout
+    result: dict[str, float] = json.loads(out)
+    return result
+
+
+# --- the run --------------------------------------------------------------------------------
+
+
+@dataclass
+class Build:
+    name: str
+    rankwatch: str
+    times: dict[str, Timing] = field(default_factory=dict)
+    split: dict[str, Timing] = field(default_factory=dict)
+    reported_lines: int = 0
+
+    def add(self, what: str, seconds: float) -> None:
+        self.times.setdefault(what, Timing()).runs.append(seconds)
+
+
+BIG_COLD, BIG_WARM = "analyze --json, cold cache", "analyze --json, warm cache"
+ONE_COLD = "analyze of a one-line file, cold cache"
+ONE_WARM = "analyze of a one-line file, warm cache"
+VALIDATE = "validate, warm cache"
+
+
+def one_round(build: Build, one_line: Path, warm: str, tmp: Path) -> int:
+    """Every rankwatch measurement once for one build; returns the lines analyze reported."""
+    big = ["analyze", "--json", "-q", str(JOB_DIR)]
+    one = ["analyze", "-q", str(one_line)]
+
+    def fresh() -> str:
+        return tempfile.mkdtemp(dir=tmp)
+
+    seconds, out = timed(lambda: run_rankwatch(build.rankwatch, big, fresh()))
+    build.add(BIG_COLD, seconds)
+    build.add(BIG_WARM, timed(lambda: run_rankwatch(build.rankwatch, big, warm))[0])
+    build.add(ONE_COLD, timed(lambda: run_rankwatch(build.rankwatch, one, fresh()))[0])
+    build.add(ONE_WARM, timed(lambda: run_rankwatch(build.rankwatch, one, warm))[0])
+    build.add(VALIDATE, timed(lambda: run_rankwatch(build.rankwatch, ["validate"], warm))[0])
+    for phase, value in run_split(build.rankwatch, warm).items():
+        if phase != "diagnoses":
+            build.split.setdefault(phase, Timing()).runs.append(value)
+    lines: int = json.loads(out)["input"]["lines"]
+    return lines
+
+
+@dataclass
+class Corpus:
+    files: list[Path]
+    blob: bytes
+    lines: int
+    fragments: list[str]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rankwatch", default=str(Path(sys.executable).parent / "rankwatch"))
+    ap.add_argument("--before", help="the rankwatch script of the build to compare with")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+
+    from rankwatch import Catalog, hyperscan_version
+
+    files = ensure_job()
+    blob = b"".join(p.read_bytes() for p in files)
+    catalog = Catalog()
+    corpus = Corpus(files, blob, blob.count(b"\n"), catalog_fragments(catalog.signatures(), 20))
+    print(f"job: {len(files)} files, {corpus.lines:,} lines, {len(blob) / 1e6:,.1f} MB", flush=True)
+    builds = [Build("after", args.rankwatch)]
+    if args.before:
+        builds.insert(0, Build("before", args.before))
+    grep_t, hs_t = Timing(), Timing()
+    grep_count = hs_matches = 0
+    with tempfile.TemporaryDirectory() as tmpd:
+        tmp = Path(tmpd)
+        frag_file = tmp / "fragments.txt"
+        frag_file.write_text("\n".join(corpus.fragments) + "\n")
+        one_line = tmp / "rank-0.log"
+        one_line.write_text(ONE_LINE)
+        warm = str(tmp / "warm-cache")
+        for b in builds:
+            run_rankwatch(b.rankwatch, ["validate"], warm)
+        for r in range(args.repeat):
+            for b in builds:
+                b.reported_lines = one_round(b, one_line, warm, tmp)
+            seconds, grep_count = timed(lambda: run_grep(files, frag_file))
+            grep_t.runs.append(seconds)
+            seconds, (_, hs_matches) = timed(lambda: catalog._core.scan_lines(blob))
+            hs_t.runs.append(seconds)
+            print(f"round {r + 1}/{args.repeat} done", flush=True)
+
+    section = render(
+        args,
+        builds,
+        corpus,
+        {"grep": (grep_t, grep_count), "hyperscan": (hs_t, hs_matches)},
+        f"Hyperscan (Vectorscan) {hyperscan_version().strip()}, {len(catalog)} signatures",
+    )
+    print(section)
+    if not args.no_write:
+        sys.path.insert(0, str(HERE))
+        from engine_bench import write_section
+
+        write_section(HERE / "RESULTS.md", "## Analyze", section)
+
+
+def render(
+    args: argparse.Namespace,
+    builds: list[Build],
+    corpus: Corpus,
+    baselines: dict[str, tuple[Timing, int]],
+    library: str,
+) -> str:
+    sys.path.insert(0, str(HERE))
+    from engine_bench import cpu_model
+
+    grep_t, grep_count = baselines["grep"]
+    hs_t, hs_matches = baselines["hyperscan"]
+    grep_rate = corpus.lines / grep_t.best
+    before = builds[0] if len(builds) > 1 else None
+    after = builds[-1]
+
+    def cell(build: Build | None, what: str) -> str:
+        if build is None or what not in build.times:
+            return "—"
+        return build.times[what].text()
+
+    def vs_grep(build: Build | None, what: str) -> str:
+        if build is None:
+            return "—"
+        rate = corpus.lines / build.times[what].best
+        return f"{rate:,.0f} lines/s, {rate / grep_rate:.2f}× grep"
+
+    table = [
+        "| what | before: s, best (median, max) | after: s, best (median, max) | before, best "
+        "| after, best |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for what in (BIG_COLD, BIG_WARM):
+        table.append(
+            f"| `rankwatch {what}` | {cell(before, what)} | {cell(after, what)} "
+            f"| {vs_grep(before, what)} | {vs_grep(after, what)} |"
+        )
+    for name, t, note in (
+        ("`cat FILES \\| grep -c -F -f` 20 fragments", grep_t, f"{grep_count:,} lines matched"),
+        ("Hyperscan alone, same database, per line", hs_t, f"{hs_matches:,} matches"),
+    ):
+        rate = corpus.lines / t.best
+        table.append(
+            f"| {name} | — | {t.text()} | — | {rate:,.0f} lines/s, "
+            f"{rate / grep_rate:.2f}× grep; {note} |"
+        )
+    table += ["", "| start-up | before | after |", "|---|---:|---:|"]
+    for what in (ONE_COLD, ONE_WARM, VALIDATE):
+        table.append(f"| `rankwatch {what}` | {cell(before, what)} | {cell(after, what)} |")
+    table += [
+        "",
+        "| where `analyze` of the job spends its time (in process, warm cache) | before | after |",
+        "|---|---:|---:|",
+    ]
+    for phase in after.split:
+        b = before.split[phase] if before else None
+        a = after.split[phase]
+        table.append(f"| {phase} | {b.text() if b else '—'} | {a.text()} |")
+    command = "`.venv/bin/python bench/analyze_bench.py --repeat {}{}`".format(
+        args.repeat, " --before BASE/.venv/bin/rankwatch" if before else ""
+    )
+    return "\n".join(
+        [
+            "## Analyze",
+            "",
+            f"Measured {time.strftime('%Y-%m-%d')} with {command}"
+            + (", where BASE is a checkout of main built with `make setup`" if before else "")
+            + ".",
+            f"Machine: {os.cpu_count()} cores, {cpu_model()}; {library}.",
+            f"Job: `fleetgen` {JOB['scenario']}, {JOB['ranks']:,} ranks, {JOB['layout']} "
+            f"(`[defaultN]:` interleaving), seed {JOB['seed']}, {JOB['steps']} steps: "
+            f"{len(corpus.files):,} files, {corpus.lines:,} lines, "
+            f"{len(corpus.blob) / 1e6:,.1f} MB. Rates divide that newline count by the time; "
+            f"rankwatch's own `input.lines` says {after.reported_lines:,}.",
+            f"{args.repeat} rounds; each round runs every measurement once, builds alternating. "
+            "Times are wall-clock seconds of the whole command (Python start-up included), the "
+            "best of the rounds with the median and the slowest in brackets; rates use the best; "
+            "cold cache: an empty cache folder, warm: one that holds this catalog. grep runs "
+            "with `LC_ALL=C`; Hyperscan alone runs in process over the lines already in memory.",
+            "grep fragments: " + ", ".join(f"`{f}`" for f in corpus.fragments) + ".",
+            "",
+            *table,
+            "",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()

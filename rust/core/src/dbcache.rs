@@ -1,0 +1,412 @@
+//! An on-disk cache of compiled Hyperscan databases, so that start-up skips the compile.
+//!
+//! A database is a pure function of its expressions (pattern, flags, id), the library version
+//! and the CPU it was compiled for; the cache key is a SHA-256 over exactly those and a format
+//! version of ours. One file per catalog (named after the catalog's source files), so editing a
+//! catalog overwrites its entry instead of adding one. A missing, stale, truncated or corrupt
+//! file is a miss, and so is one that another user owns or may write (Hyperscan trusts the
+//! bytecode it loads); a cache directory that cannot be written is skipped. Nothing here is
+//! ever an error to the caller: the worst case is compiling, as without a cache.
+
+use crate::matcher::{host_platform, library_version, Expression, Matcher};
+use sha2::{Digest, Sha256};
+use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Makes temporary file names unique between threads of one process.
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Bumped whenever the file layout or what the key covers changes.
+const MAGIC: &[u8; 8] = b"RWHSDB01";
+const HEADER_LEN: usize = 8 + 32 + 4 + 8 + 32;
+
+/// Where compiled databases are kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbCache {
+    dir: PathBuf,
+}
+
+/// What a cache file must match: the file it lives in and the digest of everything the
+/// database depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheKey {
+    file_name: String,
+    digest: [u8; 32],
+}
+
+/// Where the database in use came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DbOrigin {
+    /// Compiled now (no cache, or a miss).
+    Compiled,
+    /// Loaded from the cache.
+    Cached,
+}
+
+/// What happened with the cache while loading a catalog, for diagnostics and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheReport {
+    pub origin: DbOrigin,
+    /// The cache file consulted, if a cache was in use.
+    pub path: Option<PathBuf>,
+    /// Why the cache was not used or not written (a miss on a missing file says nothing).
+    pub note: Option<String>,
+}
+
+impl CacheReport {
+    pub fn uncached() -> CacheReport {
+        CacheReport {
+            origin: DbOrigin::Compiled,
+            path: None,
+            note: None,
+        }
+    }
+}
+
+impl DbCache {
+    pub fn at(dir: impl Into<PathBuf>) -> DbCache {
+        DbCache { dir: dir.into() }
+    }
+
+    /// The user's cache directory: `$RANKWATCH_CACHE_DIR` (set but empty disables the cache),
+    /// else `$XDG_CACHE_HOME/rankwatch`, else `~/.cache/rankwatch`.
+    pub fn from_env() -> Option<DbCache> {
+        let var = |name: &str| std::env::var_os(name);
+        resolve_dir(
+            var("RANKWATCH_CACHE_DIR"),
+            var("XDG_CACHE_HOME"),
+            var("HOME"),
+        )
+        .map(DbCache::at)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn path_of(&self, key: &CacheKey) -> PathBuf {
+        self.dir.join(&key.file_name)
+    }
+
+    /// The cached database for `key` holding `expressions` expressions, or why there is none.
+    pub fn load(&self, key: &CacheKey, expressions: usize) -> Result<Matcher, String> {
+        let path = self.path_of(key);
+        let mut file = fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        check_owner(&file)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let payload = check_entry(&bytes, key, expressions)?;
+        Matcher::deserialize(payload, expressions)
+    }
+
+    /// Writes `matcher` under `key` atomically: a temporary file in the same directory, then a
+    /// rename over the entry, so readers see the old file or the new one, never half of one.
+    pub fn store(&self, key: &CacheKey, matcher: &Matcher) -> Result<PathBuf, String> {
+        let payload = matcher
+            .serialize()
+            .ok_or("Hyperscan could not serialize the database")?;
+        let path = self.path_of(key);
+        let tmp = self.dir.join(format!(
+            ".{}.{}-{}.tmp",
+            key.file_name,
+            std::process::id(),
+            TMP_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let write = || -> std::io::Result<()> {
+            fs::create_dir_all(&self.dir)?;
+            let mut f = create_private(&tmp)?;
+            f.write_all(&encode_entry(key, matcher.len(), &payload))?;
+            f.sync_all()?;
+            fs::rename(&tmp, &path)
+        };
+        write().map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            format!("cannot write {}: {e}", path.display())
+        })?;
+        Ok(path)
+    }
+}
+
+/// Hyperscan trusts the bytecode it deserializes, and a checksum is no defence against someone
+/// who can write the file: only files of this user that nobody else may write are loaded.
+#[cfg(unix)]
+fn check_owner(file: &fs::File) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    extern "C" {
+        fn geteuid() -> u32;
+    }
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if meta.uid() != unsafe { geteuid() } {
+        return Err("not owned by this user".into());
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err("writable by other users".into());
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_owner(_file: &fs::File) -> Result<(), String> {
+    Ok(())
+}
+
+fn create_private(path: &Path) -> std::io::Result<fs::File> {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
+}
+
+fn resolve_dir(
+    explicit: Option<std::ffi::OsString>,
+    xdg: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    if let Some(dir) = explicit {
+        return (!dir.is_empty()).then(|| PathBuf::from(dir));
+    }
+    // The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
+    if let Some(xdg) = xdg.map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return Some(xdg.join("rankwatch"));
+    }
+    home.filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(".cache").join("rankwatch"))
+}
+
+impl CacheKey {
+    /// The key of the database compiled from `exprs`, for a catalog loaded from `source_names`
+    /// (in load order) on this machine. `None` when the library cannot describe the host CPU.
+    pub fn new(source_names: &[&str], exprs: &[Expression<'_>]) -> Option<CacheKey> {
+        let platform = host_platform()?;
+        let mut names = Sha256::new();
+        names.update(MAGIC);
+        for n in source_names {
+            field(&mut names, n.as_bytes());
+        }
+        let mut all = names.clone();
+        field(&mut all, library_version().as_bytes());
+        all.update(platform.tune.to_le_bytes());
+        all.update(platform.cpu_features.to_le_bytes());
+        all.update((exprs.len() as u64).to_le_bytes());
+        for e in exprs {
+            field(&mut all, e.pattern.as_bytes());
+            all.update(e.id.to_le_bytes());
+            all.update(e.flags.to_le_bytes());
+        }
+        Some(CacheKey {
+            file_name: format!("catalog-{}.hsdb", hex(&names.finalize()[..12])),
+            digest: all.finalize().into(),
+        })
+    }
+}
+
+/// Length-prefixed, so that ("ab", "c") and ("a", "bc") hash differently.
+fn field(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// File layout: magic, key digest, expression count (u32 LE), payload length (u64 LE),
+/// SHA-256 of the payload, the serialized database.
+fn encode_entry(key: &CacheKey, expressions: usize, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&key.digest);
+    out.extend_from_slice(&(expressions as u32).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&Sha256::digest(payload));
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The payload of a cache file if it is complete, intact and made for `key`.
+fn check_entry<'a>(
+    bytes: &'a [u8],
+    key: &CacheKey,
+    expressions: usize,
+) -> Result<&'a [u8], String> {
+    if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
+        return Err("not a rankwatch database cache file (or another format version)".into());
+    }
+    let (digest, rest) = bytes[8..].split_at(32);
+    if digest != key.digest {
+        return Err("stale: made for another catalog, library version or CPU".into());
+    }
+    let (count, rest) = rest.split_at(4);
+    let (length, rest) = rest.split_at(8);
+    let (checksum, payload) = rest.split_at(32);
+    let count = u32::from_le_bytes(count.try_into().unwrap_or_default()) as usize;
+    let length = u64::from_le_bytes(length.try_into().unwrap_or_default());
+    if count != expressions {
+        return Err(format!("holds {count} expressions, expected {expressions}"));
+    }
+    if length != payload.len() as u64 {
+        return Err(format!(
+            "truncated: {} of {length} payload bytes",
+            payload.len()
+        ));
+    }
+    if Sha256::digest(payload).as_slice() != checksum {
+        return Err("corrupt: payload checksum does not match".into());
+    }
+    Ok(payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matcher::FLAG_SINGLEMATCH;
+
+    const PATTERNS: &[&str] = &["Connect to \\S+ failed", "NCCL WARN"];
+
+    fn exprs(pats: &[&'static str]) -> Vec<Expression<'static>> {
+        pats.iter()
+            .enumerate()
+            .map(|(i, p)| Expression {
+                pattern: p,
+                id: i as u32,
+                flags: FLAG_SINGLEMATCH,
+            })
+            .collect()
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("rankwatch-dbcache-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn stored(name: &str) -> (DbCache, CacheKey, PathBuf) {
+        let cache = DbCache::at(temp_dir(name));
+        let ex = exprs(PATTERNS);
+        let key = CacheKey::new(&["a.toml"], &ex).unwrap();
+        let path = cache.store(&key, &Matcher::compile(&ex).unwrap()).unwrap();
+        (cache, key, path)
+    }
+
+    fn matches(m: &Matcher, line: &[u8]) -> Vec<u32> {
+        let mut out = Vec::new();
+        m.scan_into(line, &mut m.scratch(), &mut out);
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn round_trip_scans_the_same() {
+        let (cache, key, path) = stored("roundtrip");
+        assert!(path.exists());
+        let back = cache.load(&key, PATTERNS.len()).unwrap();
+        assert_eq!(matches(&back, b"NCCL WARN Connect to x failed"), vec![0, 1]);
+        assert!(matches(&back, b"nothing here").is_empty());
+        let leftovers: Vec<_> = fs::read_dir(cache.dir()).unwrap().flatten().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file left behind");
+        fs::remove_dir_all(cache.dir()).unwrap();
+    }
+
+    #[test]
+    fn truncated_or_corrupt_files_are_misses() {
+        let (cache, key, path) = stored("damaged");
+        let good = fs::read(&path).unwrap();
+        for cut in [0, 5, HEADER_LEN - 1, HEADER_LEN, good.len() - 1] {
+            fs::write(&path, &good[..cut]).unwrap();
+            assert!(cache.load(&key, PATTERNS.len()).is_err(), "cut at {cut}");
+        }
+        let mut flipped = good.clone();
+        let last = flipped.len() - 1;
+        flipped[last] ^= 0x55;
+        fs::write(&path, &flipped).unwrap();
+        let why = cache.load(&key, PATTERNS.len()).err().unwrap();
+        assert!(why.contains("checksum"), "{why}");
+        fs::write(&path, b"garbage").unwrap();
+        assert!(cache.load(&key, PATTERNS.len()).is_err());
+        fs::write(&path, &good).unwrap();
+        assert!(cache.load(&key, PATTERNS.len()).is_ok());
+        fs::remove_dir_all(cache.dir()).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn entries_others_may_write_are_not_loaded() {
+        use std::os::unix::fs::PermissionsExt;
+        let (cache, key, path) = stored("perms");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o666)).unwrap();
+        let why = cache.load(&key, PATTERNS.len()).err().unwrap();
+        assert!(why.contains("other users"), "{why}");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(cache.load(&key, PATTERNS.len()).is_ok());
+        fs::remove_dir_all(cache.dir()).unwrap();
+    }
+
+    #[test]
+    fn stale_entry_is_a_miss_and_gets_overwritten() {
+        let (cache, old_key, _) = stored("stale");
+        let ex = exprs(&["Connect to \\S+ failed", "NCCL WARN", "NCCL INFO"]);
+        let new_key = CacheKey::new(&["a.toml"], &ex).unwrap();
+        assert_eq!(cache.path_of(&old_key), cache.path_of(&new_key));
+        let why = cache.load(&new_key, ex.len()).err().unwrap();
+        assert!(why.contains("stale"), "{why}");
+        cache
+            .store(&new_key, &Matcher::compile(&ex).unwrap())
+            .unwrap();
+        assert!(cache.load(&new_key, ex.len()).is_ok());
+        assert!(cache.load(&old_key, PATTERNS.len()).is_err());
+        fs::remove_dir_all(cache.dir()).unwrap();
+    }
+
+    #[test]
+    fn key_covers_patterns_flags_ids_and_source_names() {
+        let base = exprs(PATTERNS);
+        let key = |names: &[&str], ex: &[Expression]| CacheKey::new(names, ex).unwrap();
+        let k = key(&["a.toml"], &base);
+        assert_eq!(k, key(&["a.toml"], &exprs(PATTERNS)));
+        let mut flags = exprs(PATTERNS);
+        flags[0].flags |= crate::matcher::FLAG_CASELESS;
+        assert_ne!(k.digest, key(&["a.toml"], &flags).digest);
+        let mut ids = exprs(PATTERNS);
+        ids.swap(0, 1);
+        assert_ne!(k.digest, key(&["a.toml"], &ids).digest);
+        assert_ne!(k.file_name, key(&["b.toml"], &base).file_name);
+        assert_ne!(k.file_name, key(&["a.toml", "b.toml"], &base).file_name);
+    }
+
+    #[test]
+    fn unwritable_directory_is_reported_not_fatal() {
+        let blocker = temp_dir("blocked");
+        fs::write(&blocker, b"a file where the directory should be").unwrap();
+        let cache = DbCache::at(blocker.join("sub"));
+        let ex = exprs(PATTERNS);
+        let key = CacheKey::new(&["a.toml"], &ex).unwrap();
+        assert!(cache.store(&key, &Matcher::compile(&ex).unwrap()).is_err());
+        assert!(cache.load(&key, ex.len()).is_err());
+        fs::remove_file(&blocker).unwrap();
+    }
+
+    #[test]
+    fn directory_resolution_follows_the_documented_order() {
+        let os = |s: &str| Some(std::ffi::OsString::from(s));
+        assert_eq!(resolve_dir(os("/c"), os("/x"), os("/h")), Some("/c".into()));
+        assert_eq!(resolve_dir(os(""), os("/x"), os("/h")), None);
+        assert_eq!(
+            resolve_dir(None, os("/x"), os("/h")),
+            Some("/x/rankwatch".into())
+        );
+        assert_eq!(
+            resolve_dir(None, os("rel"), os("/h")),
+            Some("/h/.cache/rankwatch".into())
+        );
+        assert_eq!(resolve_dir(None, None, None), None);
+    }
+}
