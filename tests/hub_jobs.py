@@ -287,7 +287,7 @@ class Job:
             )
         if self.v.odd_iface is not None:
             root = next(p for p in self.procs if p.host == ODD)
-            line = f"Using [0]{self.v.odd_iface[0]}:"
+            line = f"Using {self.v.odd_iface[0]}:"
             return Truth(
                 self.v.name,
                 self.hostname(ODD),

@@ -155,3 +155,36 @@ def test_ambiguous_siblings_list_the_competing_hypotheses(
     hyps = d["hypotheses"]
     assert len(hyps) >= 2
     assert all(h["cause"] and h["separate_by"] for h in hyps)
+
+
+def test_daemon_gives_the_same_diagnosis_as_analyze(
+    jobs: dict[tuple[str, str], tuple[Path, Any]],
+    daemon_kafka: str,
+    fresh_topics: Any,
+    daemon_factory: Any,
+) -> None:
+    """The same per-node logs replayed into Kafka: `rankwatch run` publishes the diagnosis
+    `analyze` gives (root line, first warning, collateral, fix), with the preceding lines."""
+    from daemon_fixtures import read_topic, wait_settled
+    from test_daemon_kafka import base_settings, rankwatch, versions_by_id
+
+    folder, truth = jobs[("socket_start_connect", "per-node")]
+    local = diagnose(folder)
+    logs, out = fresh_topics("logs", 2), fresh_topics("diagnoses", 1)
+    sent = rankwatch("replay", str(folder), "--topic", logs, "--bootstrap-servers", daemon_kafka)
+    assert sent.returncode == 0, sent.stderr
+    group = "hub-parity"
+    d = daemon_factory("hub", **base_settings(logs, out, group)).start()
+    wait_settled(daemon_kafka, [logs], group, [d])
+    versions = versions_by_id(read_topic(daemon_kafka, out))
+    assert len(versions) == 1, list(versions)
+    remote = next(iter(versions.values()))[-1]
+    for key in ("fix", "verify", "cause", "collateral_ranks"):
+        assert remote[key] == local[key], key
+    rc, lrc = remote["root_cause"], local["root_cause"]
+    assert (rc["host"], rc["rank"], rc["line"]) == (lrc["host"], lrc["rank"], lrc["line"])
+    assert (rc["host"], rc["rank"]) == (truth.host, truth.rank)
+    fw, lfw = remote["first_warning"], local["first_warning"]
+    assert (fw["host"], fw["rank"], fw["line"]) == (lfw["host"], lfw["rank"], lfw["line"])
+    assert len(fw["preceding_lines"]) >= 100
+    assert d.stop() == 0

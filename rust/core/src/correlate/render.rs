@@ -307,9 +307,13 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
         .or(root_advice)
         .or(config_sig)
         .or(root.sig);
-    let explains: BTreeSet<u16> = cause_sig
-        .map(|s| s.explains_idx.iter().copied().collect())
-        .unwrap_or_default();
+    // What the root cause accounts for: its own signature's list and, for a configuration
+    // root cause, that of the failure the configuration explains.
+    let explains: BTreeSet<u16> = [cause_sig, config_sig]
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s.explains_idx.iter().copied())
+        .collect();
 
     let first_warning = first_warning(v, inc, top, &root.text);
     let first_warning_json = first_warning.map(|i| {
