@@ -8,43 +8,67 @@
 //! letter for torch logging, `memmem(" NCCL ")` for NCCL.
 
 use super::launcher::rank_or_tee;
-use super::producer::{c10, nccl, nccl_bare, torch_log};
+use super::producer::{c10, find_nccl_marker, nccl, nccl_bare, torch_log};
 use super::{is_host_byte, LineMeta};
 
 /// How far into the rest of the line a launcher prefix may reach.
-const PREFIX_WINDOW: usize = 96;
+const PREFIX_WINDOW: usize = 64;
 /// How far before `NCCL ` an NCCL header may start (`host:pid:tid [dev] file:line (func) `).
 const NCCL_HEADER_SPAN: usize = 224;
 
-/// The first position after `from` where a header starts, if any.
+/// The first position after `from` where a header starts, if any. Only called where
+/// [`opens_with_tag`] holds.
 pub(super) fn find_header(b: &[u8], from: usize, year: i32) -> Option<usize> {
     let window_end = b.len().min(from + PREFIX_WINDOW);
-    let bracketed = bracketed_header(b, from, window_end, year);
-    let end = bracketed.unwrap_or(window_end);
-    let torch = torch_header(b, from, end, year);
-    let end = torch.unwrap_or(end);
-    nccl_header(b, from, end).or(torch).or(bracketed)
+    let near = near_header(b, from, window_end, year);
+    nccl_header(b, from, near.unwrap_or(window_end)).or(near)
 }
 
-fn bracketed_header(b: &[u8], from: usize, end: usize, year: i32) -> Option<usize> {
-    let mut probe = LineMeta::default();
-    let mut hook = false;
-    memchr::memchr_iter(b'[', &b[from + 1..end])
-        .map(|p| from + 1 + p)
-        .find(|&p| {
-            let rest = &b[p..];
-            (rest.starts_with(b"[rank") && rank_or_tee(rest, &mut probe, &mut hook).is_some())
-                || c10(rest, year, &mut probe).is_some()
+/// An unknown launcher prefix is a tag, not prose: it never starts with white space, and its
+/// first token carries a digit, a dot or bracket-like punctuation (a time, an id, an address,
+/// a file name). Lines that open with a plain word (`Traceback`, `RuntimeError:`,
+/// `frame #0:`) are message text, and nothing is searched in them.
+pub(super) fn opens_with_tag(b: &[u8]) -> bool {
+    if b.first().is_none_or(u8::is_ascii_whitespace) {
+        return false;
+    }
+    b.iter()
+        .take(PREFIX_WINDOW)
+        .take_while(|c| **c != b' ')
+        .any(|c| {
+            c.is_ascii_digit() || matches!(c, b'.' | b'[' | b']' | b'|' | b'<' | b'>' | b'(' | b')')
         })
 }
 
-fn torch_header(b: &[u8], from: usize, end: usize, year: i32) -> Option<usize> {
+/// One scan for the bytes that can open a nearby header: `[` of `[rankN]:` or a c10 `[E…]`
+/// header, and the first `:` of a torch logging header's `HH:MM:SS` (8 bytes after its severity
+/// letter). Only candidates that pass a byte check are parsed.
+fn near_header(b: &[u8], from: usize, end: usize, year: i32) -> Option<usize> {
     let mut probe = LineMeta::default();
-    memchr::memchr_iter(b' ', &b[from..end])
-        .map(|p| from + p + 1)
-        .find(|&p| {
-            b.get(p).is_some_and(|c| b"VIWECD".contains(c))
-                && torch_log(&b[p..], year, &mut probe).is_some()
+    let mut hook = false;
+    let start = from + 1;
+    if start >= end {
+        return None;
+    }
+    memchr::memchr2_iter(b'[', b':', &b[start..end])
+        .map(|i| start + i)
+        .find_map(|p| {
+            if b[p] == b'[' {
+                let found = match b.get(p + 1) {
+                    Some(b'r') => rank_or_tee(&b[p..], &mut probe, &mut hook).is_some(),
+                    Some(b'F' | b'E' | b'W' | b'I' | b'V') => {
+                        c10(&b[p..], year, &mut probe).is_some()
+                    }
+                    _ => false,
+                };
+                return found.then_some(p);
+            }
+            let letter = p.checked_sub(8).filter(|&l| l > from)?;
+            let found = b.get(p + 3) == Some(&b':')
+                && b[letter - 1] == b' '
+                && matches!(b[letter], b'V' | b'I' | b'W' | b'E' | b'C' | b'D')
+                && torch_log(&b[letter..], year, &mut probe).is_some();
+            found.then_some(letter)
         })
 }
 
@@ -53,9 +77,10 @@ fn torch_header(b: &[u8], from: usize, end: usize, year: i32) -> Option<usize> {
 /// name begins after a byte that cannot be part of it).
 fn nccl_header(b: &[u8], from: usize, before: usize) -> Option<usize> {
     let search_end = b.len().min(before + NCCL_HEADER_SPAN);
-    let k = from + memchr::memmem::find(&b[from..search_end], b" NCCL ")?;
-    let lo = from.max(k.saturating_sub(NCCL_HEADER_SPAN)).max(1);
-    let starts = || (lo..=k.min(before)).filter(|&s| is_host_byte(b[s]) && !is_host_byte(b[s - 1]));
+    let k = from + 1 + find_nccl_marker(&b[from + 1..search_end])?;
+    let lo = (from + 1).max(k.saturating_sub(NCCL_HEADER_SPAN));
+    let starts =
+        || (lo..k.min(before + 1)).filter(|&s| is_host_byte(b[s]) && !is_host_byte(b[s - 1]));
     let mut probe = LineMeta::default();
     starts()
         .find(|&s| nccl(&b[s..], s, &mut probe).is_some())
@@ -71,7 +96,11 @@ mod tests {
     use super::*;
 
     fn at(line: &str) -> Option<&str> {
-        find_header(line.as_bytes(), 0, 2025).map(|p| &line[p..])
+        let b = line.as_bytes();
+        opens_with_tag(b)
+            .then(|| find_header(b, 0, 2025))
+            .flatten()
+            .map(|p| &line[p..])
     }
 
     #[test]
@@ -92,6 +121,14 @@ mod tests {
             at("12:00 W0321 02:07:20.285000 1402 torch/x.py:858] Sending"),
             Some("W0321 02:07:20.285000 1402 torch/x.py:858] Sending")
         );
+    }
+
+    #[test]
+    fn prose_is_not_searched() {
+        assert!(!opens_with_tag(b"frame #0: c10::Error::Error"));
+        assert!(!opens_with_tag(b"  File \"x.py\", line 3"));
+        assert!(opens_with_tag(b"2025-02-18 12:54 [rank13]:"));
+        assert!(opens_with_tag(b"tag> include/shm.h:28 NCCL WARN x"));
     }
 
     #[test]

@@ -6,8 +6,14 @@ use super::producer::{bracket_number, nccl, torch_log};
 use super::{is_host_byte, LineMeta};
 use crate::timefmt::{iso_datetime, leading_number};
 
+/// `memchr` for the few bytes a prefix spans: a plain scan is cheaper than its setup there.
+pub(super) fn position(b: &[u8], byte: u8) -> Option<usize> {
+    b.iter().position(|c| *c == byte)
+}
+
 /// ANSI colour residue at the start: `ESC[36m` or the ESC-less `[36m`. A reset (`[0m`) ends a
 /// coloured launcher prefix, so the one space after it belongs to the prefix too.
+#[inline]
 pub(super) fn ansi(b: &[u8]) -> Option<usize> {
     let start = usize::from(b.first() == Some(&0x1b));
     if b.get(start) != Some(&b'[') {
@@ -32,6 +38,7 @@ pub(super) fn ansi(b: &[u8]) -> Option<usize> {
 /// `[default5]:` (torchrun tee, local rank), `[13]:` (a `${rank}` template: global rank) and
 /// `[trainer0|0]:` (a template naming role and local index before the bar). Returns the bytes
 /// consumed; an excepthook prefix is marked by `is_excepthook`.
+#[inline]
 pub(super) fn rank_or_tee(b: &[u8], m: &mut LineMeta, is_excepthook: &mut bool) -> Option<usize> {
     if b.first() != Some(&b'[') {
         return None;
@@ -41,7 +48,7 @@ pub(super) fn rank_or_tee(b: &[u8], m: &mut LineMeta, is_excepthook: &mut bool) 
         return None;
     }
     let mut inner = &b[1..close];
-    if let Some(bar) = memchr::memchr(b'|', inner) {
+    if let Some(bar) = position(inner, b'|') {
         if inner[bar + 1..].is_empty() || !inner[bar + 1..].iter().all(u8::is_ascii_digit) {
             return None;
         }
@@ -85,13 +92,17 @@ pub(super) fn rank_or_tee(b: &[u8], m: &mut LineMeta, is_excepthook: &mut bool) 
 }
 
 /// Open MPI `[job,rank]<stream>:` (optionally `[host:pid]` after the rank bracket).
+#[inline]
 pub(super) fn openmpi(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     if b.first() != Some(&b'[') {
         return None;
     }
     let close = memchr::memchr(b']', &b[..b.len().min(96)])?;
+    if !matches!(b.get(close + 1), Some(b'<') | Some(b'[')) {
+        return None;
+    }
     let inner = &b[1..close];
-    let comma = memchr::memchr(b',', inner)?;
+    let comma = position(inner, b',')?;
     let (rank, n) = leading_number(&inner[comma + 1..], 9)?;
     if comma + 1 + n != inner.len() {
         return None;
@@ -123,6 +134,7 @@ pub(super) fn openmpi(b: &[u8], m: &mut LineMeta) -> Option<usize> {
 
 /// Ray `(Actor pid=N, ip=X) `: the pid, and the node (`ip=`) as the host when nothing more
 /// specific named one.
+#[inline]
 pub(super) fn ray(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
     if b.first() != Some(&b'(') {
         return None;
@@ -156,7 +168,11 @@ pub(super) fn ray(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
 
 /// Ray's de-duplication notice at the end of a line: ` [repeated 3x across cluster]`.
 /// Returns where the message ends without it, and the count.
+#[inline]
 pub(super) fn ray_repeated_suffix(b: &[u8]) -> Option<(usize, u32)> {
+    if b.last() != Some(&b']') {
+        return None;
+    }
     let body = b.strip_suffix(b"x across cluster]")?;
     let open = memchr::memmem::rfind(body, b" [repeated ")?;
     let count = &body[open + 11..];
@@ -168,6 +184,7 @@ pub(super) fn ray_repeated_suffix(b: &[u8]) -> Option<(usize, u32)> {
 }
 
 /// kubectl `[pod/<pod>/<container>] `.
+#[inline]
 pub(super) fn kubectl(b: &[u8]) -> Option<usize> {
     if !b.starts_with(b"[pod/") {
         return None;
@@ -191,6 +208,7 @@ fn is_ipv4(token: &[u8]) -> bool {
 /// A launcher label: pdsh `host: `, srun -l ` 5: `. `Word: ` is also ordinary message text,
 /// so a name is only peeled when a known inner prefix follows, or when it is an IPv4 address
 /// (pdsh run against addresses).
+#[inline]
 pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) -> Option<usize> {
     let start = b.iter().take_while(|c| **c == b' ').count();
     let i = start + b[start..].iter().take_while(|c| is_host_byte(**c)).count();
@@ -221,17 +239,17 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
 /// grep's file-name column when several files were searched: `LOG1.3.txt:` (and the line
 /// number `LOG1.3.txt:120:` with -n). Only log-like extensions, so `file.py:12:` in a Python
 /// warning stays message text.
+#[inline]
 pub(super) fn grep_file(b: &[u8]) -> Option<usize> {
     let name_len = b[..b.len().min(128)]
         .iter()
-        .take_while(|c| is_host_byte(**c) || **c == b'/')
-        .count();
-    if b.get(name_len) != Some(&b':') {
+        .position(|c| !is_host_byte(*c) && *c != b'/')?;
+    if b[name_len] != b':' {
         return None;
     }
-    let dot = memchr::memrchr(b'.', &b[..name_len])?;
-    let ext = &b[dot + 1..name_len];
-    if dot == 0 || !matches!(ext, b"txt" | b"log" | b"out" | b"err") {
+    let name = &b[..name_len];
+    let dot = name.iter().rposition(|c| *c == b'.')?;
+    if dot == 0 || !matches!(&name[dot + 1..], b"txt" | b"log" | b"out" | b"err") {
         return None;
     }
     let mut end = name_len + 1;
@@ -247,6 +265,7 @@ pub(super) fn grep_file(b: &[u8]) -> Option<usize> {
 /// it is the launcher's rank tag (Horovod / PRRTE `--output rank`). Followed by a space it is
 /// as often a log viewer's or poster's line number (`[80846] W0321 …`) as an MPICH rank, so it
 /// is peeled without claiming a rank.
+#[inline]
 pub(super) fn bracket_tag(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     let (n, len) = bracket_number(b)?;
     match b.get(len) {
@@ -263,6 +282,7 @@ pub(super) fn bracket_tag(b: &[u8], m: &mut LineMeta) -> Option<usize> {
 }
 
 /// CRI `2026-03-14T09:22:05.412233870Z stdout F `.
+#[inline]
 pub(super) fn cri(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     // RFC 3339 with a `T`: rules out asctime-style lines before parsing anything.
     if b.len() < 32 || b[10] != b'T' {
@@ -291,7 +311,11 @@ pub(super) fn cri(b: &[u8], m: &mut LineMeta) -> Option<usize> {
 
 /// A row copied from the CloudWatch console: `  | <RFC 3339 time>` then ` | ` or the message
 /// glued straight to the time.
+#[inline]
 pub(super) fn cloudwatch(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    if !matches!(b.first(), Some(b' ' | b'|')) {
+        return None;
+    }
     let sp = b.iter().take_while(|c| **c == b' ').count();
     if !b[sp..].starts_with(b"| ") {
         return None;

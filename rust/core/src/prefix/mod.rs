@@ -130,7 +130,7 @@ pub fn peel(line: &str, year: i32) -> LineMeta {
                     None => break,
                 }
             }
-            Step::Unknown => break,
+            Step::Unknown | Step::Prose => break,
         }
     }
     m.msg_start = pos.min(m.msg_end);
@@ -146,9 +146,13 @@ enum Step {
     Prefix(usize),
     /// The producer's header of this many bytes; the message follows.
     Producer(usize),
+    /// Something no parser knows that opens with a tag: a header may sit further in.
     Unknown,
+    /// The message itself (it opens with a plain word or white space).
+    Prose,
 }
 
+#[inline]
 fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     if let Some(n) = launcher::ansi(rest) {
         return Step::Prefix(n);
@@ -187,9 +191,6 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     if let Some(n) = producer::nccl(rest, pos, m) {
         return Step::Producer(n);
     }
-    if let Some(n) = producer::nccl_bare(rest, m) {
-        return Step::Producer(n);
-    }
     if rest[0].is_ascii_uppercase() {
         if let Some(step) = capitalised(rest, pos, year, m) {
             return step;
@@ -205,6 +206,12 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     }
     if let Some(n) = launcher::launcher_label(rest, m, pos, year) {
         return Step::Prefix(n);
+    }
+    if !anchor::opens_with_tag(rest) {
+        return Step::Prose;
+    }
+    if let Some(n) = producer::nccl_bare(rest, m) {
+        return Step::Producer(n);
     }
     if let Some(n) = launcher::grep_file(rest) {
         return Step::Prefix(n);

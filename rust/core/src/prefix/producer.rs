@@ -2,8 +2,11 @@
 //! c10, torch logging, Python's stdlib logging, syslog, libfabric). Each parser is anchored at
 //! the start of the slice it gets; `anchor` finds them further into a line.
 
+use super::launcher::position;
 use super::{is_host_byte, Level, LineMeta, Producer};
 use crate::timefmt::{digits, leading_number, mmdd_hms};
+use memchr::memmem;
+use std::sync::OnceLock;
 
 /// Parses `[<digits>]` at `b`, returning the number and length.
 pub(super) fn bracket_number(b: &[u8]) -> Option<(u64, usize)> {
@@ -23,16 +26,19 @@ const NCCL_MARKER_WINDOW: usize = 160;
 /// `NCCL <LEVEL> ` at the start of `b`: the level and the bytes consumed (trailing space too).
 fn nccl_level(b: &[u8]) -> Option<(Level, usize)> {
     let rest = b.strip_prefix(b"NCCL ")?;
-    let (level, n) = [
-        (&b"WARN"[..], Level::Warn),
-        (&b"INFO"[..], Level::Info),
-        (&b"TRACE"[..], Level::Info),
-        (&b"CALL"[..], Level::Info),
-        (&b"ABORT"[..], Level::Error),
-    ]
-    .iter()
-    .find(|(w, _)| rest.starts_with(w))
-    .map(|(w, l)| (*l, w.len()))?;
+    let (level, n) = if rest.starts_with(b"WARN") {
+        (Level::Warn, 4)
+    } else if rest.starts_with(b"INFO") {
+        (Level::Info, 4)
+    } else if rest.starts_with(b"TRACE") {
+        (Level::Info, 5)
+    } else if rest.starts_with(b"CALL") {
+        (Level::Info, 4)
+    } else if rest.starts_with(b"ABORT") {
+        (Level::Error, 5)
+    } else {
+        return None;
+    };
     let mut end = 5 + n;
     match b.get(end) {
         None => {}
@@ -40,6 +46,12 @@ fn nccl_level(b: &[u8]) -> Option<(Level, usize)> {
         Some(_) => return None,
     }
     Some((level, end))
+}
+
+/// `NCCL ` as a prebuilt searcher: this runs on every NCCL line.
+pub(super) fn find_nccl_marker(b: &[u8]) -> Option<usize> {
+    static FINDER: OnceLock<memmem::Finder<'static>> = OnceLock::new();
+    FINDER.get_or_init(|| memmem::Finder::new(b"NCCL ")).find(b)
 }
 
 /// NCCL `host:pid:tid [dev] ` optionally followed by `file:line [(func)] NCCL WARN ` or
@@ -73,8 +85,7 @@ pub(super) fn nccl(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
             j += 1;
         }
     }
-    let window = &b[j..b.len().min(j + NCCL_MARKER_WINDOW)];
-    let pos = memchr::memmem::find(window, b"NCCL ")?;
+    let pos = find_nccl_marker(&b[j..b.len().min(j + NCCL_MARKER_WINDOW)])?;
     let (level, n) = nccl_level(&b[j + pos..])?;
     m.host = Some(host);
     m.pid = u32::try_from(pid).ok();
@@ -87,8 +98,13 @@ pub(super) fn nccl(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
 
 /// An NCCL line whose `host:pid:tid [dev]` was cut off or never printed:
 /// `include/shm.h:28 NCCL WARN ` / `ibvwrap.c:174 (func) NCCL WARN `.
+#[inline]
 pub(super) fn nccl_bare(b: &[u8], m: &mut LineMeta) -> Option<usize> {
-    let sp = memchr::memchr(b' ', &b[..b.len().min(NCCL_MARKER_WINDOW)])?;
+    let sp = position(&b[..b.len().min(NCCL_MARKER_WINDOW)], b' ')?;
+    let after = &b[sp + 1..];
+    if !after.starts_with(b"NCCL ") && !after.starts_with(b"(") {
+        return None;
+    }
     let colon = memchr::memrchr(b':', &b[..sp])?;
     let line_no = &b[colon + 1..sp];
     if colon == 0 || line_no.is_empty() || !line_no.iter().all(u8::is_ascii_digit) {
@@ -336,6 +352,7 @@ pub(super) fn bracketed_level(b: &[u8], m: &mut LineMeta) -> Option<usize> {
 }
 
 /// libfabric `libfabric:<pid>:<time>::<prov>:<subsys>:<func>():<line><<level>> `.
+#[inline]
 pub(super) fn libfabric(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     let rest = b.strip_prefix(b"libfabric:")?;
     let (pid, _) = leading_number(rest, 10)?;
