@@ -209,6 +209,24 @@ SHAPES = [
         cuda_dev=7,
     ),
     Shape(  # corpus
+        "c10 warning level",
+        "[W socket.cpp:401] [c10d] The server socket has failed to bind to [::]:29400 (errno: 98 "
+        "- Address already in use).",
+        "[c10d] The server socket has failed to bind to [::]:29400 (errno: 98 - Address already "
+        "in use).",
+        level="warn",
+    ),
+    Shape(  # corpus, cut after its first sentence
+        "c10 fatal level with a sub-group PG prefix",
+        "[rank0]:[F ProcessGroupNCCL.cpp:1169] [PG 5 Rank 0] [PG 5 Rank 0] ProcessGroupNCCL's "
+        "watchdog got stuck for 600 seconds without making progress in monitoring enqueued "
+        "collectives.",
+        "[PG 5 Rank 0] [PG 5 Rank 0] ProcessGroupNCCL's watchdog got stuck for 600 seconds "
+        "without making progress in monitoring enqueued collectives.",
+        rank=0,
+        level="fatal",
+    ),
+    Shape(  # corpus
         "logger with a bracketed level",
         "[2023-04-14 13:11:27,879] [INFO] [launch.py:428:sigkill_handler] Killing subprocess 13266",
         "Killing subprocess 13266",
