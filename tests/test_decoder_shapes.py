@@ -233,6 +233,12 @@ SHAPES = [
         level="info",
     ),
     Shape(  # corpus
+        "application tag before python logging's name and level columns",
+        "[cosmos] 2026-05-14 05:28:06,261 - cosmos - ERROR - Process 1 failed with return code 1",
+        "Process 1 failed with return code 1",
+        level="error",
+    ),
+    Shape(  # corpus
         "ray C++ log header",
         "(RayWorkerVllm pid=7046) [2024-04-16 00:03:25,080 E 7046 7269] logging.cc:361:     @     "
         "0x7f514b634520  (unknown)  (unknown)",

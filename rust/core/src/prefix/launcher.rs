@@ -281,6 +281,26 @@ pub(super) fn bracket_tag(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     }
 }
 
+/// An application's own tag in front of its log header: `[cosmos] 2026-05-14 05:28:06,261 …`.
+/// A bracketed word is also message text (`[c10d] …`), so it is peeled only when a date follows.
+#[inline]
+pub(super) fn app_tag(b: &[u8]) -> Option<usize> {
+    let close = memchr::memchr(b']', &b[..b.len().min(40)])?;
+    let word = &b[1..close];
+    if word.is_empty()
+        || !word
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
+    {
+        return None;
+    }
+    if b.get(close + 1) != Some(&b' ') {
+        return None;
+    }
+    iso_datetime(&b[close + 2..])?;
+    Some(close + 2)
+}
+
 /// CRI `2026-03-14T09:22:05.412233870Z stdout F `.
 #[inline]
 pub(super) fn cri(b: &[u8], m: &mut LineMeta) -> Option<usize> {

@@ -245,7 +245,9 @@ fn bracketed(rest: &[u8], year: i32, m: &mut LineMeta) -> Option<Step> {
     if let Some(n) = producer::c10(rest, year, m) {
         return Some(Step::Producer(n));
     }
-    launcher::bracket_tag(rest, m).map(Step::Prefix)
+    launcher::bracket_tag(rest, m)
+        .or_else(|| launcher::app_tag(rest))
+        .map(Step::Prefix)
 }
 
 /// dmesg `[183422.511734] `: seconds since boot, not a wall clock.
@@ -303,6 +305,9 @@ fn leading_time(rest: &[u8], pos: usize, m: &mut LineMeta) -> Option<Step> {
             k += 1;
         }
         return Some(Step::Producer(k));
+    }
+    if let Some(n) = producer::named_logger_level(&rest[k..], m) {
+        return Some(Step::Producer(k + n));
     }
     if let Some(h) = producer::syslog_host(&rest[k..], pos + k, m) {
         return Some(Step::Prefix(k + h));

@@ -258,6 +258,27 @@ pub(super) fn level_word(b: &[u8]) -> Option<(Level, usize)> {
     None
 }
 
+/// Python logging's `%(asctime)s - %(name)s - %(levelname)s - ` after its time:
+/// `- cosmos - ERROR - `.
+pub(super) fn named_logger_level(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let rest = b.strip_prefix(b"- ")?;
+    let name_len = rest[..rest.len().min(64)]
+        .windows(3)
+        .position(|w| w == b" - ")?;
+    if rest[..name_len].contains(&b' ') {
+        return None;
+    }
+    let after_name = 2 + name_len + 3;
+    let (level, n) = level_word(&b[after_name..])?;
+    let end = after_name + n;
+    if !b[end..].starts_with(b" - ") {
+        return None;
+    }
+    m.level = level;
+    m.producer = Producer::Stdlib;
+    Some(end + 3)
+}
+
 /// `host kernel: ` / `host prog[pid]: ` after a syslog time.
 pub(super) fn syslog_host(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
     let i = b.iter().take_while(|c| is_host_byte(**c)).count();
@@ -420,6 +441,17 @@ mod tests {
         let n = glog_tail(b, &mut m).unwrap();
         assert!(b[n..].starts_with(b"    @     0x7f"));
         assert_eq!((m.level, m.pid), (Level::Error, Some(7046)));
+    }
+
+    #[test]
+    fn python_logging_name_and_level() {
+        let mut m = LineMeta::default();
+        let b = b"- cosmos - ERROR - Process 1 failed with return code 1";
+        let n = named_logger_level(b, &mut m).unwrap();
+        assert_eq!(&b[n..], b"Process 1 failed with return code 1");
+        assert_eq!(m.level, Level::Error);
+        assert!(named_logger_level(b"- a b - ERROR - x", &mut m).is_none());
+        assert!(named_logger_level(b"- step 3 - loss 2", &mut m).is_none());
     }
 
     #[test]

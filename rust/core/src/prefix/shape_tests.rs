@@ -252,3 +252,21 @@ fn logger_bracketed_level() {
     assert_eq!(p.msg, "    @     0x7f514b634520  (unknown)  (unknown)");
     assert_eq!((p.m.level, p.m.pid), (Level::Error, Some(7046)));
 }
+
+#[test]
+fn application_tag_and_python_logging_format() {
+    // corpus
+    let p = peeled(
+        "[cosmos] 2026-05-14 05:28:06,261 - cosmos - ERROR - Process 1 failed with return code 1",
+    );
+    assert_eq!(
+        (p.msg, p.m.level),
+        ("Process 1 failed with return code 1", Level::Error)
+    );
+    assert!(p.m.ts_ms.is_some());
+    // corpus: the c10d tag after a c10 header stays message text
+    let p = peeled("[E socket.cpp:793] [c10d] The client socket has timed out after 60s while trying to connect to (IP1, 2222).");
+    assert!(p.msg.starts_with("[c10d] The client socket"));
+    let p = peeled("[c10d] a tag without a date");
+    assert_eq!(p.msg, "[c10d] a tag without a date");
+}
