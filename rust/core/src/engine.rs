@@ -570,7 +570,7 @@ impl Engine {
             st.line_no -= 1;
             return self.text_line(job, st, &joined, ingest_ms.or(meta.ts_ms), event_ms);
         }
-        if line[meta.msg_start..].trim().is_empty() {
+        if meta.message(line).trim().is_empty() {
             // A prefix with nothing behind it (`[default6]:` before an NCCL WARN's blank line).
             self.stats.blank_lines += 1;
             return;
@@ -578,7 +578,7 @@ impl Engine {
         self.stats.lines += 1;
         job.seq += 1;
         let seq = job.seq;
-        let msg = &line[meta.msg_start..];
+        let msg = meta.message(line);
         let continuation = is_continuation(msg, st);
 
         // Route the line to a source. Routes and host ids are cached per stream; the cache is

@@ -102,8 +102,16 @@ impl PyCatalog {
 
     /// Peels and classifies one line, as the engine would; returns JSON.
     fn test_line(&self, py: Python<'_>, line: &str, year: i32) -> Py<PyBytes> {
-        let meta = peel(line, year);
-        let msg = &line[meta.msg_start..];
+        let mut meta = peel(line, year);
+        // A CRI line is unwrapped first, as the engine does once it has joined the parts.
+        let line = if meta.cri {
+            let content = &line[meta.msg_start..];
+            meta = peel(content, year);
+            content
+        } else {
+            line
+        };
+        let msg = meta.message(line);
         let mut scratch = self.inner.matcher().scratch();
         let mut ids = Vec::new();
         self.inner
@@ -134,6 +142,7 @@ impl PyCatalog {
             "local_rank": meta.local_rank,
             "ts": meta.ts_ms.map(rankwatch_core::correlate::iso_ms),
             "level": meta.level.as_str(),
+            "repeated": meta.repeated,
             "hits": hits,
         });
         bytes(py, &v)

@@ -1,0 +1,321 @@
+//! Prefix peeling: strips the layers real training logs wrap around a message (ANSI residue,
+//! launcher labels, torchrun tee headers, rank prefixes, timestamps, NCCL / c10 / torch-logging
+//! / stdlib / syslog / libfabric producer prefixes) and keeps every field it removes.
+//! See shared/reference/log-formats.md for the shapes.
+//!
+//! Known prefixes are peeled from the outside in ([`launcher`], [`producer`]). When a line
+//! carries a prefix no parser knows, [`anchor`] looks for a producer header further in and the
+//! unknown part is skipped as launcher prefix.
+
+mod anchor;
+mod launcher;
+mod pg_rank;
+mod producer;
+
+pub use pg_rank::{pg_rank, PgRank};
+
+use crate::timefmt::{iso_datetime, leading_number, syslog_time};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Level {
+    #[default]
+    Unknown,
+    Info,
+    Warn,
+    Error,
+    Fatal,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Unknown => "unknown",
+            Level::Info => "info",
+            Level::Warn => "warn",
+            Level::Error => "error",
+            Level::Fatal => "fatal",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Producer {
+    #[default]
+    Plain,
+    Nccl,
+    C10,
+    TorchLog,
+    Excepthook,
+    Stdlib,
+    Syslog,
+    Kernel,
+    Libfabric,
+}
+
+/// Everything peeled off one line. Host is a byte range into the (cleaned) line; the message
+/// is `line[msg_start..msg_end]` (see [`LineMeta::message`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LineMeta {
+    pub msg_start: usize,
+    /// End of the message: the line's end unless a trailing annotation was cut off (Ray's
+    /// `[repeated Nx across cluster]`, a console's duplicated message column).
+    pub msg_end: usize,
+    pub host: Option<(usize, usize)>,
+    pub pid: Option<u32>,
+    pub tid: Option<u32>,
+    pub cuda_dev: Option<u16>,
+    pub grank: Option<u32>,
+    pub local_rank: Option<u16>,
+    pub ts_ms: Option<i64>,
+    pub level: Level,
+    pub producer: Producer,
+    /// Ray's de-duplication count: this line stands for that many more identical lines.
+    pub repeated: Option<u32>,
+    /// CRI envelope partial flag (`P`): the runtime split this line and the rest follows.
+    pub cri_partial: bool,
+    pub cri: bool,
+}
+
+impl LineMeta {
+    pub fn host<'a>(&self, line: &'a str) -> Option<&'a str> {
+        self.host.map(|(a, b)| &line[a..b])
+    }
+
+    /// The message left after peeling.
+    pub fn message<'a>(&self, line: &'a str) -> &'a str {
+        &line[self.msg_start..self.msg_end.max(self.msg_start)]
+    }
+}
+
+fn is_host_byte(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.'
+}
+
+/// At most this many layers are peeled from one line.
+const MAX_LAYERS: usize = 16;
+
+/// Peels every layer it recognises from `line`. `year` fills in dates that print no year.
+/// A CRI envelope stops the peeling: the engine joins partial CRI lines and peels the result.
+pub fn peel(line: &str, year: i32) -> LineMeta {
+    let b = line.as_bytes();
+    let mut m = LineMeta {
+        msg_end: b.len(),
+        ..LineMeta::default()
+    };
+    if let Some(n) = launcher::cri(b, &mut m) {
+        m.msg_start = n;
+        return m;
+    }
+    if let Some((end, count)) = launcher::ray_repeated_suffix(b) {
+        m.msg_end = end;
+        m.repeated = Some(count);
+    }
+    let mut pos = 0;
+    let mut anchored = false;
+    for _ in 0..MAX_LAYERS {
+        let rest = &b[pos..m.msg_end];
+        if rest.is_empty() {
+            break;
+        }
+        match layer(rest, pos, year, &mut m) {
+            Step::Prefix(n) => pos += n,
+            Step::Producer(n) => {
+                pos += n;
+                break;
+            }
+            Step::Unknown if !anchored => {
+                anchored = true;
+                match anchor::find_header(&b[..m.msg_end], pos, year) {
+                    Some(p) => pos = p,
+                    None => break,
+                }
+            }
+            Step::Unknown | Step::Prose => break,
+        }
+    }
+    m.msg_start = pos.min(m.msg_end);
+    if m.producer == Producer::C10 && m.grank.is_none() {
+        m.grank = pg_rank(&b[m.msg_start..m.msg_end]).and_then(PgRank::global);
+    }
+    m
+}
+
+/// What one peeling step found at the current position.
+enum Step {
+    /// A launcher/transport layer of this many bytes; more may follow.
+    Prefix(usize),
+    /// The producer's header of this many bytes; the message follows.
+    Producer(usize),
+    /// Something no parser knows that opens with a tag: a header may sit further in.
+    Unknown,
+    /// The message itself (it opens with a plain word or white space).
+    Prose,
+}
+
+#[inline]
+fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
+    if let Some(n) = launcher::ansi(rest) {
+        return Step::Prefix(n);
+    }
+    if pos == 0 {
+        if let Some(n) = launcher::cloudwatch(rest, m) {
+            let content = &rest[n..];
+            if let Some(half) = launcher::repeated_column(content) {
+                m.msg_end = pos + n + half;
+            }
+            return Step::Prefix(n);
+        }
+    }
+    let mut excepthook = false;
+    if let Some(n) = launcher::rank_or_tee(rest, m, &mut excepthook) {
+        if excepthook {
+            m.producer = Producer::Excepthook;
+            return Step::Producer(n);
+        }
+        return Step::Prefix(n);
+    }
+    if let Some(n) = launcher::openmpi(rest, m) {
+        return Step::Prefix(n);
+    }
+    if let Some(n) = launcher::kubectl(rest) {
+        return Step::Prefix(n);
+    }
+    if let Some(n) = launcher::ray(rest, pos, m) {
+        return Step::Prefix(n);
+    }
+    if rest[0] == b'[' {
+        if let Some(step) = bracketed(rest, year, m) {
+            return step;
+        }
+    }
+    if let Some(n) = producer::nccl(rest, pos, m) {
+        return Step::Producer(n);
+    }
+    if rest[0].is_ascii_uppercase() {
+        if let Some(step) = capitalised(rest, pos, year, m) {
+            return step;
+        }
+    }
+    if rest[0].is_ascii_digit() {
+        if let Some(step) = leading_time(rest, pos, m) {
+            return step;
+        }
+    }
+    if let Some(n) = producer::libfabric(rest, m) {
+        return Step::Producer(n);
+    }
+    if let Some(n) = launcher::launcher_label(rest, m, pos, year) {
+        return Step::Prefix(n);
+    }
+    if !anchor::opens_with_tag(rest) {
+        return Step::Prose;
+    }
+    if let Some(n) = producer::nccl_bare(rest, m) {
+        return Step::Producer(n);
+    }
+    if let Some(n) = launcher::grep_file(rest) {
+        return Step::Prefix(n);
+    }
+    Step::Unknown
+}
+
+/// Layers that start with `[`: bracketed wall-clock times, dmesg uptimes, c10 headers and bare
+/// `[N]` tags.
+fn bracketed(rest: &[u8], year: i32, m: &mut LineMeta) -> Option<Step> {
+    // `[2025-05-29 16:25:00] ` (NCCL 2.26+ WARN) and similar.
+    if let Some((ts, n)) = iso_datetime(&rest[1..]) {
+        m.ts_ms = Some(ts);
+        if rest.get(1 + n) == Some(&b']') {
+            return Some(Step::Prefix(
+                2 + n + usize::from(rest.get(2 + n) == Some(&b' ')),
+            ));
+        }
+        if let Some(end) = producer::glog_tail(&rest[1 + n..], m) {
+            return Some(Step::Producer(1 + n + end));
+        }
+        m.ts_ms = None;
+    }
+    if let Some(n) = producer::bracketed_level(rest, m) {
+        return Some(Step::Producer(n));
+    }
+    if let Some(n) = dmesg_uptime(rest) {
+        m.producer = Producer::Kernel;
+        return Some(Step::Prefix(n));
+    }
+    if let Some(n) = producer::c10(rest, year, m) {
+        return Some(Step::Producer(n));
+    }
+    launcher::bracket_tag(rest, m)
+        .or_else(|| launcher::app_tag(rest))
+        .map(Step::Prefix)
+}
+
+/// dmesg `[183422.511734] `: seconds since boot, not a wall clock.
+fn dmesg_uptime(rest: &[u8]) -> Option<usize> {
+    let sp = rest[1..].iter().take_while(|c| **c == b' ').count();
+    let (_, n) = leading_number(&rest[1 + sp..], 12)?;
+    let n = n + sp;
+    if rest.get(1 + n) != Some(&b'.') {
+        return None;
+    }
+    let fr = rest[2 + n..]
+        .iter()
+        .take_while(|c| c.is_ascii_digit())
+        .count();
+    if fr == 0 || rest.get(2 + n + fr) != Some(&b']') {
+        return None;
+    }
+    Some(3 + n + fr + usize::from(rest.get(3 + n + fr) == Some(&b' ')))
+}
+
+/// Layers that start with a capital letter: torch logging, stdlib logging, syslog.
+fn capitalised(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<Step> {
+    if let Some(n) = producer::torch_log(rest, year, m) {
+        return Some(Step::Producer(n));
+    }
+    if let Some(n) = producer::stdlib(rest, m) {
+        return Some(Step::Producer(n));
+    }
+    let (ts, n) = syslog_time(rest, year)?;
+    if rest.get(n) != Some(&b' ') {
+        return None;
+    }
+    let h = producer::syslog_host(&rest[n + 1..], pos + n + 1, m)?;
+    m.ts_ms = Some(ts);
+    Some(Step::Prefix(n + 1 + h))
+}
+
+/// A leading date-time: asctime-style `2026-11-30 12:00:05,123 INFO ` (or Ray's tab form), an
+/// ISO syslog time followed by a host, or a timestamp column (`<time> `, `<time>: `).
+fn leading_time(rest: &[u8], pos: usize, m: &mut LineMeta) -> Option<Step> {
+    let (ts, n) = iso_datetime(rest)?;
+    let mut k = n;
+    if rest[k..].starts_with(b": ") {
+        k += 1;
+    }
+    if !matches!(rest.get(k), Some(b' ') | Some(b'\t')) {
+        return None;
+    }
+    k += 1;
+    m.ts_ms = Some(ts);
+    if let Some((lvl, ln)) = producer::level_word(&rest[k..]) {
+        m.level = lvl;
+        k += ln;
+        while matches!(rest.get(k), Some(b' ') | Some(b':') | Some(b'-')) {
+            k += 1;
+        }
+        return Some(Step::Producer(k));
+    }
+    if let Some(n) = producer::named_logger_level(&rest[k..], m) {
+        return Some(Step::Producer(k + n));
+    }
+    if let Some(h) = producer::syslog_host(&rest[k..], pos + k, m) {
+        return Some(Step::Prefix(k + h));
+    }
+    Some(Step::Prefix(k))
+}
+
+#[cfg(test)]
+mod shape_tests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,466 @@
+//! Producer prefixes: the header the program that wrote the message put in front of it (NCCL,
+//! c10, torch logging, Python's stdlib logging, syslog, libfabric). Each parser is anchored at
+//! the start of the slice it gets; `anchor` finds them further into a line.
+
+use super::launcher::position;
+use super::{is_host_byte, Level, LineMeta, Producer};
+use crate::timefmt::{digits, leading_number, mmdd_hms};
+use memchr::memmem;
+use std::sync::OnceLock;
+
+/// Parses `[<digits>]` at `b`, returning the number and length.
+pub(super) fn bracket_number(b: &[u8]) -> Option<(u64, usize)> {
+    if b.first() != Some(&b'[') {
+        return None;
+    }
+    let (v, n) = leading_number(&b[1..], 10)?;
+    if b.get(1 + n) != Some(&b']') {
+        return None;
+    }
+    Some((v, n + 2))
+}
+
+/// How far past `NCCL ` the marker may sit: `[dev] file:line (func) ` or a trace float.
+const NCCL_MARKER_WINDOW: usize = 160;
+
+/// `NCCL <LEVEL> ` at the start of `b`: the level and the bytes consumed (trailing space too).
+fn nccl_level(b: &[u8]) -> Option<(Level, usize)> {
+    let rest = b.strip_prefix(b"NCCL ")?;
+    let (level, n) = if rest.starts_with(b"WARN") {
+        (Level::Warn, 4)
+    } else if rest.starts_with(b"INFO") {
+        (Level::Info, 4)
+    } else if rest.starts_with(b"TRACE") {
+        (Level::Info, 5)
+    } else if rest.starts_with(b"CALL") {
+        (Level::Info, 4)
+    } else if rest.starts_with(b"ABORT") {
+        (Level::Error, 5)
+    } else {
+        return None;
+    };
+    let mut end = 5 + n;
+    match b.get(end) {
+        None => {}
+        Some(b' ') => end += 1,
+        Some(_) => return None,
+    }
+    Some((level, end))
+}
+
+/// `NCCL ` as a prebuilt searcher: this runs on every NCCL line.
+pub(super) fn find_nccl_marker(b: &[u8]) -> Option<usize> {
+    static FINDER: OnceLock<memmem::Finder<'static>> = OnceLock::new();
+    FINDER.get_or_init(|| memmem::Finder::new(b"NCCL ")).find(b)
+}
+
+/// NCCL `host:pid:tid [dev] ` optionally followed by `file:line [(func)] NCCL WARN ` or
+/// `NCCL INFO `, `%f file:line NCCL TRACE `, or `NCCL CALL ` (no device). `off` is where `b`
+/// starts in the line, so the host range is absolute.
+pub(super) fn nccl(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
+    let mut i = 0;
+    while i < b.len() && is_host_byte(b[i]) {
+        i += 1;
+    }
+    if i == 0 || b.get(i) != Some(&b':') {
+        return None;
+    }
+    let host = (off, off + i);
+    let (pid, n) = leading_number(&b[i + 1..], 10)?;
+    let mut j = i + 1 + n;
+    if b.get(j) != Some(&b':') {
+        return None;
+    }
+    let (tid, n) = leading_number(&b[j + 1..], 10)?;
+    j += 1 + n;
+    if b.get(j) != Some(&b' ') {
+        return None;
+    }
+    j += 1;
+    let mut dev = None;
+    if let Some((d, n)) = bracket_number(&b[j..]) {
+        dev = u16::try_from(d).ok();
+        j += n;
+        if b.get(j) == Some(&b' ') {
+            j += 1;
+        }
+    }
+    let pos = find_nccl_marker(&b[j..b.len().min(j + NCCL_MARKER_WINDOW)])?;
+    let (level, n) = nccl_level(&b[j + pos..])?;
+    m.host = Some(host);
+    m.pid = u32::try_from(pid).ok();
+    m.tid = u32::try_from(tid).ok();
+    m.cuda_dev = dev;
+    m.level = level;
+    m.producer = Producer::Nccl;
+    Some(j + pos + n)
+}
+
+/// An NCCL line whose `host:pid:tid [dev]` was cut off or never printed:
+/// `include/shm.h:28 NCCL WARN ` / `ibvwrap.c:174 (func) NCCL WARN `.
+#[inline]
+pub(super) fn nccl_bare(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let sp = position(&b[..b.len().min(NCCL_MARKER_WINDOW)], b' ')?;
+    let after = &b[sp + 1..];
+    if !after.starts_with(b"NCCL ") && !after.starts_with(b"(") {
+        return None;
+    }
+    let colon = memchr::memrchr(b':', &b[..sp])?;
+    let line_no = &b[colon + 1..sp];
+    if colon == 0 || line_no.is_empty() || !line_no.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut j = sp + 1;
+    if b.get(j) == Some(&b'(') {
+        j = memchr::memchr(b')', &b[j..b.len().min(j + 96)])? + j + 1;
+        if b.get(j) != Some(&b' ') {
+            return None;
+        }
+        j += 1;
+    }
+    let (level, n) = nccl_level(&b[j..])?;
+    m.level = level;
+    m.producer = Producer::Nccl;
+    Some(j + n)
+}
+
+fn severity_letter(c: u8) -> Option<Level> {
+    match c {
+        b'F' => Some(Level::Fatal),
+        b'E' => Some(Level::Error),
+        b'W' => Some(Level::Warn),
+        b'I' | b'V' => Some(Level::Info),
+        _ => None,
+    }
+}
+
+/// `file:line]` closing a c10 or torch-logging header at `b[i]` (a space); returns the end.
+fn file_line_close(b: &[u8], i: usize) -> Option<usize> {
+    if b.get(i) != Some(&b' ') {
+        return None;
+    }
+    let close = memchr::memchr(b']', &b[i..])? + i;
+    let inner = &b[i + 1..close];
+    let colon = memchr::memrchr(b':', inner)?;
+    if colon == 0 || !inner[colon + 1..].iter().all(u8::is_ascii_digit) || inner.contains(&b' ') {
+        return None;
+    }
+    let mut end = close + 1;
+    if b.get(end) == Some(&b' ') {
+        end += 1;
+    }
+    Some(end)
+}
+
+/// c10 `[E1130 12:00:01.123456789 File.cpp:616] ` or the old `[E File.cpp:475] `.
+pub(super) fn c10(b: &[u8], year: i32, m: &mut LineMeta) -> Option<usize> {
+    if b.len() < 6 || b[0] != b'[' {
+        return None;
+    }
+    let level = severity_letter(b[1])?;
+    let mut i = 2;
+    let mut ts = None;
+    if b[i].is_ascii_digit() {
+        let n = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if n != 3 && n != 4 {
+            return None;
+        }
+        ts = Some(mmdd_hms(&b[i..], n, year)?);
+        i += n + 1 + 8;
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+        }
+    }
+    let end = file_line_close(b, i)?;
+    m.level = level;
+    m.ts_ms = ts;
+    m.producer = Producer::C10;
+    Some(end)
+}
+
+/// torch logging `W0529 16:25:00.123000 81200 path/file.py:900] `. Older releases print the
+/// thread id (up to 20 digits) where newer ones print the pid; only a value that fits a pid
+/// is kept as one.
+pub(super) fn torch_log(b: &[u8], year: i32, m: &mut LineMeta) -> Option<usize> {
+    if b.len() < 30 {
+        return None;
+    }
+    let level = match b[0] {
+        b'C' => Level::Fatal,
+        b'D' => Level::Info,
+        c => severity_letter(c)?,
+    };
+    let base = mmdd_hms(&b[1..], 4, year)?;
+    if b[14] != b'.' {
+        return None;
+    }
+    let mut i = 15;
+    let frac_start = i;
+    while i < b.len() && b[i].is_ascii_digit() {
+        i += 1;
+    }
+    let ms = i64::from(digits(&b[frac_start..], 3).unwrap_or(0));
+    if b.get(i) != Some(&b' ') {
+        return None;
+    }
+    let (id, n) = leading_number(&b[i + 1..], 20)?;
+    i += 1 + n;
+    let end = file_line_close(b, i)?;
+    m.level = level;
+    m.ts_ms = Some(base + ms);
+    m.pid = u32::try_from(id).ok();
+    m.producer = Producer::TorchLog;
+    Some(end)
+}
+
+/// stdlib default format `LEVEL:logger.name:message`.
+pub(super) fn stdlib(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let (level, n) = [
+        (&b"CRITICAL:"[..], Level::Fatal),
+        (&b"ERROR:"[..], Level::Error),
+        (&b"WARNING:"[..], Level::Warn),
+        (&b"INFO:"[..], Level::Info),
+        (&b"DEBUG:"[..], Level::Info),
+    ]
+    .iter()
+    .find(|(p, _)| b.starts_with(p))
+    .map(|(p, l)| (*l, p.len()))?;
+    let rest = &b[n..];
+    let i = rest
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'.' || **c == b'_')
+        .count();
+    if i == 0 || rest.get(i) != Some(&b':') {
+        return None;
+    }
+    m.level = level;
+    m.producer = Producer::Stdlib;
+    Some(n + i + 1)
+}
+
+pub(super) fn level_word(b: &[u8]) -> Option<(Level, usize)> {
+    for (w, l) in [
+        (&b"CRITICAL"[..], Level::Fatal),
+        (&b"FATAL"[..], Level::Fatal),
+        (&b"ERROR"[..], Level::Error),
+        (&b"WARNING"[..], Level::Warn),
+        (&b"WARN"[..], Level::Warn),
+        (&b"INFO"[..], Level::Info),
+        (&b"DEBUG"[..], Level::Info),
+    ] {
+        if b.starts_with(w) && b.get(w.len()).is_none_or(|c| !c.is_ascii_alphanumeric()) {
+            return Some((l, w.len()));
+        }
+    }
+    None
+}
+
+/// Python logging's `%(asctime)s - %(name)s - %(levelname)s - ` after its time:
+/// `- cosmos - ERROR - `.
+pub(super) fn named_logger_level(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let rest = b.strip_prefix(b"- ")?;
+    let name_len = rest[..rest.len().min(64)]
+        .windows(3)
+        .position(|w| w == b" - ")?;
+    if rest[..name_len].contains(&b' ') {
+        return None;
+    }
+    let after_name = 2 + name_len + 3;
+    let (level, n) = level_word(&b[after_name..])?;
+    let end = after_name + n;
+    if !b[end..].starts_with(b" - ") {
+        return None;
+    }
+    m.level = level;
+    m.producer = Producer::Stdlib;
+    Some(end + 3)
+}
+
+/// `host kernel: ` / `host prog[pid]: ` after a syslog time.
+pub(super) fn syslog_host(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
+    let i = b.iter().take_while(|c| is_host_byte(**c)).count();
+    if i == 0 || b.get(i) != Some(&b' ') {
+        return None;
+    }
+    let host = (off, off + i);
+    let prog_start = i + 1;
+    let colon = memchr::memchr(b':', &b[prog_start..b.len().min(prog_start + 64)])? + prog_start;
+    let prog = &b[prog_start..colon];
+    if prog.is_empty() || prog.contains(&b' ') {
+        return None;
+    }
+    m.host = Some(host);
+    m.producer = if prog == b"kernel" {
+        Producer::Kernel
+    } else {
+        Producer::Syslog
+    };
+    let mut end = colon + 1;
+    if b.get(end) == Some(&b' ') {
+        end += 1;
+    }
+    Some(end)
+}
+
+/// The rest of Ray's C++ log header after its time: ` E 7046 7269] logging.cc:361: `.
+pub(super) fn glog_tail(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    if b.first() != Some(&b' ') || b.get(2) != Some(&b' ') {
+        return None;
+    }
+    let level = severity_letter(*b.get(1)?)?;
+    let (pid, n) = leading_number(&b[3..], 10)?;
+    let close = memchr::memchr(b']', &b[3 + n..b.len().min(3 + n + 24)])? + 3 + n;
+    if !b[3 + n..close]
+        .iter()
+        .all(|c| *c == b' ' || c.is_ascii_digit())
+    {
+        return None;
+    }
+    let mut end = close + 1;
+    if b.get(end) == Some(&b' ') {
+        end += 1;
+    }
+    if let Some(n) = source_location(&b[end..], b": ") {
+        end += n;
+    }
+    m.level = level;
+    m.pid = u32::try_from(pid).ok();
+    m.producer = Producer::Stdlib;
+    Some(end)
+}
+
+/// `file.ext:<line>` (optionally `:func`) then `terminator`, as loggers print their call site.
+fn source_location(b: &[u8], terminator: &[u8]) -> Option<usize> {
+    let limit = b.len().min(128);
+    let end = memchr::memmem::find(&b[..limit], terminator)?;
+    let loc = &b[..end];
+    let colon = memchr::memchr(b':', loc)?;
+    let after = &loc[colon + 1..];
+    let digits_len = after.iter().take_while(|c| c.is_ascii_digit()).count();
+    let ok = colon > 0
+        && !loc[..colon].contains(&b' ')
+        && digits_len > 0
+        && (digits_len == after.len() || after[digits_len] == b':')
+        && !after.contains(&b' ');
+    ok.then_some(end + terminator.len())
+}
+
+/// A logger's bracketed level (DeepSpeed and many applications):
+/// `[ERROR] [launch.py:434:sigkill_handler] ` — the call site is part of the header.
+pub(super) fn bracketed_level(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let (level, n) = level_word(b.get(1..)?)?;
+    if b.get(1 + n) != Some(&b']') {
+        return None;
+    }
+    let mut end = 2 + n;
+    if b.get(end) == Some(&b' ') {
+        end += 1;
+    }
+    if b.get(end) == Some(&b'[') {
+        if let Some(k) = source_location(&b[end + 1..], b"]") {
+            end += 1 + k;
+            if b.get(end) == Some(&b' ') {
+                end += 1;
+            }
+        }
+    }
+    m.level = level;
+    m.producer = Producer::Stdlib;
+    Some(end)
+}
+
+/// libfabric `libfabric:<pid>:<time>::<prov>:<subsys>:<func>():<line><<level>> `.
+#[inline]
+pub(super) fn libfabric(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let rest = b.strip_prefix(b"libfabric:")?;
+    let (pid, _) = leading_number(rest, 10)?;
+    let lt = memchr::memchr(b'<', &b[..b.len().min(256)])?;
+    let gt = memchr::memchr(b'>', &b[lt..b.len().min(lt + 10)])? + lt;
+    let level = match &b[lt + 1..gt] {
+        b"warn" => Level::Warn,
+        b"info" | b"debug" | b"trace" => Level::Info,
+        _ => return None,
+    };
+    let mut end = gt + 1;
+    if b.get(end) == Some(&b' ') {
+        end += 1;
+    }
+    m.pid = u32::try_from(pid).ok();
+    m.level = level;
+    m.producer = Producer::Libfabric;
+    Some(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nccl_level_needs_a_word_boundary() {
+        assert_eq!(nccl_level(b"NCCL WARN x"), Some((Level::Warn, 10)));
+        assert_eq!(nccl_level(b"NCCL INFO"), Some((Level::Info, 9)));
+        assert_eq!(nccl_level(b"NCCL INFOx"), None);
+        assert_eq!(nccl_level(b"NCCL error in: x"), None);
+    }
+
+    #[test]
+    fn bare_nccl_needs_file_and_line() {
+        let mut m = LineMeta::default();
+        let b = b"include/shm.h:28 NCCL WARN Error: failed to extend";
+        let n = nccl_bare(b, &mut m).unwrap();
+        assert_eq!(&b[n..], b"Error: failed to extend");
+        assert_eq!(m.level, Level::Warn);
+        let b = b"misc/socket.cc:58 (socketProgress) NCCL WARN x";
+        assert_eq!(&b[nccl_bare(b, &mut m).unwrap()..], b"x");
+        assert!(nccl_bare(b"RuntimeError: NCCL WARN x", &mut m).is_none());
+        assert!(nccl_bare(b"socket.cc: NCCL WARN x", &mut m).is_none());
+    }
+
+    #[test]
+    fn torch_log_thread_id_is_not_a_pid() {
+        let mut m = LineMeta::default();
+        let b = b"W0321 02:07:20.285000 140204748584768 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 48099 closing signal SIGTERM";
+        let n = torch_log(b, 2025, &mut m).unwrap();
+        assert!(b[n..].starts_with(b"Sending process"));
+        assert_eq!((m.level, m.pid), (Level::Warn, None));
+    }
+
+    #[test]
+    fn logger_headers() {
+        let mut m = LineMeta::default();
+        let b = b"[ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3'] exits with return code = -9";
+        let n = bracketed_level(b, &mut m).unwrap();
+        assert!(b[n..].starts_with(b"['/usr/bin/python3']"));
+        assert_eq!(m.level, Level::Error);
+        assert!(bracketed_level(b"[Rank 0] x", &mut m).is_none());
+        let mut m = LineMeta::default();
+        let b = b" E 7046 7269] logging.cc:361:     @     0x7f514b634520  (unknown)";
+        let n = glog_tail(b, &mut m).unwrap();
+        assert!(b[n..].starts_with(b"    @     0x7f"));
+        assert_eq!((m.level, m.pid), (Level::Error, Some(7046)));
+    }
+
+    #[test]
+    fn python_logging_name_and_level() {
+        let mut m = LineMeta::default();
+        let b = b"- cosmos - ERROR - Process 1 failed with return code 1";
+        let n = named_logger_level(b, &mut m).unwrap();
+        assert_eq!(&b[n..], b"Process 1 failed with return code 1");
+        assert_eq!(m.level, Level::Error);
+        assert!(named_logger_level(b"- a b - ERROR - x", &mut m).is_none());
+        assert!(named_logger_level(b"- step 3 - loss 2", &mut m).is_none());
+    }
+
+    #[test]
+    fn libfabric_level() {
+        let mut m = LineMeta::default();
+        let b = b"libfabric:85:1747438790::core:core:fi_getinfo_():1392<warn> fi_getinfo: provider efa output empty list";
+        let n = libfabric(b, &mut m).unwrap();
+        assert_eq!(&b[n..], b"fi_getinfo: provider efa output empty list");
+        assert_eq!((m.level, m.pid), (Level::Warn, Some(85)));
+        assert!(libfabric(b"libfabric: a note", &mut m).is_none());
+    }
+}

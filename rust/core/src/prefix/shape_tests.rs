@@ -1,0 +1,272 @@
+//! One test per launcher shape met in real logs. Lines marked "corpus" are copied verbatim from
+//! shared/corpus/real; the others put a prefix quoted in a bug report in front of a real message.
+use super::*;
+
+struct Peeled<'a> {
+    msg: &'a str,
+    host: Option<&'a str>,
+    m: LineMeta,
+}
+
+fn peeled(line: &str) -> Peeled<'_> {
+    let m = peel(line, 2025);
+    Peeled {
+        msg: m.message(line),
+        host: m.host(line),
+        m,
+    }
+}
+
+#[test]
+fn horovod_rank_glued_to_nccl_header() {
+    // corpus
+    let p = peeled("[15]worker-23:83:2526 [0] misc/socket.cc:503 NCCL WARN Net : Call to recv from 100.96.188.199<41468> failed : Connection timed out");
+    assert_eq!(
+        p.msg,
+        "Net : Call to recv from 100.96.188.199<41468> failed : Connection timed out"
+    );
+    assert_eq!(p.host, Some("worker-23"));
+    assert_eq!(
+        (p.m.grank, p.m.cuda_dev, p.m.pid),
+        (Some(15), Some(0), Some(83))
+    );
+    assert_eq!(p.m.level, Level::Warn);
+}
+
+#[test]
+fn open_mpi_tag_with_and_without_timestamp() {
+    // corpus
+    let p = peeled("[1,4]<stdout>:gpu7:4105:4372 [0] include/socket.h:318 NCCL WARN Net : Socket creation failed : Address family not supported by protocol");
+    assert_eq!(
+        p.msg,
+        "Net : Socket creation failed : Address family not supported by protocol"
+    );
+    assert_eq!(
+        (p.host, p.m.grank, p.m.cuda_dev),
+        (Some("gpu7"), Some(4), Some(0))
+    );
+    // corpus
+    let p = peeled("2019-06-02T16:13:44.884Z: [1,12]<stdout>:container-e275-1553839402050-12124-01-000057:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local catastrophic error");
+    assert_eq!(p.msg, "NET/IB : Got async event : local catastrophic error");
+    assert_eq!(p.host, Some("container-e275-1553839402050-12124-01-000057"));
+    assert_eq!((p.m.grank, p.m.level), (Some(12), Level::Warn));
+    assert!(p.m.ts_ms.is_some());
+    // corpus: an empty tagged line leaves an empty message
+    assert_eq!(peeled("2019-06-02T16:13:44.884Z: [1,12]<stdout>:").msg, "");
+}
+
+#[test]
+fn tee_template_role_and_local_index() {
+    let p = peeled("[trainer0|0]:[rank0]:[E410 01:50:33.889423318 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure");
+    assert!(p
+        .msg
+        .starts_with("[PG ID 0 PG GUID 0(default_pg) Rank 0] Process group"));
+    assert_eq!((p.m.local_rank, p.m.grank), (Some(0), Some(0)));
+    assert_eq!(p.m.level, Level::Error);
+}
+
+#[test]
+fn pdsh_address_label() {
+    let line = "10.10.23.10: ip-172-32-36-209:8716:9558 [2] NCCL INFO Ring 00 : 26[2] -> 30[6] via P2P/IPC";
+    let p = peeled(line);
+    assert_eq!(p.msg, "Ring 00 : 26[2] -> 30[6] via P2P/IPC");
+    assert_eq!((p.host, p.m.cuda_dev), (Some("ip-172-32-36-209"), Some(2)));
+    let p = peeled("10.10.23.10: RuntimeError: CUDA error: uncorrectable ECC error encountered");
+    assert_eq!(
+        p.msg,
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    );
+    assert_eq!(p.host, Some("10.10.23.10"));
+}
+
+#[test]
+fn ray_worker_prefix_names_pid_and_node() {
+    // corpus
+    let line = "[2025-05-10 00:18:21] (WorkerDict pid=1230, ip=train-1316148307689748608-9zzm714v3bpc-worker-0) [rank15]:[E510 00:18:19.328151517 ProcessGroupNCCL.cpp:2168] [PG ID 4 PG GUID 20(mesh_tp) Rank 1]  failure detected by watchdog at work sequence id: 3 PG status: last enqueued work: 3, last completed work: 2";
+    let p = peeled(line);
+    assert!(p
+        .msg
+        .starts_with("[PG ID 4 PG GUID 20(mesh_tp) Rank 1]  failure detected"));
+    assert_eq!(
+        p.host,
+        Some("train-1316148307689748608-9zzm714v3bpc-worker-0")
+    );
+    assert_eq!((p.m.pid, p.m.grank), (Some(1230), Some(15)));
+    assert_eq!(p.m.level, Level::Error);
+}
+
+#[test]
+fn ray_repeat_notice_is_cut_from_the_message() {
+    // corpus
+    let p = peeled("(WorkerDict pid=3943529) [rank0]:[E816 01:09:38.266910599 ProcessGroupNCCL.cpp:627] [Rank 0] To avoid data inconsistency, we are taking the entire process down. [repeated 3x across cluster]");
+    assert_eq!(
+        p.msg,
+        "[Rank 0] To avoid data inconsistency, we are taking the entire process down."
+    );
+    assert_eq!(
+        (p.m.repeated, p.m.grank, p.m.pid),
+        (Some(3), Some(0), Some(3943529))
+    );
+}
+
+#[test]
+fn cloudwatch_rows() {
+    // corpus: message glued to the time, repeated in a second column
+    let line = "  | 2025-05-16T16:39:51.208-07:00ip-10-36-29-253:79:79 [0] NCCL INFO Bootstrap : Using eth0:10.36.29.253<0> | ip-10-36-29-253:79:79 [0] NCCL INFO Bootstrap : Using eth0:10.36.29.253<0>";
+    let p = peeled(line);
+    assert_eq!(p.msg, "Bootstrap : Using eth0:10.36.29.253<0>");
+    assert_eq!(p.host, Some("ip-10-36-29-253"));
+    assert!(p.m.ts_ms.is_some());
+    // corpus: separated by ` | `
+    let p = peeled("  | 2025-05-16T16:39:51.208-07:00 | NCCL version 2.21.5+cuda12.8");
+    assert_eq!(p.msg, "NCCL version 2.21.5+cuda12.8");
+    // corpus: libfabric's own level
+    let p = peeled("  | 2025-05-16T16:39:51.208-07:00libfabric:85:1747438790::core:core:fi_getinfo_():1392<warn> fi_getinfo: provider efa output empty list | libfabric:85:1747438790::core:core:fi_getinfo_():1392<warn> fi_getinfo: provider efa output empty list");
+    assert_eq!(p.msg, "fi_getinfo: provider efa output empty list");
+    assert_eq!((p.m.level, p.m.pid), (Level::Warn, Some(85)));
+}
+
+#[test]
+fn grep_file_column() {
+    let line = "LOG1.3.txt:[rank1]:[E1002 18:16:40.662329700 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout";
+    let p = peeled(line);
+    assert_eq!(
+        p.msg,
+        "[Rank 1] Watchdog caught collective operation timeout"
+    );
+    assert_eq!((p.m.grank, p.m.level), (Some(1), Level::Error));
+    let p = peeled("LOG1.3.txt:hpc-25-14:18622:18622 [1] NCCL INFO Using network IB");
+    assert_eq!((p.msg, p.host), ("Using network IB", Some("hpc-25-14")));
+}
+
+#[test]
+fn poster_line_numbers() {
+    // corpus
+    let line = "[80851] E0321 02:07:26.090000 140204748584768 torch/distributed/elastic/multiprocessing/api.py:833] failed (exitcode: -6) local_rank: 0 (pid: 48096) of binary: /opt/conda/envs/Llama_factory/bin/python";
+    let p = peeled(line);
+    assert!(p
+        .msg
+        .starts_with("failed (exitcode: -6) local_rank: 0 (pid: 48096)"));
+    assert_eq!((p.m.level, p.m.grank, p.m.pid), (Level::Error, None, None));
+    assert!(p.m.ts_ms.is_some());
+    // corpus
+    let p = peeled(
+        "[80853]   File \"/opt/conda/envs/Llama_factory/bin/torchrun\", line 8, in <module>",
+    );
+    assert_eq!(
+        p.msg,
+        "  File \"/opt/conda/envs/Llama_factory/bin/torchrun\", line 8, in <module>"
+    );
+}
+
+#[test]
+fn reporter_timestamp_before_c10_header() {
+    let line = "2025-02-18 12:54 [rank13]:[E218 12:54:12.556497000 ProcessGroupNCCL.cpp:629] [Rank 13] Watchdog caught collective operation timeout";
+    let p = peeled(line);
+    assert_eq!(
+        p.msg,
+        "[Rank 13] Watchdog caught collective operation timeout"
+    );
+    assert_eq!((p.m.grank, p.m.level), (Some(13), Level::Error));
+}
+
+#[test]
+fn ansi_residue_without_esc() {
+    let p = peeled("[0m [rank2]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank 2] Watchdog caught collective operation timeout");
+    assert_eq!(
+        p.msg,
+        "[Rank 2] Watchdog caught collective operation timeout"
+    );
+    assert_eq!(p.m.grank, Some(2));
+    let p = peeled("[36m(RayWorkerVllm pid=7046)[0m Fatal Python error: Aborted");
+    assert_eq!(
+        (p.msg, p.m.pid),
+        ("Fatal Python error: Aborted", Some(7046))
+    );
+}
+
+#[test]
+fn nccl_without_host_prefix() {
+    // corpus
+    let p = peeled(
+        "ibvwrap.c:174 NCCL WARN Call to ibv_modify_qp failed with error No such device errno 19",
+    );
+    assert_eq!(
+        p.msg,
+        "Call to ibv_modify_qp failed with error No such device errno 19"
+    );
+    assert_eq!((p.m.level, p.host), (Level::Warn, None));
+    let p = peeled(
+        "include/shm.h:28 NCCL WARN Error: failed to extend /dev/shm/nccl-5a3e9e to 9637892 bytes",
+    );
+    assert!(p.msg.starts_with("Error: failed to extend /dev/shm"));
+    assert_eq!(p.m.producer, Producer::Nccl);
+}
+
+#[test]
+fn srun_label_then_global_rank() {
+    // corpus
+    let p = peeled("1: [rank1]:[E702 12:22:50.103110475 ProcessGroupNCCL.cpp:629] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=52, OpType=ALLREDUCE, NumelIn=11, NumelOut=11, Timeout(ms)=240000) ran for 240000 milliseconds before timing out.");
+    assert!(p.msg.starts_with("[Rank 1] Watchdog caught"));
+    assert_eq!(p.m.grank, Some(1));
+}
+
+#[test]
+fn sub_group_ranks_are_not_global() {
+    // corpus: the c10 prefix names no global rank and the PG is a sub-group
+    let p = peeled("[E ProcessGroupNCCL.cpp:1316] [PG 5 Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=3");
+    assert_eq!(p.m.grank, None);
+    // corpus: the default group's rank is global
+    let p = peeled("[E ProcessGroupNCCL.cpp:916] [Rank 0] NCCL watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered");
+    assert_eq!(p.m.grank, Some(0));
+    // corpus: the `[rankN]:` prefix wins over a sub-group rank
+    let p = peeled("[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 5 Rank 0] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=3");
+    assert_eq!(p.m.grank, Some(0));
+    let p = peeled("[trainer3]:[E ProcessGroupNCCL.cpp:1316] [PG ID 4 PG GUID 20(mesh_tp) Rank 1]  failure detected by watchdog");
+    assert_eq!((p.m.grank, p.m.local_rank), (None, Some(3)));
+}
+
+#[test]
+fn cuda_device_is_never_a_rank() {
+    // corpus
+    let p = peeled("server2:23920:24013 [7] NCCL INFO comm 0x7f5780001ca0 rank 15 nranks 32 cudaDev 7 nvmlDev 7 - Init COMPLETE");
+    assert_eq!(
+        (p.m.cuda_dev, p.m.grank, p.m.local_rank),
+        (Some(7), None, None)
+    );
+}
+
+#[test]
+fn logger_bracketed_level() {
+    // corpus
+    let p = peeled(
+        "[2023-04-14 13:11:27,879] [INFO] [launch.py:428:sigkill_handler] Killing subprocess 13266",
+    );
+    assert_eq!(
+        (p.msg, p.m.level),
+        ("Killing subprocess 13266", Level::Info)
+    );
+    assert!(p.m.ts_ms.is_some());
+    // corpus
+    let p = peeled("(RayWorkerVllm pid=7046) [2024-04-16 00:03:25,080 E 7046 7269] logging.cc:361:     @     0x7f514b634520  (unknown)  (unknown)");
+    assert_eq!(p.msg, "    @     0x7f514b634520  (unknown)  (unknown)");
+    assert_eq!((p.m.level, p.m.pid), (Level::Error, Some(7046)));
+}
+
+#[test]
+fn application_tag_and_python_logging_format() {
+    // corpus
+    let p = peeled(
+        "[cosmos] 2026-05-14 05:28:06,261 - cosmos - ERROR - Process 1 failed with return code 1",
+    );
+    assert_eq!(
+        (p.msg, p.m.level),
+        ("Process 1 failed with return code 1", Level::Error)
+    );
+    assert!(p.m.ts_ms.is_some());
+    // corpus: the c10d tag after a c10 header stays message text
+    let p = peeled("[E socket.cpp:793] [c10d] The client socket has timed out after 60s while trying to connect to (IP1, 2222).");
+    assert!(p.msg.starts_with("[c10d] The client socket"));
+    let p = peeled("[c10d] a tag without a date");
+    assert_eq!(p.msg, "[c10d] a tag without a date");
+}

@@ -1,0 +1,104 @@
+//! Peeling of the shapes `log-formats.md` documents (invented example lines).
+use super::*;
+
+fn msg(line: &str) -> (&str, LineMeta) {
+    let m = peel(line, 2026);
+    (m.message(line), m)
+}
+
+#[test]
+fn nccl_warn_all_versions() {
+    let (t, m) = msg("node12:81234:81301 [3] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 172.17.0.1<39275> failed : Software caused connection abort");
+    assert!(t.starts_with("socketStartConnect: Connect"));
+    assert_eq!(m.pid, Some(81234));
+    assert_eq!(m.cuda_dev, Some(3));
+    assert_eq!(m.level, Level::Warn);
+    let line = "[2025-05-29 16:25:00] node12:81234:81301 [3] transport/net_ib.cc:2458 NCCL WARN NET/IB: Got completion";
+    let (t, m) = msg(line);
+    assert_eq!(t, "NET/IB: Got completion");
+    assert_eq!(m.host(line), Some("node12"));
+    assert!(m.ts_ms.is_some());
+    let (t, _) = msg("[2026-06-11 11:44:19] node12:81234:81301 [3] misc/socket.cc:58 (socketProgress) NCCL WARN socketProgress: x");
+    assert_eq!(t, "socketProgress: x");
+    let (t, m) = msg("node12:81234:81234 [3] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB");
+    assert_eq!(t, "NET/IB : Using [0]mlx5_0:1/IB");
+    assert_eq!(m.level, Level::Info);
+}
+
+#[test]
+fn c10_and_rank_prefixes() {
+    let (t, m) = msg("[rank3]:[E710 18:00:32.426182607 ProcessGroupNCCL.cpp:757] [Rank 3] Watchdog caught collective operation timeout");
+    assert_eq!(t, "[Rank 3] Watchdog caught collective operation timeout");
+    assert_eq!(m.grank, Some(3));
+    assert_eq!(m.level, Level::Error);
+    assert!(m.ts_ms.is_some());
+    let (t, m) = msg("[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught");
+    assert_eq!(t, "[Rank 1] Watchdog caught");
+    assert_eq!(m.ts_ms, None);
+    let (t, m) = msg("[default3]:[rank3]: Traceback (most recent call last):");
+    assert_eq!(t, "Traceback (most recent call last):");
+    assert_eq!((m.local_rank, m.grank), (Some(3), Some(3)));
+    assert_eq!(m.producer, Producer::Excepthook);
+    let (t, m) = msg("[default5]:node-07:40213:40213 [5] NCCL INFO Using network IB");
+    assert_eq!(t, "Using network IB");
+    assert_eq!(m.local_rank, Some(5));
+}
+
+#[test]
+fn launchers_and_envelopes() {
+    let line = " 5: [default5]:[rank13]:[E314 09:22:05.407719231 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 13]  failure detected";
+    let (t, m) = msg(line);
+    assert!(t.starts_with("[PG ID 0"));
+    assert_eq!((m.local_rank, m.grank), (Some(5), Some(13)));
+    let line = "node-07: [default5]:[rank13]: Traceback (most recent call last):";
+    let (_, m) = msg(line);
+    assert_eq!(m.host(line), Some("node-07"));
+    let (t, m) = msg("[1,13]<stdout>:node-07:40213:40213 [5] NCCL INFO Using network IB");
+    assert_eq!(t, "Using network IB");
+    assert_eq!(m.grank, Some(13));
+    let (t, m) =
+        msg("\x1b[36m(RayTrainWorker pid=40213, ip=10.20.3.7)\x1b[0m [rank13]: RuntimeError: x");
+    assert_eq!(t, "RuntimeError: x");
+    assert_eq!(m.pid, Some(40213));
+    // The CRI envelope alone is peeled: the engine joins partial lines, then peels them.
+    let (t, m) = msg(
+        "2026-03-14T09:22:05.412233870Z stdout P node-07:40213:40213 [5] NCCL INFO Channel 00/02 :",
+    );
+    assert_eq!(t, "node-07:40213:40213 [5] NCCL INFO Channel 00/02 :");
+    assert!(m.cri_partial);
+}
+
+#[test]
+fn python_side_and_kernel() {
+    let (t, m) = msg("E0314 09:32:05.771000 40190 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 5 (pid: 40213)");
+    assert!(t.starts_with("failed (exitcode: -9)"));
+    assert_eq!(m.pid, Some(40190));
+    assert_eq!(m.level, Level::Error);
+    let (t, m) = msg("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1)");
+    assert_eq!(t, "failed (exitcode: 1)");
+    assert_eq!(m.level, Level::Error);
+    let line = "Nov 30 12:00:01 node-007 kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=1, GPU has fallen off the bus.";
+    let (t, m) = msg(line);
+    assert!(t.starts_with("NVRM: Xid"));
+    assert_eq!(m.host(line), Some("node-007"));
+    assert_eq!(m.producer, Producer::Kernel);
+    let (t, _) = msg("[183422.511734] NVRM: Xid (PCI:0000:9a:00): 79");
+    assert!(t.starts_with("NVRM"));
+    let (t, m) = msg("2026-11-30 12:00:05,123 INFO step=12 loss=2.3");
+    assert_eq!(t, "step=12 loss=2.3");
+    assert_eq!(m.level, Level::Info);
+}
+
+#[test]
+fn message_text_is_not_peeled() {
+    for line in [
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "Error: failed to extend /dev/shm/nccl-1 to 9637892 bytes",
+        "[Rank 3] Watchdog caught collective operation timeout",
+        "  exitcode  : -9 (pid: 40213)",
+        "NCCL version 2.21.5+cuda12.4",
+    ] {
+        let (t, _) = msg(line);
+        assert_eq!(t, line);
+    }
+}
