@@ -67,6 +67,7 @@ PINNED = [
     "sql-r1-18-ray-first-allreduce-never-completes",
     "verl-1309-ray-mesh-tp-broadcast-timeout",
     "vllm-4108-ray-worker-abort-illegal-memory-access",
+    "weathergen-433-srun-allreduce-seq52-timeout",
     "wekws-93-port-29400-second-job",
     "xdit-147-heartbeat-stuck-after-timesteps",
 ]

@@ -604,14 +604,16 @@ class _Gen:
     def _ns(self, r: _Rank, t: float) -> int:
         return int(((r.host.mono0 + t) % 1.0) * 1e9)
 
-    def info(self, r: _Rank, t: float, msg: str, tid: int = 0, dev: int = -1) -> None:
+    def info(
+        self, r: _Rank, t: float, msg: str, tid: int = 0, dev: int = -1, mark: int = 0
+    ) -> None:
         self.recs[r.rank].append(
             (
                 t,
                 _OUT,
                 f"{r.host.name}:{r.pid}:{tid or r.pid} [{r.local if dev < 0 else dev}] "
                 f"NCCL INFO {msg}",
-                0,
+                mark,
             )
         )
 
@@ -917,7 +919,11 @@ class _Gen:
             msgs.append("NET/Plugin: Could not find: libnccl-net.so. ")
         msgs.append(f"cudaDriverVersion {h.driver}")
         for i, m in enumerate(msgs):
-            self.info(r, t + i * 0.0003, m)
+            # The culprit's first line that shows the wrong interface is the root cause.
+            root = (
+                self.scenario == "wrong_iface" and r.rank == self.cr and m.startswith("Bootstrap")
+            )
+            self.info(r, t + i * 0.0003, m, mark=_mark(_ROOT, 0) if root else 0)
         return t + len(msgs) * 0.0003 + 0.001
 
     def net_lines(self, r: _Rank, t: float) -> float:
@@ -937,14 +943,7 @@ class _Gen:
             msgs.append(f"Initialized NET plugin {name}")
         for i, m in enumerate(msgs):
             rec_text = f"{h.name}:{r.pid}:{r.pid} [{r.local}] NCCL INFO {m}"
-            mark = 0
-            if (
-                self.scenario == "wrong_iface"
-                and r.rank == self.cr
-                and m.startswith("NET/Socket : Using")
-            ):
-                mark = _mark(_ROOT, 0)
-            self.recs[r.rank].append((t + i * 0.0004, _OUT, rec_text, mark))
+            self.recs[r.rank].append((t + i * 0.0004, _OUT, rec_text, 0))
         return t + len(msgs) * 0.0004 + 0.001
 
     def ring_line(self, ch: int, nch: int, members: Sequence[int]) -> str:

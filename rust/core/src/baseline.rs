@@ -46,7 +46,7 @@ impl Baseline {
                 continue;
             }
             let m = peel(line, year);
-            self.shapes.insert(shape(&line[m.msg_start..]));
+            self.shapes.insert(shape(m.message(line)));
         }
     }
 
@@ -63,7 +63,7 @@ impl Baseline {
         lines.iter().position(|l| {
             let l = l.as_ref();
             let m = peel(l, year);
-            !self.shapes.contains(&shape(&l[m.msg_start..]))
+            !self.shapes.contains(&shape(m.message(l)))
         })
     }
 }

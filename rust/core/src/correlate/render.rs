@@ -50,7 +50,7 @@ impl<'a> View<'a> {
     /// The masked message of a line no signature recognised (groups it across ranks).
     pub fn unclassified_template(&self, h: &Hit) -> String {
         let meta = crate::prefix::peel(&h.text, self.cfg.default_year);
-        super::util::template(h.text[meta.msg_start..].trim_end())
+        super::util::template(meta.message(&h.text).trim_end())
     }
 
     /// Every field of a hit, including those not needed for correlation (not kept at ingest).
@@ -61,7 +61,7 @@ impl<'a> View<'a> {
         let meta = crate::prefix::peel(&h.text, self.cfg.default_year);
         let mut out = h.fields.clone();
         self.cat
-            .extract_fields(sig, &h.text[meta.msg_start..], false, &mut out);
+            .extract_fields(sig, meta.message(&h.text), false, &mut out);
         out
     }
 

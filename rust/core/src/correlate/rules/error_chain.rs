@@ -54,7 +54,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
 fn message<'a>(v: &View<'a>, i: usize) -> &'a str {
     let text = &v.hit(i).text;
     let meta = peel(text, v.cfg.default_year);
-    text[meta.msg_start..].trim_end()
+    meta.message(text).trim_end()
 }
 
 fn shared_tail(a: &str, b: &str) -> usize {
@@ -77,7 +77,10 @@ fn first_occurrence(v: &View, scope: &Scope, srcs: &[u32], cause: usize) -> Opti
         .copied()
         .filter(|&i| {
             let h = v.hit(i);
-            h.seq < cause_seq && srcs.contains(&h.source) && &h.origin == origin
+            // Lines of the same file that carry no identity (a bare Python traceback) may be
+            // this process's too.
+            let ours = srcs.contains(&h.source) || v.rank_of(h.source).is_none();
+            h.seq < cause_seq && ours && &h.origin == origin
         })
         .filter(|&i| provably_before(v, i, cause))
         .filter(|&i| shared_tail(message(v, i), msg) >= MIN_SHARED_TAIL)

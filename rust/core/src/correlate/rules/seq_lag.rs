@@ -55,7 +55,9 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             board.add(who, host, "seq_lag", 20, why);
         }
     }
-    let nranks = v.world_size() as usize;
+    // Only a world size the logs state (communicator init, PG options) says who is missing;
+    // one past the highest rank seen is a guess when the logs show only some ranks.
+    let nranks = v.job.max_nranks as usize;
     if nranks <= 1 || n_major * 2 < nranks {
         return;
     }
