@@ -130,7 +130,8 @@ def _collateral(d: Diagnosis, st: Style) -> list[str]:
     ]
     for c in coll[:6]:
         tag = " (explained by the root cause)" if c.get("explained_by_root_cause") else ""
-        out.append(f"  {c['signature']}: ranks {c['ranks']}  ({c['lines']} lines){tag}")
+        name = f'{c["signature"]} "{c["template"]}"' if c.get("template") else c["signature"]
+        out.append(f"  {name}: ranks {c['ranks']}  ({c['lines']} lines){tag}")
     if len(coll) > 6:
         out.append(st.dim(f"  ... {len(coll) - 6} more signatures"))
     return out
