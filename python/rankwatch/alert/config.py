@@ -38,25 +38,12 @@ from rankwatch.daemon.config import (
     parse_text,
     read_toml,
 )
+from rankwatch.daemon.config import CONNECTION_KEYS as DAEMON_CONNECTION_KEYS
 from rankwatch.daemon.config import env_name as daemon_env_name
 
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 WEBHOOK_FORMATS = ("json", "slack")
-CONNECTION_KEYS = (
-    "bootstrap_servers",
-    "client_id",
-    "request_timeout_ms",
-    "security_protocol",
-    "sasl_mechanism",
-    "sasl_username",
-    "sasl_password",
-    "ssl_cafile",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_password",
-    "session_timeout_ms",
-    "heartbeat_interval_ms",
-)
+CONNECTION_KEYS = (*DAEMON_CONNECTION_KEYS, "session_timeout_ms", "heartbeat_interval_ms")
 
 
 @dataclass

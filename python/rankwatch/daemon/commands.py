@@ -16,6 +16,7 @@ import orjson
 from rankwatch.daemon.config import (
     BOOL,
     CHOICE,
+    CONNECTION_KEYS,
     INT,
     LIST,
     OPTIONS,
@@ -182,20 +183,6 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 # --- registration ---------------------------------------------------------------------------
-
-CONNECTION_KEYS = [
-    "bootstrap_servers",
-    "client_id",
-    "request_timeout_ms",
-    "security_protocol",
-    "sasl_mechanism",
-    "sasl_username",
-    "sasl_password",
-    "ssl_cafile",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_password",
-]
 
 
 def register(subparsers: Any) -> None:

@@ -41,6 +41,21 @@ ISOLATION = ("read_uncommitted", "read_committed")
 INITIAL_OFFSET = ("window", "earliest", "latest")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
+# Options every Kafka client of rankwatch takes (run, replay, stats, simulate, alert).
+CONNECTION_KEYS = [
+    "bootstrap_servers",
+    "client_id",
+    "request_timeout_ms",
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_password",
+]
+
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names where the bad value came from."""

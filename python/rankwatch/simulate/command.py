@@ -98,7 +98,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from rankwatch.daemon.commands import CONNECTION_KEYS, _add_option_flags
+    from rankwatch.daemon.commands import _add_option_flags
+    from rankwatch.daemon.config import CONNECTION_KEYS
 
     s = subparsers.add_parser(
         "simulate",
