@@ -47,6 +47,9 @@ def input_consumer(cfg: DaemonConfig) -> Any:
         fetch_max_wait_ms=cfg.fetch_max_wait_ms,
         fetch_min_bytes=cfg.fetch_min_bytes,
         check_crcs=cfg.check_crcs,
+        # Input topics that do not exist yet (a pipeline that creates them on first write)
+        # join the subscription at the next metadata refresh: keep that within seconds.
+        metadata_max_age_ms=10_000,
     )
 
 
