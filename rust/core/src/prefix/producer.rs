@@ -58,9 +58,11 @@ pub(super) fn find_nccl_marker(b: &[u8]) -> Option<usize> {
 /// `NCCL INFO `, `%f file:line NCCL TRACE `, or `NCCL CALL ` (no device). `off` is where `b`
 /// starts in the line, so the host range is absolute.
 pub(super) fn nccl(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
-    let mut i = 0;
-    while i < b.len() && is_host_byte(b[i]) {
-        i += 1;
+    let mut i = redacted_host(b).unwrap_or(0);
+    if i == 0 {
+        while i < b.len() && is_host_byte(b[i]) {
+            i += 1;
+        }
     }
     if i == 0 || b.get(i) != Some(&b':') {
         return None;
@@ -94,6 +96,15 @@ pub(super) fn nccl(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
     m.level = level;
     m.producer = Producer::Nccl;
     Some(j + pos + n)
+}
+
+/// A host name a poster redacted (`<cluster_name>:922:1158 [3] ...`): the length of `<name>`.
+fn redacted_host(b: &[u8]) -> Option<usize> {
+    if b.first() != Some(&b'<') {
+        return None;
+    }
+    let close = b.iter().take(64).position(|c| *c == b'>')?;
+    (close > 1 && b[1..close].iter().all(|c| is_host_byte(*c))).then_some(close + 1)
 }
 
 /// An NCCL line whose `host:pid:tid [dev]` was cut off or never printed:
@@ -404,6 +415,16 @@ mod tests {
         assert_eq!(nccl_level(b"NCCL INFO"), Some((Level::Info, 9)));
         assert_eq!(nccl_level(b"NCCL INFOx"), None);
         assert_eq!(nccl_level(b"NCCL error in: x"), None);
+    }
+
+    #[test]
+    fn redacted_host_names_are_hosts() {
+        let line = "<cluster_name>:922:1158 [3] NCCL INFO misc/socket.cc:567 -> 2";
+        let m = crate::prefix::peel(line, 2026);
+        assert_eq!(m.host(line), Some("<cluster_name>"));
+        assert_eq!((m.pid, m.cuda_dev), (Some(922), Some(3)));
+        assert_eq!(m.message(line), "misc/socket.cc:567 -> 2");
+        assert_eq!(redacted_host(b"<a b>:1:2"), None);
     }
 
     #[test]
