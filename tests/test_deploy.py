@@ -5,6 +5,7 @@ config loader, and the shipper sample records decoded by the engine."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,6 +17,8 @@ import yaml
 
 from deploy_checks import ROOT, dashboard_queries, load_dashboard, need, panels
 from rankwatch import Catalog, Engine
+from rankwatch.alert.config import OPTIONS as ALERT_OPTIONS
+from rankwatch.alert.config import load_alert_config
 from rankwatch.cli import build_parser
 from rankwatch.daemon.config import load_config
 
@@ -217,16 +220,17 @@ def test_k8s_daemon_probes_config_and_secrets(tmp_path: Path) -> None:
 def test_k8s_alert_deliverer_takes_the_pagerduty_key_from_a_secret() -> None:
     dep = by_kind("Deployment")["rankwatch-alert"]
     (c,) = dep["spec"]["template"]["spec"]["containers"]
-    assert c["args"][0] == "alert"
-    flags = {a.split("=", 1)[0] for a in c["args"][1:]}
-    assert flags <= {
-        "--bootstrap-servers",
-        "--topic",
-        "--group-id",
-        "--alertmanager-url",
-        "--webhook-url",
-        "--metrics-addr",
-    }
+    # the arguments are ones `rankwatch alert` accepts, and its pages listen where the probes
+    # and Prometheus look
+    env = by_kind("ConfigMap")["rankwatch"]["data"]
+    expanded = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in c["args"]]
+    args = build_parser().parse_args(expanded)
+    assert args.command == "alert"
+    overrides = {k: getattr(args, k) for k in ALERT_OPTIONS if getattr(args, k, None) is not None}
+    cfg = load_alert_config(None, overrides=overrides, environ={})
+    port = next(p["containerPort"] for p in c["ports"] if p["name"] == "metrics")
+    assert cfg.http_listen() == ("0.0.0.0", port)
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     env = {e["name"]: e for e in c["env"]}
     key = env["RANKWATCH_PAGERDUTY_ROUTING_KEY"]["valueFrom"]["secretKeyRef"]
     assert key["name"] == "rankwatch-pagerduty"
