@@ -21,6 +21,7 @@ from daemon_fixtures import (
     wait_for,
     wait_settled,
 )
+from kafka_broker import create_topic
 from rankwatch.daemon.fitting import (
     HEADERS_TRIMMED_HEADER,
     VALUE_TRUNCATED_HEADER,
@@ -144,7 +145,10 @@ def test_a_record_near_the_size_limit_is_dead_lettered_trimmed_and_the_stream_go
     daemon_factory: Callable[..., Daemon],
 ) -> None:
     logs, out, dlq = fresh_topics("logs"), fresh_topics("diagnoses"), fresh_topics("dead")
-    poison = (b"poison", b"\x01not json " * 90_000, [("trace", b"h" * 148_000)])
+    value = b"\x01not json " * 90_000  # 900 kB, not JSON
+    # a header that brings the record to just under what the broker accepts (about 148 kB)
+    room = BROKER_MAX_MESSAGE_BYTES - 32 - record_size(b"poison", value, [("trace", b"")])
+    poison = (b"poison", value, [("trace", b"h" * room)])
     produce(daemon_kafka, logs, [poison, *fail_job("after-poison")])
     group = f"g-{uuid.uuid4().hex[:8]}"
     d = daemon_factory("p", **settings(logs, out, group, dead_letter_topic=dlq)).start()
@@ -241,4 +245,28 @@ def test_a_key_that_ends_like_a_rank_names_one_whole_job(
     wait_settled(daemon_kafka, [logs], group, [d])
     jobs = sorted((r.key, r.json()["job"]) for r in read_topic(daemon_kafka, out))
     assert jobs == [(b"1234/7", "1234/7"), (b"1234/8", "1234/8")]
+    assert d.stop() == 0
+
+
+def test_a_copy_the_broker_still_refuses_is_logged_counted_and_skipped(
+    daemon_kafka: str,
+    fresh_topics: Callable[..., str],
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    """The dead-letter topic takes at most 2 kB per record: the 50 kB copy is refused by the
+    broker, named with its source offset in the log, counted, and the offsets move on."""
+    logs, out = fresh_topics("logs"), fresh_topics("diagnoses")
+    dlq = f"{logs}.small-dead"
+    create_topic(daemon_kafka, dlq, 1, configs={"max.message.bytes": "2048"})
+    produce(daemon_kafka, logs, [(b"bad", b"{" * 50_000, []), *fail_job("after-refusal")])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    d = daemon_factory("r", **settings(logs, out, group, dead_letter_topic=dlq)).start()
+    wait_settled(daemon_kafka, [logs], group, [d])
+
+    assert read_topic(daemon_kafka, dlq) == []
+    assert [r.json()["job"] for r in read_topic(daemon_kafka, out)] == ["after-refusal"]
+    assert d.metric('rankwatch_publish_skipped_total{reason="refused"}') == 1
+    assert f"skipped dead-letter copy of {logs}/0/0" in d.log_text()
+    assert committed_offsets(daemon_kafka, logs, group) == end_offsets(daemon_kafka, logs)
+    assert d.get("/healthz")[0] == 200
     assert d.stop() == 0
