@@ -36,7 +36,7 @@ class Outbox:
             # after a restart) sees the same content
             d = self.publisher.fit(full)
             did = str(d["id"])
-            skip, chash = self.index.decide(d, replaying(str(d.get("job", ""))))
+            skip, chash = self.index.decide(d, replaying(str(full.get("job", ""))))
             if skip is not None:
                 self.metrics.diagnoses_skipped.labels(skip).inc()
                 if skip == IDENTICAL:

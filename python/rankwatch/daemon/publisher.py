@@ -108,22 +108,20 @@ class Publisher:
 
     def fit(self, diagnosis: dict[str, Any]) -> dict[str, Any]:
         """The diagnosis, or a bounded copy of it that fits one request (`truncated: true`)."""
-        fitted, cut = fit_diagnosis(diagnosis, _diagnosis_size, self.budget)
-        if cut:
-            log.warning(
-                "%s is %d bytes, over the %d-byte request budget: published cut down",
-                describe(diagnosis),
-                _diagnosis_size(diagnosis),
-                self.budget,
-            )
-            if self.metrics is not None:
-                self.metrics.publish_trimmed.labels("diagnosis").inc()
-        return fitted
+        return fit_diagnosis(diagnosis, _diagnosis_size, self.budget)[0]
 
     async def send_diagnosis(self, diagnosis: dict[str, Any]) -> bool:
         """Sends the diagnosis (cut down if it does not fit); False if it had to be skipped."""
         await self._begin()
         diagnosis = self.fit(diagnosis)
+        if diagnosis.get("truncated") is True:
+            log.warning(
+                "%s is over the %d-byte request budget: published cut down",
+                describe(diagnosis),
+                self.budget,
+            )
+            if self.metrics is not None:
+                self.metrics.publish_trimmed.labels("diagnosis").inc()
         key, value = diagnosis_record(diagnosis)
         return await self._send(
             self.cfg.output_topic, value, key, _id_headers(diagnosis), describe(diagnosis)
