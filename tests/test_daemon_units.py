@@ -330,8 +330,9 @@ def test_index_skips_identical_and_publishes_real_updates() -> None:
     d1 = diagnosis("rw-1", "j", "2026-11-30T12:00:00.000Z", confidence=0.5)
     assert idx.decide(d1, replaying=False)[0] is None
     idx.remember(d1)
-    final = {**d1, "status": "final"}  # only a volatile field changed
-    assert idx.decide(final, replaying=False)[0] == "identical"
+    assert idx.decide(dict(d1), replaying=False)[0] == "identical"
+    final = {**d1, "status": "final"}  # settled: news to every consumer, so it is published
+    assert idx.decide(final, replaying=False)[0] is None
     better = {**d1, "confidence": 0.9}
     assert idx.decide(better, replaying=False)[0] is None  # an update, same id
     assert idx.decide(better, replaying=True)[0] == "replay"  # rebuilt from less input
@@ -353,13 +354,15 @@ def test_index_loads_the_output_topic_and_the_hash_ignores_status() -> None:
     for v in (b"not json", b"[1]", None, value):
         idx.load(v)
     assert len(idx) == 1 and "rw-9" in idx
-    assert content_hash(d) == content_hash({**d, "status": "final"})
+    assert content_hash(d) != content_hash({**d, "status": "final"})
     assert content_hash(d) != content_hash({**d, "job": "other"})
     assert idx.prune() == 0
 
 
 def test_job_map_drops_only_jobs_of_lost_partitions() -> None:
-    assert job_of_key(b"llm-7/12") == "llm-7"
+    assert job_of_key(b"llm-7/12") == "llm-7/12"
+    assert job_of_key(b"llm-7/12", "job/rank") == "llm-7"
+    assert job_of_key(b"a/b", "job/rank") == "a/b"
     assert job_of_key(b"a/b/c") == "a/b/c"
     assert job_of_key(b"  ") is None
     assert partition_of_origin("logs.k8s/3/rank:1") == TopicPartition("logs.k8s", 3)
@@ -463,7 +466,9 @@ def test_positions_commit_only_what_the_engine_took_past_the_replay() -> None:
 def test_the_example_config_is_valid() -> None:
     example = Path(__file__).resolve().parent.parent / "python/rankwatch/daemon/example.toml"
     cfg = validate_config(example, use_env=False)
-    assert cfg.input_topics() == ["logs.torchrun", "logs.k8s", "logs.vector"]
+    assert cfg.input_topics() == ["logs.torchrun", "logs.k8s", "logs.slurm", "logs.vector"]
+    assert cfg.topic_config("logs.slurm").decoder().key_format == "job/rank"
+    assert cfg.topic_config("logs.k8s").decoder().key_format == "job"
     assert cfg.topic_config("logs.vector").max_record_bytes == 262_144
     assert cfg.metrics_listen() == ("0.0.0.0", 9464)
 

@@ -175,3 +175,18 @@ def test_near_simultaneous_causes_are_reported_as_a_tie(catalog: Catalog) -> Non
     d = two_ranks_with_the_same_fault(catalog, (10, 40))
     assert d["tie"] is False
     assert d["root_cause"]["rank"] == 3  # type: ignore[index]
+
+
+def test_an_incident_fed_before_the_first_poll_becomes_ready_by_wall_clock(
+    catalog: Catalog,
+) -> None:
+    """The engine learns the wall clock from `poll`; input fed before the first poll starts
+    its max_wait_ms at that poll instead of never."""
+    engine = Engine(catalog, EngineConfig(settle_ms=3_600_000, max_wait_ms=30_000))
+    s = engine.open_stream("early", "rank-3.log", rank=3, host="node-01")
+    engine.feed(s, f"{oom_line(3, 1)}\n".encode())  # the job goes silent: no watermark
+    t0 = 1_800_000_000_000
+    assert engine.poll(t0) == []
+    assert engine.poll(t0 + 29_000) == []
+    [d] = engine.poll(t0 + 30_000)
+    assert d["job"] == "early" and d["root_cause"]["rank"] == 3

@@ -108,10 +108,26 @@ def test_text_and_cri_take_the_job_from_the_key(catalog: Catalog) -> None:
         f"2026-11-30T12:00:01.1Z stdout P {CAUSE[:30]}".encode(),
         f"2026-11-30T12:00:01.2Z stdout F {CAUSE[30:]}".encode(),
     ]
-    assert feed(e, Decoder("cri"), cri, [b"crijob/5", b"crijob/5"]) == []
+    assert feed(e, Decoder("cri", key_format="job/rank"), cri, [b"crijob/5", b"crijob/5"]) == []
     d = only_diagnosis(e)
     assert d["job"] == "crijob" and d["root_cause"]["rank"] == 5  # type: ignore[index]
     assert d["root_cause"]["line"] == CAUSE  # type: ignore[index]
+
+
+def test_a_key_that_ends_like_a_rank_is_the_whole_job_by_default(catalog: Catalog) -> None:
+    """Slurm array jobs (`1234/7`) and sweeps (`sweep/2`) are job names, not job and rank:
+    two such jobs stay two jobs with an incident each."""
+    e = Engine(catalog)
+    line = f"2026-11-30T12:00:01.1Z stdout F {CAUSE}".encode()
+    assert feed(e, Decoder("cri"), [line, line], [b"1234/7", b"1234/8"]) == []
+    diagnoses = e.finish()
+    assert sorted(d["job"] for d in diagnoses) == ["1234/7", "1234/8"]
+    assert all(d["root_cause"]["rank"] is None for d in diagnoses)
+
+
+def test_an_unknown_key_format_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown key format 'rank/job'"):
+        Decoder("text", key_format="rank/job")
 
 
 @pytest.mark.parametrize(

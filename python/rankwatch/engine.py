@@ -41,10 +41,15 @@ class EngineConfig:
 
 RECORD_FORMATS = tuple(_core.Decoder.formats())
 REJECT_REASONS = tuple(_core.Decoder.reject_reasons())
+# How a record key names the job: the whole key, or `job/rank` with a numeric rank after the
+# last `/`. Whole is the default because job names such as `sweep/2` or the Slurm array job
+# `1234/7` end like a rank; only a producer that promises the convention gets it.
+KEY_FORMATS = ("job", "job/rank")
 
 
 class Decoder:
     """How to read record values of one topic: a format preset and optional field paths.
+    The record key names the job (`key_format="job"`) or the job and rank (`"job/rank"`).
 
     Paths are lists of keys (`["kubernetes", "labels", "training.kubeflow.org/job-name"]`)."""
 
@@ -60,15 +65,19 @@ class Decoder:
         source_path: list[str] | None = None,
         job_header: str = "job",
         max_record_bytes: int = 1 << 20,
+        key_format: str = "job",
     ) -> None:
         if format not in RECORD_FORMATS:
             raise ValueError(
                 f"unknown record format {format!r}; one of {', '.join(RECORD_FORMATS)}"
             )
+        if key_format not in KEY_FORMATS:
+            raise ValueError(f"unknown key format {key_format!r}; one of {', '.join(KEY_FORMATS)}")
         spec: dict[str, Any] = {
             "format": format,
             "job_header": job_header,
             "max_record_bytes": max_record_bytes,
+            "key_format": key_format,
         }
         for name, value in (
             ("job_path", job_path),
@@ -81,6 +90,7 @@ class Decoder:
             if value is not None:
                 spec[name] = list(value)
         self.format = format
+        self.key_format = key_format
         self._core = _core.Decoder(orjson.dumps(spec).decode())
 
 

@@ -193,7 +193,10 @@ def register(subparsers: Any) -> None:
         description=(
             "Consume log records from Kafka, diagnose failing jobs, publish diagnoses. Every "
             "option can be set in the TOML file (--config), as RANKWATCH_<KEY> in the "
-            "environment, or as a flag; flags win, then the environment, then the file."
+            "environment, or as a flag; flags win, then the environment, then the file. "
+            "A record's job comes from its value, then the job header, then the record key; "
+            "the whole key is the job name (so `sweep/2` or `1234/7` stay one job) unless "
+            "key_format is job/rank, which reads a number after the last / as the rank."
         ),
     )
     r.add_argument("--config", metavar="FILE", help="TOML config file")

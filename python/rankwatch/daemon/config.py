@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from rankwatch.catalog_loader import Catalog, CatalogError
-from rankwatch.engine import RECORD_FORMATS, Decoder, EngineConfig
+from rankwatch.engine import KEY_FORMATS, RECORD_FORMATS, Decoder, EngineConfig
 from rankwatch.safe_text import printable
 
 ENV_PREFIX = "RANKWATCH_"
@@ -113,6 +113,7 @@ class TopicConfig:
     source_path: list[str] | None = None
     job_header: str = "job"
     max_record_bytes: int = 1 << 20
+    key_format: str = "job"
 
     def decoder(self) -> Decoder:
         return Decoder(
@@ -125,6 +126,7 @@ class TopicConfig:
             source_path=self.source_path,
             job_header=self.job_header,
             max_record_bytes=self.max_record_bytes,
+            key_format=self.key_format,
         )
 
 
@@ -236,6 +238,13 @@ class DaemonConfig:
     source_path: list[str] | None = _opt(None, "field path of the source id", kind=PATH)  # noqa: RUF009
     job_header: str = _opt("job", "record header that carries the job")
     max_record_bytes: int = _opt(1 << 20, "reject larger records", kind=INT, minimum=1)
+    key_format: str = _opt(
+        "job",
+        "what a record key names: the job (whole key), or job/rank (a number after the last / "
+        "is the rank)",
+        kind=CHOICE,
+        choices=KEY_FORMATS,
+    )
     # --- engine -------------------------------------------------------------------------------
     settle_ms: int = _opt(
         _ENGINE.settle_ms, "event time to wait after an incident opens", kind=INT, minimum=0
@@ -287,6 +296,7 @@ class DaemonConfig:
             source_path=self.source_path,
             job_header=self.job_header,
             max_record_bytes=self.max_record_bytes,
+            key_format=self.key_format,
         )
 
     def engine_config(self) -> EngineConfig:

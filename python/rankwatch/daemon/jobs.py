@@ -2,9 +2,9 @@
 can be dropped from the engine.
 
 The job of a record is decided inside the engine (value field, then the job header, then the
-key); this map sees the keys and job headers of every batch (producers key records by `job` or
-`job/rank`), the jobs the engine first saw in each partition batch, and the job and origin of
-every diagnosis."""
+key); this map sees the keys and job headers of every batch (keys name the job, or the job
+and rank under `key_format = "job/rank"`), the jobs the engine first saw in each partition
+batch, and the job and origin of every diagnosis."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from typing import Any
 from aiokafka import TopicPartition
 
 
-def job_of_key(key: bytes) -> str | None:
-    """The job named by a record key `job` or `job/rank` (as the engine reads it)."""
+def job_of_key(key: bytes, key_format: str = "job") -> str | None:
+    """The job named by a record key, as the engine reads it under `key_format` (`job`: the
+    whole key; `job/rank`: the part before a numeric last segment)."""
     try:
         text = key.decode().strip()
     except UnicodeDecodeError:
@@ -24,7 +25,7 @@ def job_of_key(key: bytes) -> str | None:
     if not text:
         return None
     job, sep, rank = text.rpartition("/")
-    if sep and job and rank.isdigit():
+    if key_format == "job/rank" and sep and job and rank.isdigit():
         return job
     return text
 
@@ -59,10 +60,11 @@ class JobMap:
         tp: TopicPartition,
         keys: Iterable[bytes | None],
         headers: Iterable[bytes | None],
+        key_format: str = "job",
     ) -> None:
         now = time.monotonic()
         for k in set(keys):
-            if k is not None and (job := job_of_key(k)) is not None:
+            if k is not None and (job := job_of_key(k, key_format)) is not None:
                 self._add(job, tp, now)
         for h in set(headers):
             if h is not None and (job := job_of_header(h)) is not None:

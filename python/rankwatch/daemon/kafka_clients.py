@@ -66,6 +66,12 @@ def reader_consumer(cfg: DaemonConfig, *, isolation_level: str = "read_committed
     )
 
 
+def max_request_size(cfg: DaemonConfig) -> int:
+    """The producer's limit on one record: the broker's default (1 MiB), or more when
+    dead-letter copies may be larger."""
+    return max(1 << 20, cfg.dead_letter_max_bytes + (64 << 10))
+
+
 def producer(cfg: DaemonConfig) -> Any:
     """The producer of diagnoses and dead-letter copies (idempotent; transactional if set)."""
     kw: dict[str, Any] = {
@@ -73,7 +79,7 @@ def producer(cfg: DaemonConfig) -> Any:
         "acks": "all",
         "enable_idempotence": True,
         "linger_ms": cfg.linger_ms,
-        "max_request_size": max(1 << 20, cfg.dead_letter_max_bytes + (64 << 10)),
+        "max_request_size": max_request_size(cfg),
     }
     if cfg.compression_type != "none":
         kw["compression_type"] = cfg.compression_type

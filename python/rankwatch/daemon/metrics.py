@@ -27,6 +27,9 @@ MAX_HOST_SERIES = 200  # root-cause hosts with a series of their own; the rest c
 MAX_SUSPECT_SERIES = 50  # suspect hosts exported by name, most jobs first
 OTHER = "other"
 BATCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+# Why a diagnosis or dead-letter copy was given up: larger than any request may be even after
+# trimming, or refused by the broker for the record itself (not for an outage).
+SKIP_REASONS = ("too_large", "refused")
 
 
 class _EngineTotals(Collector):
@@ -209,6 +212,22 @@ class DaemonMetrics:
         )
         for reason in ("identical", "replay", "overlap"):
             self.diagnoses_skipped.labels(reason)
+        self.publish_trimmed = Counter(
+            "rankwatch_publish_trimmed",
+            "diagnoses and dead-letter copies cut down to fit the producer's request size",
+            ["kind"],
+            registry=r,
+        )
+        self.publish_skipped = Counter(
+            "rankwatch_publish_skipped",
+            "diagnoses and dead-letter copies given up (logged with their source), by reason",
+            ["reason"],
+            registry=r,
+        )
+        for kind in ("diagnosis", "dead_letter"):
+            self.publish_trimmed.labels(kind)
+        for reason in SKIP_REASONS:
+            self.publish_skipped.labels(reason)
         self.unacknowledged = Gauge(
             "rankwatch_publish_unacknowledged_records",
             "diagnoses and dead-letter copies sent but not yet acknowledged by the broker",

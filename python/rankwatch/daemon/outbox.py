@@ -29,10 +29,14 @@ class Outbox:
         self.held: dict[str, tuple[Diagnosis, str]] = {}
 
     async def offer(self, diagnoses: list[Diagnosis], replaying: Callable[[str], bool]) -> None:
-        for d in diagnoses:
-            self.jobmap.note_diagnosis(d)
+        assert self.publisher is not None
+        for full in diagnoses:
+            self.jobmap.note_diagnosis(full)
+            # decided on what will be published, so that the index (rebuilt from the topic
+            # after a restart) sees the same content
+            d = self.publisher.fit(full)
             did = str(d["id"])
-            skip, chash = self.index.decide(d, replaying(str(d.get("job", ""))))
+            skip, chash = self.index.decide(d, replaying(str(full.get("job", ""))))
             if skip is not None:
                 self.metrics.diagnoses_skipped.labels(skip).inc()
                 if skip == IDENTICAL:
@@ -50,7 +54,8 @@ class Outbox:
 
     async def _send(self, d: Diagnosis, chash: str, kind: str) -> None:
         assert self.publisher is not None
-        await self.publisher.send_diagnosis(d)
+        if not await self.publisher.send_diagnosis(d):
+            return
         self.index.remember(d, chash)
         self.metrics.diagnoses_out.labels(kind).inc()
         self.metrics.fleet.published(d)

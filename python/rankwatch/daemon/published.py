@@ -12,8 +12,9 @@ from typing import Any
 
 import orjson
 
-# Fields that change without the diagnosis changing (`status` goes from open to final).
-VOLATILE_FIELDS = frozenset({"status"})
+# Fields that change without the diagnosis changing. None today: `status` going from open to
+# final is news to every consumer (a settled diagnosis), so it is content.
+VOLATILE_FIELDS: frozenset[str] = frozenset()
 
 IDENTICAL, REPLAY, OVERLAP = "identical", "replay", "overlap"
 

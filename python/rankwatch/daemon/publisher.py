@@ -15,18 +15,40 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-from aiokafka.errors import KafkaError
+from aiokafka.errors import (
+    CorruptRecordException,
+    KafkaError,
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+)
 
 from rankwatch.daemon import kafka_clients
 from rankwatch.daemon.config import DaemonConfig
+from rankwatch.daemon.fitting import (
+    VALUE_TRUNCATED_HEADER,
+    fit_dead_letter,
+    fit_diagnosis,
+    record_size,
+)
+from rankwatch.daemon.metrics import DaemonMetrics
 
 log = logging.getLogger("rankwatch.daemon")
 
 DIAGNOSIS_SCHEMA = "rankwatch.diagnosis/1"
 REJECT_HEADER = "rankwatch-reject-reason"
 SOURCE_HEADER = "rankwatch-source"
-TRUNCATED_HEADER = "rankwatch-truncated-from-bytes"
+TRUNCATED_HEADER = VALUE_TRUNCATED_HEADER
 ID_HEADER = "rankwatch-diagnosis-id"
+# Errors about one record, not about the broker or the connection: retrying cannot help, so
+# the record is logged and skipped instead of stopping the partition.
+RECORD_ERRORS = (
+    MessageSizeTooLargeError,
+    RecordTooLargeError,
+    RecordListTooLargeError,
+    CorruptRecordException,
+)
+REQUEST_MARGIN = 1024  # kept free below max_request_size for what the estimate may miss
 
 
 class PublishError(RuntimeError):
@@ -40,12 +62,31 @@ def diagnosis_record(diagnosis: dict[str, Any]) -> tuple[bytes, bytes]:
     return str(diagnosis.get("job", "")).encode(), orjson.dumps(diagnosis)
 
 
+def _id_headers(diagnosis: dict[str, Any]) -> list[tuple[str, bytes]]:
+    return [(ID_HEADER, str(diagnosis.get("id", "")).encode())]
+
+
+def _diagnosis_size(diagnosis: dict[str, Any]) -> int:
+    key, value = diagnosis_record(diagnosis)
+    return record_size(key, value, _id_headers(diagnosis))
+
+
+def describe(diagnosis: dict[str, Any]) -> str:
+    """A diagnosis in a log line: id, job and the record its root cause came from."""
+    root = diagnosis.get("root_cause")
+    origin = root.get("origin") if isinstance(root, dict) else None
+    job = str(diagnosis.get("job"))[:200]
+    return f"diagnosis {diagnosis.get('id')} of job {job!r} (source {origin})"
+
+
 class Publisher:
-    def __init__(self, cfg: DaemonConfig) -> None:
+    def __init__(self, cfg: DaemonConfig, metrics: DaemonMetrics | None = None) -> None:
         self.cfg = cfg
+        self.metrics = metrics
         self.producer = kafka_clients.producer(cfg)
+        self.budget = kafka_clients.max_request_size(cfg) - REQUEST_MARGIN
         self.transactional = bool(cfg.transactional_id)
-        self._pending: list[asyncio.Future[Any]] = []
+        self._pending: list[tuple[asyncio.Future[Any], str]] = []
         self._in_txn = False
 
     async def start(self) -> None:
@@ -65,11 +106,26 @@ class Publisher:
             await self.producer.begin_transaction()
             self._in_txn = True
 
-    async def send_diagnosis(self, diagnosis: dict[str, Any]) -> None:
+    def fit(self, diagnosis: dict[str, Any]) -> dict[str, Any]:
+        """The diagnosis, or a bounded copy of it that fits one request (`truncated: true`)."""
+        return fit_diagnosis(diagnosis, _diagnosis_size, self.budget)[0]
+
+    async def send_diagnosis(self, diagnosis: dict[str, Any]) -> bool:
+        """Sends the diagnosis (cut down if it does not fit); False if it had to be skipped."""
         await self._begin()
+        diagnosis = self.fit(diagnosis)
+        if diagnosis.get("truncated") is True:
+            log.warning(
+                "%s is over the %d-byte request budget: published cut down",
+                describe(diagnosis),
+                self.budget,
+            )
+            if self.metrics is not None:
+                self.metrics.publish_trimmed.labels("diagnosis").inc()
         key, value = diagnosis_record(diagnosis)
-        headers = [(ID_HEADER, str(diagnosis.get("id", "")).encode())]
-        await self._send(self.cfg.output_topic, value, key, headers)
+        return await self._send(
+            self.cfg.output_topic, value, key, _id_headers(diagnosis), describe(diagnosis)
+        )
 
     async def send_dead_letter(
         self,
@@ -78,38 +134,65 @@ class Publisher:
         headers: Sequence[tuple[str, bytes]],
         reason: str,
         source: str,
-    ) -> None:
+    ) -> bool:
+        """Copies a rejected record, trimmed to fit one request; False if none was sent."""
         topic = self.cfg.dead_letter_topic
         if topic is None:
-            return
+            return False
         await self._begin()
-        extra = [(REJECT_HEADER, reason.encode()), (SOURCE_HEADER, source.encode())]
-        limit = self.cfg.dead_letter_max_bytes
-        if value is not None and len(value) > limit:
-            extra.append((TRUNCATED_HEADER, str(len(value)).encode()))
-            value = value[:limit]
-        await self._send(topic, value, key, [*headers, *extra])
+        own = [(REJECT_HEADER, reason.encode()), (SOURCE_HEADER, source.encode())]
+        copy = fit_dead_letter(
+            key, value, headers, own, self.budget, self.cfg.dead_letter_max_bytes
+        )
+        if copy.trimmed and self.metrics is not None:
+            self.metrics.publish_trimmed.labels("dead_letter").inc()
+        return await self._send(
+            topic, copy.value, copy.key, copy.headers, f"dead-letter copy of {source}"
+        )
 
     async def _send(
-        self, topic: str, value: bytes | None, key: bytes | None, headers: list[tuple[str, bytes]]
-    ) -> None:
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: list[tuple[str, bytes]],
+        what: str,
+    ) -> bool:
         try:
             fut = await self.producer.send(topic, value=value, key=key, headers=headers)
+        except RECORD_ERRORS as e:
+            self._skipped(what, "too_large", e)
+            return False
         except KafkaError as e:
             raise PublishError(f"cannot send to {topic}: {e!r}") from e
-        self._pending.append(fut)
+        self._pending.append((fut, what))
+        return True
+
+    def _skipped(self, what: str, reason: str, error: BaseException) -> None:
+        log.error("skipped %s: %r", what, error)
+        if self.metrics is not None:
+            self.metrics.publish_skipped.labels(reason).inc()
 
     @property
     def unacknowledged(self) -> int:
-        return sum(1 for f in self._pending if not f.done())
+        return sum(1 for f, _ in self._pending if not f.done())
 
     async def flush(self) -> None:
-        """Waits until the broker acknowledged everything sent so far."""
+        """Waits until the broker acknowledged everything sent so far. A record the broker
+        refused for itself is logged and skipped (outside a transaction, which such a refusal
+        aborts); any other failure raises PublishError."""
         pending, self._pending = self._pending, []
         if not pending:
             return
-        results = await asyncio.gather(*pending, return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
+        results = await asyncio.gather(*(f for f, _ in pending), return_exceptions=True)
+        errors: list[BaseException] = []
+        for (_, what), r in zip(pending, results, strict=True):
+            if not isinstance(r, BaseException):
+                continue
+            if isinstance(r, RECORD_ERRORS) and not self.transactional:
+                self._skipped(what, "refused", r)
+            else:
+                errors.append(r)
         if errors:
             raise PublishError(f"{len(errors)} record(s) not delivered: {errors[0]!r}")
 

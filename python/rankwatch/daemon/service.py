@@ -142,7 +142,7 @@ class Daemon:
 
     async def _start_clients(self) -> None:
         cfg = self.cfg
-        self.publisher = Publisher(cfg)
+        self.publisher = Publisher(cfg, self.metrics)
         self.consumer = kafka_clients.input_consumer(cfg)
         self.reader = kafka_clients.reader_consumer(cfg)
         kafka_log = logging.getLogger("aiokafka")
@@ -372,7 +372,7 @@ class Daemon:
         """Bookkeeping after the engine took a partition batch: counts, dead letters, the
         offset to commit."""
         tp = part.tp
-        self.jobmap.note(tp, part.keys, part.headers)
+        self.jobmap.note(tp, part.keys, part.headers, self.decoders[tp.topic][0].key_format)
         self.metrics.records_replayed.inc(part.replayed)
         self.metrics.records_in.inc(len(part.records) - part.replayed)
         assert self.publisher is not None
@@ -384,10 +384,10 @@ class Daemon:
             if self.cfg.dead_letter_topic is not None:
                 r = part.records[i]
                 source = f"{tp.topic}/{tp.partition}/{r.offset}"
-                await self.publisher.send_dead_letter(
+                if await self.publisher.send_dead_letter(
                     r.value, r.key, list(r.headers), reason, source
-                )
-                self.metrics.dead_letter.inc()
+                ):
+                    self.metrics.dead_letter.inc()
         for reason, n in per_reason.items():
             self.metrics.rejected.labels(reason).inc(n)
         self.pos.fed(tp, part.end)

@@ -41,6 +41,23 @@ pub struct DecoderConfig {
     pub job_header: String,
     #[serde(default = "default_max_record_bytes")]
     pub max_record_bytes: usize,
+    /// How the record key names the job: whole (`job`, the default: job names such as
+    /// `sweep/2` or the Slurm array job `1234/7` stay intact) or `job/rank`.
+    #[serde(default)]
+    pub key_format: KeyFormat,
+}
+
+/// How a record key maps to job and rank. A key only carries a rank when the topic says so:
+/// a job name may itself end in `/<number>`, and guessing would merge distinct jobs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum KeyFormat {
+    /// The whole key is the job name.
+    #[default]
+    #[serde(rename = "job")]
+    Job,
+    /// `job/rank`: the part after the last `/` is the rank when it is a number.
+    #[serde(rename = "job/rank")]
+    JobRank,
 }
 
 fn default_job_header() -> String {
@@ -66,6 +83,7 @@ impl DecoderConfig {
             source_path: None,
             job_header: default_job_header(),
             max_record_bytes: default_max_record_bytes(),
+            key_format: KeyFormat::Job,
         };
         c.fill_defaults();
         c
@@ -161,13 +179,16 @@ fn as_time_ms(v: &Value) -> Option<i64> {
     }
 }
 
-fn split_key(key: Option<&[u8]>) -> (Option<String>, Option<u32>) {
+fn split_key(key: Option<&[u8]>, format: KeyFormat) -> (Option<String>, Option<u32>) {
     let Some(k) = key.and_then(|k| std::str::from_utf8(k).ok()) else {
         return (None, None);
     };
     let k = k.trim();
     if k.is_empty() {
         return (None, None);
+    }
+    if format == KeyFormat::Job {
+        return (Some(k.to_string()), None);
     }
     if let Some((job, rank)) = k.rsplit_once('/') {
         if let Ok(r) = rank.parse::<u32>() {
@@ -200,7 +221,7 @@ pub fn decode(
     if value.len() > cfg.max_record_bytes {
         return Err("oversized");
     }
-    let (key_job, key_rank) = split_key(key);
+    let (key_job, key_rank) = split_key(key, cfg.key_format);
     let header_job = job_header
         .and_then(|h| std::str::from_utf8(h).ok())
         .map(str::trim)
@@ -317,9 +338,14 @@ mod tests {
 
     #[test]
     fn job_from_key_or_header_and_rejections() {
-        let t = DecoderConfig::preset(Format::Text);
+        let mut t = DecoderConfig::preset(Format::Text);
+        let d = decode(&t, b"hello", Some(b"1234/7"), None).unwrap();
+        assert_eq!((d.job.as_str(), d.rank), ("1234/7", None));
+        t.key_format = KeyFormat::JobRank;
         let d = decode(&t, b"hello", Some(b"jobA/7"), None).unwrap();
         assert_eq!((d.job.as_str(), d.rank), ("jobA", Some(7)));
+        let d = decode(&t, b"hello", Some(b"sweep/b"), None).unwrap();
+        assert_eq!((d.job.as_str(), d.rank), ("sweep/b", None));
         let d = decode(&t, b"hello", None, Some(b"jobB")).unwrap();
         assert_eq!(d.job, "jobB");
         assert_eq!(decode(&t, b"hello", None, None), Err("no_job"));

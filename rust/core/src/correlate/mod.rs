@@ -112,6 +112,16 @@ pub fn diagnose_ready(
     final_: bool,
 ) -> Vec<Diagnosis> {
     let version = job.input_version();
+    if now_wall_ms != i64::MAX {
+        // Input fed before the first poll carries no wall time (the engine learns the clock
+        // from `poll`): its processing-time bounds start at the first poll that sees it.
+        if job.last_wall_ms == 0 {
+            job.last_wall_ms = now_wall_ms;
+        }
+        for inc in job.incidents.iter_mut().filter(|i| i.opened_wall_ms == 0) {
+            inc.opened_wall_ms = now_wall_ms;
+        }
+    }
     // An incident whose inputs and status did not change since its last diagnosis is not
     // diagnosed again.
     let todo: Vec<(usize, bool)> = job
