@@ -131,8 +131,7 @@ fn expected_lines(data: &[u8]) -> u64 {
 }
 
 fn mentions_cri(data: &[u8]) -> bool {
-    data.windows(7)
-        .any(|w| w == b"stdout " || w == b"stderr ")
+    data.windows(7).any(|w| w == b"stdout " || w == b"stderr ")
 }
 
 /// Feeds `data` cut at `cuts` (offsets, any order) and checks every line was counted once.
@@ -205,9 +204,24 @@ fn json_value() -> impl Strategy<Value = serde_json::Value> {
         let keys = prop_oneof![
             proptest::sample::select(
                 &[
-                    "job", "rank", "host", "ts", "line", "source", "log", "message", "time",
-                    "timestamp", "@timestamp", "kubernetes", "labels", "pod_labels", "pod_name",
-                    "host", "pod_node_name", "training.kubeflow.org/job-name",
+                    "job",
+                    "rank",
+                    "host",
+                    "ts",
+                    "line",
+                    "source",
+                    "log",
+                    "message",
+                    "time",
+                    "timestamp",
+                    "@timestamp",
+                    "kubernetes",
+                    "labels",
+                    "pod_labels",
+                    "pod_name",
+                    "host",
+                    "pod_node_name",
+                    "training.kubeflow.org/job-name",
                 ][..]
             )
             .prop_map(str::to_string),
