@@ -1,6 +1,7 @@
 //! Property tests (bounded fuzzing) of the decoder, the engine's line handling and the Kafka
 //! record formats, plus a replay of the hand-made corpus in `tests/data/fuzz/`.
-//! Failing inputs proptest finds are kept in `proptest-regressions/` and replayed first.
+//! Failing inputs proptest finds are saved next to this file (`fuzz_props.proptest-regressions`,
+//! to be committed) and replayed first; none so far.
 
 use proptest::prelude::*;
 use rankwatch_core::engine::RawRecord;
