@@ -201,6 +201,7 @@ STABLE_METRICS = [
     ("rankwatch_ring_memory_bytes", "gauge"),
     ("rankwatch_memory_budget_bytes", "gauge"),
     ("rankwatch_jobs_evicted_total", "counter"),
+    ("rankwatch_jobs_released_total", "counter"),
     ("rankwatch_batch_duration_seconds", "histogram"),
     ("rankwatch_loop_iterations_total", "counter"),
     ("rankwatch_last_batch_timestamp_seconds", "gauge"),

@@ -275,6 +275,12 @@ class DaemonConfig:
     clock_uncertainty_ms: int = _opt(
         _ENGINE.clock_uncertainty_ms, "events closer than this are ties", kind=INT, minimum=0
     )
+    release_quiet_ms: int = _opt(
+        _ENGINE.release_quiet_ms,
+        "a job quiet this long gets its final diagnoses and its state released (0: never)",
+        kind=INT,
+        minimum=0,
+    )
     # --- TOML only ----------------------------------------------------------------------------
     topics: dict[str, TopicConfig] = field(default_factory=dict)
 

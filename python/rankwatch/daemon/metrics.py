@@ -47,6 +47,11 @@ class _EngineTotals(Collector):
             ("rankwatch_lines_in", "lines", "log lines fed to the engine (replays included)"),
             ("rankwatch_bytes_in", "bytes", "log bytes fed to the engine (replays included)"),
             ("rankwatch_jobs_evicted", "jobs_evicted", "jobs evicted to stay under the budget"),
+            (
+                "rankwatch_jobs_released",
+                "jobs_released",
+                "quiet jobs released after final diagnoses",
+            ),
         ):
             yield CounterMetricFamily(name, text, value=self._num(key))
         hits = CounterMetricFamily(

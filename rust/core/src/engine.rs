@@ -25,6 +25,9 @@ pub struct Config {
     pub hits_per_source_signature: u32,
     pub default_year: i32,
     pub clock_uncertainty_ms: i64,
+    /// A job quiet for this long (wall time, as seen by `poll`) gets its final diagnoses and
+    /// its state released. 0 keeps jobs until evicted or dropped.
+    pub release_quiet_ms: i64,
 }
 
 impl Default for Config {
@@ -42,6 +45,7 @@ impl Default for Config {
             hits_per_source_signature: 4,
             default_year: 2026,
             clock_uncertainty_ms: 1_500,
+            release_quiet_ms: 60 * 60_000,
         }
     }
 }
@@ -68,6 +72,9 @@ pub struct Stats {
     /// Lines whose process was new when its job already had as many sources as the budget
     /// allows (routed to their stream's source).
     pub sources_capped: u64,
+    /// Jobs whose state was released after their final diagnoses (quiet for
+    /// `release_quiet_ms`).
+    pub jobs_released: u64,
 }
 
 /// Identity a caller knows about a stream before reading it.
@@ -1061,8 +1068,56 @@ impl Engine {
                 false,
             ));
         }
+        out.extend(self.release_quiet_jobs(now_wall_ms));
         self.stats.diagnoses_emitted += out.len() as u64;
         self.annotate(out)
+    }
+
+    /// Final diagnoses of the jobs quiet for `release_quiet_ms`, whose state is then released.
+    /// A job no poll has seen yet starts its quiet time at this poll (it may have been fed
+    /// before the first one, when the engine's wall clock was still 0).
+    fn release_quiet_jobs(&mut self, now_wall_ms: i64) -> Vec<Diagnosis> {
+        let quiet_ms = self.cfg.release_quiet_ms;
+        if quiet_ms <= 0 {
+            return Vec::new();
+        }
+        let mut quiet = Vec::new();
+        for (name, job) in &mut self.jobs {
+            if job.last_wall_ms <= 0 {
+                job.last_wall_ms = now_wall_ms;
+            } else if now_wall_ms - job.last_wall_ms >= quiet_ms {
+                quiet.push(name.clone());
+            }
+        }
+        quiet.sort();
+        let mut out = Vec::new();
+        for name in quiet {
+            if let Some(job) = self.jobs.get_mut(&name) {
+                out.extend(correlate::diagnose_ready(
+                    job,
+                    &self.catalog,
+                    &self.cfg,
+                    i64::MAX,
+                    true,
+                ));
+            }
+            self.release_job(&name);
+        }
+        out
+    }
+
+    /// Forgets a job's state and the streams records opened for it. Streams a caller opened
+    /// stay usable: feeding one again starts a new instance of the job.
+    fn release_job(&mut self, name: &str) {
+        if let Some(streams) = self.record_streams.remove(name) {
+            for id in streams.values() {
+                self.streams.remove(id);
+            }
+        }
+        if let Some(j) = self.jobs.remove(name) {
+            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(j.mem_bytes);
+            self.stats.jobs_released += 1;
+        }
     }
 
     /// Every incident of every job, diagnosed now (end of input).
@@ -1142,5 +1197,78 @@ impl Engine {
             .values()
             .map(|j| j.incidents.iter().filter(|i| !i.dismissed).count())
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::tests::SMALL;
+
+    const CAUSE: &[u8] = b"node12:812:812 [3] misc/socket.cc:484 NCCL WARN socketStartConnect: \
+        Connect to 172.17.0.1<39275> failed : Network is unreachable\n";
+
+    fn engine(release_quiet_ms: i64) -> Engine {
+        let catalog = Catalog::from_sources(&[("small.toml".into(), SMALL.into())]).unwrap();
+        let cfg = Config {
+            release_quiet_ms,
+            ..Config::default()
+        };
+        Engine::new(Arc::new(catalog), cfg)
+    }
+
+    /// Feeds one failing job at `now` and polls then; returns the diagnoses of that poll.
+    fn short_job(e: &mut Engine, name: &str, now: i64) -> Vec<Diagnosis> {
+        e.poll(now);
+        let id = e.open_stream(name, "rank0.log", StreamHints::default());
+        e.feed(id, CAUSE, Some(now));
+        e.close_stream(id);
+        e.poll(now)
+    }
+
+    #[test]
+    fn quiet_jobs_get_final_diagnoses_then_their_state_is_released() {
+        let mut e = engine(60_000);
+        short_job(&mut e, "a", 1_000);
+        assert_eq!(e.job_count(), 1);
+        assert!(e.stats.memory_bytes > 0);
+        // Diagnosed (open) once the job went quiet for the settle window; still held.
+        let open = e.poll(40_000);
+        assert!(open.iter().all(|d| !d.is_final));
+        assert_eq!(e.job_count(), 1);
+        let last = e.poll(61_000);
+        assert_eq!(e.job_count(), 0);
+        assert_eq!(e.stats.jobs_released, 1);
+        assert_eq!(e.stats.memory_bytes, 0);
+        assert!(last.iter().any(|d| d.is_final && d.json["job"] == "a"));
+    }
+
+    #[test]
+    fn many_successive_short_jobs_stay_bounded() {
+        let mut e = engine(60_000);
+        let mut now = 1_000;
+        for i in 0..300 {
+            short_job(&mut e, &format!("job-{i}"), now);
+            now += 10_000;
+        }
+        // Only the jobs of the last minute are held.
+        assert!(e.job_count() <= 7, "{} jobs held", e.job_count());
+        e.poll(now + 60_000);
+        assert_eq!((e.job_count(), e.stats.jobs_released), (0, 300));
+        assert_eq!((e.stats.jobs_evicted, e.stats.memory_bytes), (0, 0));
+        assert!(e.streams.is_empty() && e.record_streams.is_empty());
+    }
+
+    #[test]
+    fn zero_keeps_jobs_and_a_busy_job_is_kept() {
+        let mut e = engine(0);
+        short_job(&mut e, "a", 1_000);
+        e.poll(10 * 3_600_000);
+        assert_eq!(e.job_count(), 1);
+        let mut e = engine(60_000);
+        for t in (1_000..200_000).step_by(20_000) {
+            short_job(&mut e, "busy", t);
+        }
+        assert_eq!((e.job_count(), e.stats.jobs_released), (1, 0));
     }
 }

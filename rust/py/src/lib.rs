@@ -179,6 +179,7 @@ fn config_from_json(text: Option<&str>) -> PyResult<Config> {
             "max_hits_per_job" => cfg.max_hits_per_job = u,
             "default_year" => cfg.default_year = n as i32,
             "clock_uncertainty_ms" => cfg.clock_uncertainty_ms = n,
+            "release_quiet_ms" => cfg.release_quiet_ms = n,
             _ => return Err(PyKeyError::new_err(format!("unknown engine option {k}"))),
         }
     }
@@ -376,7 +377,8 @@ impl PyEngine {
             "signature_hits": s.signature_hits, "hits_by_signature": by_sig,
             "unclassified_errors": s.unclassified_errors, "dropped_hits": s.dropped_hits,
             "jobs": self.inner.job_count(), "incidents": self.inner.incident_count(),
-            "jobs_evicted": s.jobs_evicted, "ring_shrinks": s.ring_shrinks,
+            "jobs_evicted": s.jobs_evicted, "jobs_released": s.jobs_released,
+            "ring_shrinks": s.ring_shrinks,
             "compacted_hits": s.compacted_hits, "sources_capped": s.sources_capped,
             "diagnoses_emitted": s.diagnoses_emitted, "memory_bytes": s.memory_bytes,
             "peak_memory_bytes": s.peak_memory_bytes,
