@@ -279,7 +279,7 @@ pub fn decode(
                 .ok_or("no_job")?;
             let rank = get(&cfg.rank_path)
                 .and_then(|r| r.as_u64().or_else(|| r.as_str()?.parse().ok()))
-                .map(|r| r as u32)
+                .and_then(|r| u32::try_from(r).ok()) // a rank past u32 is no rank, not rank 0
                 .or(key_rank);
             let host = get(&cfg.host_path).and_then(as_text);
             let source = get(&cfg.source_path)
