@@ -94,6 +94,13 @@ class Decoder:
         self.key_format = key_format
         self._core = _core.Decoder(orjson.dumps(spec).decode())
 
+    def jobs(
+        self, values: list[bytes], keys: list[bytes | None], headers: list[bytes | None]
+    ) -> list[bytes | None]:
+        """The job of each record exactly as `Engine.feed_records` decodes it (UTF-8), or
+        None where it would reject the record. Parallel lists as `feed_records` takes them."""
+        return self._core.jobs(values, keys, headers)
+
 
 class Engine:
     """Streams of log bytes in, diagnoses out. One Rust call per chunk, GIL released."""

@@ -11,7 +11,7 @@ use rankwatch_core::correlate::Diagnosis;
 use rankwatch_core::dbcache::{DbCache, DbOrigin};
 use rankwatch_core::engine::RawRecord;
 use rankwatch_core::prefix::peel;
-use rankwatch_core::records::DecoderConfig;
+use rankwatch_core::records::{decode, DecoderConfig};
 use rankwatch_core::{Catalog, Config, Engine, StreamHints};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -226,6 +226,45 @@ impl PyDecoder {
 
     fn describe(&self) -> String {
         format!("{:?}", self.inner)
+    }
+
+    /// The job of each record as `feed_records` would decode it (UTF-8 bytes), or None for a
+    /// record it would reject; one call per batch with the GIL released. Lists are parallel:
+    /// value bytes, key bytes or None, job header bytes or None.
+    fn jobs<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyList>,
+        keys: &Bound<'py, PyList>,
+        headers: &Bound<'py, PyList>,
+    ) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
+        let n = values.len();
+        if keys.len() != n || headers.len() != n {
+            return Err(PyValueError::new_err("jobs: lists differ in length"));
+        }
+        let vals: Vec<Bound<'_, PyBytes>> = values.extract()?;
+        let ks: Vec<Option<Bound<'_, PyBytes>>> = keys.extract()?;
+        let hs: Vec<Option<Bound<'_, PyBytes>>> = headers.extract()?;
+        let records: Vec<(&[u8], Option<&[u8]>, Option<&[u8]>)> = (0..n)
+            .map(|i| {
+                (
+                    vals[i].as_bytes(),
+                    ks[i].as_ref().map(|b| b.as_bytes()),
+                    hs[i].as_ref().map(|b| b.as_bytes()),
+                )
+            })
+            .collect();
+        let cfg = &self.inner;
+        let jobs: Vec<Option<String>> = py.detach(|| {
+            records
+                .iter()
+                .map(|(v, k, h)| decode(cfg, v, *k, *h).ok().map(|d| d.job))
+                .collect()
+        });
+        Ok(jobs
+            .into_iter()
+            .map(|j| j.map(|j| PyBytes::new(py, j.as_bytes())))
+            .collect())
     }
 }
 
