@@ -123,6 +123,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except ConfigError as e:
             raise UsageError(f"config: {e}") from None
         print(f"config ok: {len(cfg.input_topics())} input topic(s) -> {cfg.output_topic}")
+        for topic in cfg.repartitioned_topics():
+            print(f"  {topic} re-keyed by job through {cfg.repartition_topic(topic)}")
     return EXIT_OK
 
 

@@ -196,7 +196,10 @@ def register(subparsers: Any) -> None:
             "environment, or as a flag; flags win, then the environment, then the file. "
             "A record's job comes from its value, then the job header, then the record key; "
             "the whole key is the job name (so `sweep/2` or `1234/7` stay one job) unless "
-            "key_format is job/rank, which reads a number after the last / as the rank."
+            "key_format is job/rank, which reads a number after the last / as the rank. "
+            "One daemon must see all of a job: records not partitioned by job (unkeyed, as "
+            "Fluent Bit and Vector send them) need repartition = true for their topic, which "
+            "re-keys them by job through the internal topic <group_id>-repartition-<topic>."
         ),
     )
     r.add_argument("--config", metavar="FILE", help="TOML config file")

@@ -114,6 +114,7 @@ class TopicConfig:
     job_header: str = "job"
     max_record_bytes: int = 1 << 20
     key_format: str = "job"
+    repartition: bool = False  # not a decoder setting: where the records go first
 
     def decoder(self) -> Decoder:
         return Decoder(
@@ -245,6 +246,20 @@ class DaemonConfig:
         kind=CHOICE,
         choices=KEY_FORMATS,
     )
+    repartition: bool = _opt(
+        False,
+        "records are not partitioned by job (unkeyed, as Fluent Bit and Vector produce, or "
+        "keyed by something else): re-key them by their job through the internal topic "
+        "<group_id>-repartition-<topic> before analysis, so one daemon sees all of a job",
+        kind=BOOL,
+    )
+    repartition_retention_ms: int = _opt(
+        7 * 24 * 3_600_000,
+        "retention of the internal repartition topics when rankwatch creates them "
+        "(keep it well above replay_window_ms)",
+        kind=INT,
+        minimum=60_000,
+    )
     # --- engine -------------------------------------------------------------------------------
     settle_ms: int = _opt(
         _ENGINE.settle_ms, "event time to wait after an incident opens", kind=INT, minimum=0
@@ -303,7 +318,36 @@ class DaemonConfig:
             job_header=self.job_header,
             max_record_bytes=self.max_record_bytes,
             key_format=self.key_format,
+            repartition=self.repartition,
         )
+
+    def repartitioned_topics(self) -> list[str]:
+        """Input topics whose records go through the repartition stage first."""
+        return [t for t in self.input_topics() if self.topic_config(t).repartition]
+
+    def repartition_topic(self, topic: str) -> str:
+        """The internal topic the records of `topic` are re-keyed into (Kafka Streams'
+        `<application>-<name>-repartition` idea, named so the group's topics sort together)."""
+        return f"{self.group_id}-repartition-{topic}"
+
+    def repartition_group(self) -> str:
+        """The consumer group of the repartition stage (every daemon is a member)."""
+        return f"{self.group_id}-repartition"
+
+    def analysis_topics(self) -> list[str]:
+        """What the analysis stage consumes: keyed input topics as they are, the internal
+        topic in place of each repartitioned one."""
+        return [
+            self.repartition_topic(t) if self.topic_config(t).repartition else t
+            for t in self.input_topics()
+        ]
+
+    def source_topic(self, analysis_topic: str) -> str:
+        """The input topic whose decoder reads `analysis_topic`."""
+        for t in self.repartitioned_topics():
+            if self.repartition_topic(t) == analysis_topic:
+                return t
+        return analysis_topic
 
     def engine_config(self) -> EngineConfig:
         names = {f.name for f in dataclasses.fields(EngineConfig)}
@@ -583,6 +627,18 @@ def check_config(cfg: DaemonConfig) -> None:
                 f"sasl_mechanism {cfg.sasl_mechanism} needs sasl_username and sasl_password "
                 f"(or {env_name('sasl_password')})"
             )
+    for name in cfg.repartitioned_topics():
+        internal = cfg.repartition_topic(name)
+        check_topic_name(
+            internal, f"repartition topic of {name!r} (<group_id>-repartition-<topic>)"
+        )
+        if internal in (*inputs, cfg.output_topic, cfg.dead_letter_topic):
+            raise ConfigError(f"repartition topic {internal!r} is also an input or output topic")
+    if cfg.repartitioned_topics() and cfg.repartition_retention_ms <= cfg.replay_window_ms:
+        raise ConfigError(
+            f"repartition_retention_ms ({cfg.repartition_retention_ms}) must be above "
+            f"replay_window_ms ({cfg.replay_window_ms}): the rebuild re-reads the internal topic"
+        )
     for name in inputs:
         try:
             cfg.topic_config(name).decoder()
