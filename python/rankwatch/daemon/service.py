@@ -37,6 +37,7 @@ from rankwatch.daemon.positions import Positions
 from rankwatch.daemon.published import PublishedIndex
 from rankwatch.daemon.publisher import Publisher, PublishError
 from rankwatch.daemon.rebuild import plan_starts
+from rankwatch.daemon.repartition import SOURCE_HEADER, Repartitioner, RepartitionError
 from rankwatch.daemon.sdnotify import Notifier
 from rankwatch.daemon.tail import TopicTail
 from rankwatch.engine import REJECT_REASONS, Decoder, Engine
@@ -56,6 +57,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _source_of(record: Any) -> str | None:
+    """Where a record of a repartition topic was first read (topic/partition/offset)."""
+    for k, v in record.headers or ():
+        if k == SOURCE_HEADER:
+            return bytes(v).decode(errors="replace")
+    return None
+
+
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
@@ -72,11 +81,22 @@ class Daemon:
         self.cfg = cfg
         catalog = catalog if catalog is not None else load_catalog(cfg)
         self.engine = EngineWorker(Engine(catalog, cfg.engine_config()))
+        # keyed by the topic the analysis reads: an input topic, or the repartition topic
+        # of one (decoded as its input topic is)
         self.decoders: dict[str, tuple[Decoder, str]] = {}
-        for topic in cfg.input_topics():
+        for topic, analysed in zip(cfg.input_topics(), cfg.analysis_topics(), strict=True):
             tc = cfg.topic_config(topic)
-            self.decoders[topic] = (tc.decoder(), tc.job_header)
+            self.decoders[analysed] = (tc.decoder(), tc.job_header)
         self.metrics = DaemonMetrics(REJECT_REASONS, __version__, cfg.suspect_window_ms / 1000)
+        self.repartitioner: Repartitioner | None = None
+        self._repartition_task: asyncio.Task[None] | None = None
+        if cfg.repartitioned_topics():
+            self.repartitioner = Repartitioner(
+                cfg,
+                self.metrics.registry,
+                {t: self.decoders[cfg.repartition_topic(t)][0] for t in cfg.repartitioned_topics()},
+            )
+        self._unkeyed_warned: set[str] = set()
         self.metrics.memory_budget.set(cfg.memory_budget_bytes)
         retain_s = 2 * cfg.replay_window_ms / 1000 + 3600
         self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s)
@@ -131,8 +151,10 @@ class Daemon:
             self.outbox.publisher = self.publisher
             self.started = True
             self._kafka_probe = asyncio.create_task(self._probe_kafka())
+            self._start_repartition()
             while not self.stopping.is_set() and self.failure is None:
                 await self._step()
+            await self._stop_repartition()  # all it read is forwarded before the analysis drains
             if self.failure is None:
                 await self._drain()
         finally:
@@ -152,6 +174,10 @@ class Daemon:
             await self.publisher.start()
             await self.reader.start()
             await self.consumer.start()
+            if self.repartitioner is not None:
+                await self.repartitioner.start()  # makes the internal topics subscribed below
+        except RepartitionError as e:
+            raise DaemonError(str(e)) from None
         except KafkaError as e:
             raise DaemonError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {e}") from None
         finally:
@@ -163,16 +189,41 @@ class Daemon:
             log.warning("input topic(s) %s do not exist (yet)", ", ".join(missing))
         if cfg.output_topic not in topics:
             log.warning("output topic %s does not exist (yet)", cfg.output_topic)
-        self.consumer.subscribe(cfg.input_topics(), listener=_Listener(self))
+        self.consumer.subscribe(cfg.analysis_topics(), listener=_Listener(self))
         log.info(
             "consuming %s as group %s from %s; diagnoses to %s%s%s",
-            ", ".join(cfg.input_topics()),
+            ", ".join(cfg.analysis_topics()),
             cfg.group_id,
             cfg.bootstrap_servers,
             cfg.output_topic,
             f"; rejects to {cfg.dead_letter_topic}" if cfg.dead_letter_topic else "",
             f"; transactional id {cfg.transactional_id}" if cfg.transactional_id else "",
         )
+
+    def _start_repartition(self) -> None:
+        if self.repartitioner is None:
+            return
+        task = asyncio.create_task(self.repartitioner.run())
+        task.add_done_callback(self._repartition_done)
+        self._repartition_task = task
+
+    def _repartition_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self._fail(
+                error
+                if isinstance(error, RepartitionError)
+                else RepartitionError(f"repartition stage failed: {error!r}")
+            )
+
+    async def _stop_repartition(self) -> None:
+        if self.repartitioner is None or self._repartition_task is None:
+            return
+        self.repartitioner.stop()
+        with contextlib.suppress(Exception):  # its failure was reported by _repartition_done
+            await self._repartition_task
 
     async def _flush(self) -> None:
         """Everything fed so far: diagnosed, published, acknowledged, offsets committed."""
@@ -197,6 +248,12 @@ class Daemon:
         if self._inflight is not None:  # only after a failure: its outcome no longer matters
             with contextlib.suppress(Exception):
                 await self._inflight
+        if self._repartition_task is not None and not self._repartition_task.done():
+            self._repartition_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._repartition_task
+        if self.repartitioner is not None:
+            await self.repartitioner.close()
         for name, client in (("consumer", self.consumer), ("reader", self.reader)):
             if client is not None:
                 try:
@@ -254,6 +311,8 @@ class Daemon:
             )
             if bad
         ]
+        if self.repartitioner is not None and self.failure is None:
+            reasons += self.repartitioner.problems()
         body = {
             "status": "ready" if not reasons else "not ready",
             "reasons": reasons,
@@ -383,14 +442,30 @@ class Daemon:
             per_reason[reason] = per_reason.get(reason, 0) + 1
             if self.cfg.dead_letter_topic is not None:
                 r = part.records[i]
-                source = f"{tp.topic}/{tp.partition}/{r.offset}"
+                source = _source_of(r) or f"{tp.topic}/{tp.partition}/{r.offset}"
                 if await self.publisher.send_dead_letter(
                     r.value, r.key, list(r.headers), reason, source
                 ):
                     self.metrics.dead_letter.inc()
         for reason, n in per_reason.items():
             self.metrics.rejected.labels(reason).inc(n)
+        self._warn_unkeyed(part)
         self.pos.fed(tp, part.end)
+
+    def _warn_unkeyed(self, part: PartitionBatch) -> None:
+        """Records without a key on a topic read as partitioned by job: with more than one
+        daemon the ranks of one job may be analysed apart. Said once per topic."""
+        topic = part.tp.topic
+        if topic in self._unkeyed_warned or topic not in self.cfg.input_topics():
+            return
+        if None in part.keys:
+            self._unkeyed_warned.add(topic)
+            log.warning(
+                "records of topic %s have no key: Kafka spreads them over partitions, so with "
+                "more than one daemon a job's ranks may be diagnosed apart. Set "
+                "`repartition = true` for this topic (see the README, keying)",
+                topic,
+            )
 
     def _replaying(self, job: str) -> bool:
         return self.pos.replaying(self.jobmap.partitions_of(job))
