@@ -1,0 +1,420 @@
+"""Unkeyed input (`repartition = true`): records that carry their job only in the value, spread
+over the partitions as Fluent Bit and Vector produce them, are re-keyed by job into the
+internal topic `<group>-repartition-<topic>` before analysis, so that every daemon of a group
+sees whole jobs: one diagnosis id per incident, naming the generator's root cause, with two
+and three daemons, a rebalance mid-burst, and a SIGKILL of the member that repartitions.
+
+Daemons are real `rankwatch run` processes on the real broker (tests/daemon_fixtures.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from daemon_fixtures import (
+    ROOT,
+    Daemon,
+    committed_offsets,
+    end_offsets,
+    read_topic,
+    wait_for,
+    wait_settled,
+)
+from rankwatch import Catalog
+from rankwatch.daemon.config import ConfigError, load_config
+from rankwatch.daemon.repartition import SOURCE_HEADER, partition_for
+from rankwatch.daemon.replay import BatchSender, canonical_record, interleave, new_producer
+from rankwatch.engine import Decoder
+from rankwatch.local import discover
+from rankwatch.simulate import fleetgen
+from test_daemon_kafka import check_diagnoses, make_fleet
+
+YEAR = fleetgen._BASE.year  # the generator's logs print times without a year
+
+
+def unkeyed_burst(root: Path, truths: dict[str, Any]) -> list[bytes]:
+    """Every line of every job as a shipper sends it: canonical values with the job only in
+    the value and `ts` the time the shipper read the line (the line's own time, else that of
+    the line before it in its file), lines of all files interleaved. Spread over partitions,
+    a file's lines are no longer read in order, so lines without a time of their own need the
+    record's time, as Fluent Bit's `@timestamp` and Vector's `timestamp` give it."""
+    catalog = Catalog()
+    files, _ = discover([root / job for job in truths])
+    read_at: dict[Path, int | None] = {}
+    out = []
+    for f, line in interleave(files):
+        own = orjson.loads(catalog._core.test_line(line.decode(errors="replace"), YEAR))["ts"]
+        if own is not None:
+            read_at[f.path] = int(datetime.fromisoformat(own).timestamp() * 1000)
+        record = orjson.loads(canonical_record(f, line))
+        record["ts"] = read_at.get(f.path)
+        out.append(orjson.dumps(record))
+    return out
+
+
+def produce_unkeyed(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    """Sends values without a key: each to the next partition in turn, so every rank of a
+    job lands on every partition (a shipper's null-key partitioner does the same at random)."""
+
+    async def send() -> None:
+        producer = new_producer({"bootstrap_servers": bootstrap})
+        await producer.start()
+        try:
+            sender = BatchSender(producer, topic, sorted(await producer.partitions_for(topic)))
+            for value in values:
+                await sender.add(None, value)
+            await sender.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+
+
+def topics_of(bootstrap: str) -> set[str]:
+    async def names() -> set[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            return set(await admin.list_topics())
+        finally:
+            await admin.close()
+
+    return asyncio.run(names())
+
+
+def settings(logs: str, out: str, group: str) -> dict[str, Any]:
+    return {"topic": [logs], "output_topic": out, "group_id": group}
+
+
+UNKEYED = {"repartition": True}
+
+
+def wait_repartitioned(bootstrap: str, logs: str, group: str, daemons: list[Daemon]) -> str:
+    """Waits until the stage committed every input record, then until the analysis settled
+    on the internal topic; returns the internal topic."""
+    internal = f"{group}-repartition-{logs}"
+
+    def stage_done() -> bool:
+        for d in daemons:
+            if d.proc is not None and d.running():
+                d.fail_if_dead()
+        ends = end_offsets(bootstrap, logs)
+        done = committed_offsets(bootstrap, logs, f"{group}-repartition")
+        return all(done.get(p, 0) >= e for p, e in ends.items() if e > 0)
+
+    wait_for(f"the repartition stage to commit every record of {logs}", stage_done)
+    wait_settled(bootstrap, [internal], group, [d for d in daemons if d.running()])
+    return internal
+
+
+def wait_both_stages(daemons: list[Daemon], partitions: int = 4) -> None:
+    """Every daemon owns partitions of both stages, and together they own all of each."""
+
+    def shared() -> bool:
+        ms = [d.metrics() or {} for d in daemons]
+        for name in ("rankwatch_partitions_assigned", "rankwatch_repartition_partitions_assigned"):
+            owned = [m.get(name, 0) for m in ms]
+            if min(owned) == 0 or sum(owned) != partitions:
+                return False
+        return True
+
+    wait_for(f"{len(daemons)} daemons to share the partitions of both stages", shared)
+
+
+def copies_by_source(bootstrap: str, internal: str) -> Counter[bytes]:
+    copies: Counter[bytes] = Counter()
+    for r in read_topic(bootstrap, internal):
+        copies[r.headers[SOURCE_HEADER]] += 1
+    return copies
+
+
+def test_unkeyed_input_with_two_daemons_gives_one_diagnosis_per_incident(
+    tmp_path: Path,
+    daemon_kafka: str,
+    fresh_topics: Callable[..., str],
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    """Fails without the stage: each daemon diagnoses the ranks its partitions hold, so an
+    incident gets two ids and one of them names a symptom on the wrong rank."""
+    truths = make_fleet(
+        tmp_path / "fleet",
+        [
+            ("cuda_error", 41, "per-rank"),
+            ("ib_link_down", 42, "per-node"),
+            ("healthy", 43, "per-rank"),
+        ],
+    )
+    logs, out = fresh_topics("logs", 4), fresh_topics("diagnoses", 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    daemons = [
+        daemon_factory(name, **settings(logs, out, group), topics={logs: UNKEYED}).start()
+        for name in ("a", "b")
+    ]
+    wait_both_stages(daemons)
+    values = unkeyed_burst(tmp_path / "fleet", truths)
+    produce_unkeyed(daemon_kafka, logs, values)
+    internal = wait_repartitioned(daemon_kafka, logs, group, daemons)
+
+    check_diagnoses(read_topic(daemon_kafka, out), truths)
+    internal_records = read_topic(daemon_kafka, internal)
+    assert len(internal_records) == len(values)
+    # one job, one partition of the internal topic: the one Kafka's partitioner gives its name
+    for r in internal_records:
+        job = r.json()["job"].encode()
+        assert r.partition == partition_for(job, 4), job
+    repartitioned = sum(
+        d.metric(f'rankwatch_repartition_records_total{{topic="{logs}"}}') for d in daemons
+    )
+    assert repartitioned == len(values)
+    for d in daemons:
+        status, body = d.get("/readyz")
+        assert status == 200, body
+        assert d.stop() == 0
+        assert "have no key" not in d.log_text()
+
+
+def test_three_daemons_with_a_rebalance_mid_burst(
+    tmp_path: Path,
+    daemon_kafka: str,
+    fresh_topics: Callable[..., str],
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    truths = make_fleet(
+        tmp_path / "fleet",
+        [
+            ("cuda_error", 51, "per-rank"),
+            ("oom_kill", 52, "per-node"),
+            ("desync", 53, "torchrun-logdir"),
+            ("healthy_noisy", 54, "per-rank"),
+        ],
+    )
+    logs, out = fresh_topics("logs", 4), fresh_topics("diagnoses", 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    config = settings(logs, out, group)
+    a, b, c = (
+        daemon_factory(name, **config, topics={logs: UNKEYED}, max_batch_records=200)
+        for name in ("a", "b", "c")
+    )
+    a.start(), b.start()
+    wait_both_stages([a, b])
+    values = unkeyed_burst(tmp_path / "fleet", truths)
+    third = len(values) // 3
+    produce_unkeyed(daemon_kafka, logs, values[:third])
+    c.start()  # joins both groups while the first third is being analysed
+    produce_unkeyed(daemon_kafka, logs, values[third : 2 * third])
+    wait_both_stages([a, b, c])
+    produce_unkeyed(daemon_kafka, logs, values[2 * third :])
+    wait_repartitioned(daemon_kafka, logs, group, [a, b, c])
+
+    check_diagnoses(read_topic(daemon_kafka, out), truths)
+    for d in (a, b, c):
+        assert d.stop() == 0
+
+
+def test_sigkill_of_the_repartitioning_member_loses_and_duplicates_nothing(
+    tmp_path: Path,
+    daemon_kafka: str,
+    fresh_topics: Callable[..., str],
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    truths = make_fleet(
+        tmp_path / "fleet",
+        [
+            ("cuda_error", 61, "per-rank"),
+            ("ib_link_down", 62, "per-node"),
+            ("cuda_oom", 63, "per-rank"),
+            ("healthy", 64, "per-node"),
+        ],
+    )
+    logs, out = fresh_topics("logs", 4), fresh_topics("diagnoses", 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    config = {**settings(logs, out, group), "max_batch_records": 100, "commit_interval_ms": 100}
+    # both daemons are members of both groups; the one owning more of the stage is killed
+    a = daemon_factory("a", **config, topics={logs: UNKEYED}).start()
+    a.wait_assigned()
+    b = daemon_factory("b", **config, topics={logs: UNKEYED}).start()
+    wait_for(
+        "b to own analysis partitions",
+        lambda: b.metric("rankwatch_partitions_assigned") > 0,
+    )
+    values = unkeyed_burst(tmp_path / "fleet", truths)
+    half = len(values) // 2
+    produce_unkeyed(daemon_kafka, logs, values[:half])
+    stage = f"{group}-repartition"
+    wait_for(
+        "the repartition stage to forward part of the burst",
+        lambda: sum(committed_offsets(daemon_kafka, logs, stage).values()) > 0,
+    )
+    killed = max((a, b), key=lambda d: d.metric("rankwatch_repartition_partitions_assigned"))
+    assert killed.metric("rankwatch_repartition_partitions_assigned") > 0
+    killed.kill()  # mid-burst: what it forwarded but had not committed is forwarded again
+    produce_unkeyed(daemon_kafka, logs, values[half:])
+    killed.start()
+    internal = wait_repartitioned(daemon_kafka, logs, group, [a, b])
+
+    check_diagnoses(read_topic(daemon_kafka, out), truths)
+    copies = copies_by_source(daemon_kafka, internal)
+    assert len(copies) == len(values)  # every input record reached the internal topic
+    print(f"records forwarded twice after the kill: {sum(n - 1 for n in copies.values())}")
+    for d in (a, b):
+        assert d.stop() == 0
+
+
+def test_keyed_input_does_not_create_a_repartition_topic(
+    tmp_path: Path,
+    daemon_kafka: str,
+    fresh_topics: Callable[..., str],
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    truths = make_fleet(tmp_path / "fleet", [("cuda_error", 71, "per-rank")])
+    logs, out = fresh_topics("logs", 2), fresh_topics("diagnoses", 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    d = daemon_factory("k", **settings(logs, out, group)).start()
+    d.wait_assigned()
+    values = unkeyed_burst(tmp_path / "fleet", truths)
+    (job,) = truths
+    produce_keyed = [(job.encode(), v) for v in values]
+    from test_daemon_kafka import produce
+
+    produce(daemon_kafka, logs, produce_keyed)
+    wait_settled(daemon_kafka, [logs], group, [d])
+    check_diagnoses(read_topic(daemon_kafka, out), truths)
+    assert not [t for t in topics_of(daemon_kafka) if t.startswith(f"{group}-repartition")]
+    assert committed_offsets(daemon_kafka, logs, f"{group}-repartition") == {}
+    assert "repartitioning" not in d.log_text()
+    assert d.stop() == 0
+
+
+def test_unkeyed_records_on_a_topic_read_as_keyed_are_warned_about(
+    tmp_path: Path,
+    daemon_kafka: str,
+    fresh_topics: Callable[..., str],
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    truths = make_fleet(tmp_path / "fleet", [("healthy", 81, "per-rank")])
+    logs, out = fresh_topics("logs", 2), fresh_topics("diagnoses", 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    d = daemon_factory("w", **settings(logs, out, group)).start()
+    d.wait_assigned()
+    produce_unkeyed(daemon_kafka, logs, unkeyed_burst(tmp_path / "fleet", truths))
+    wait_settled(daemon_kafka, [logs], group, [d])
+    text = d.log_text()
+    assert text.count("have no key") == 1, text[-3000:]
+    assert "repartition = true" in text
+    assert d.stop() == 0
+
+
+# --- configuration and decoding (no broker) -----------------------------------------------------
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "rw.toml"
+    p.write_text(text)
+    return p
+
+
+def test_repartition_is_a_per_topic_and_top_level_option(tmp_path: Path) -> None:
+    cfg = load_config(
+        write(
+            tmp_path,
+            'group_id = "rw"\ntopic = ["keyed"]\n'
+            '[topics."logs.k8s"]\nformat = "fluent-bit"\nrepartition = true\n',
+        ),
+        environ={},
+    )
+    assert cfg.repartitioned_topics() == ["logs.k8s"]
+    assert cfg.analysis_topics() == ["keyed", "rw-repartition-logs.k8s"]
+    assert cfg.source_topic("rw-repartition-logs.k8s") == "logs.k8s"
+    assert cfg.repartition_group() == "rw-repartition"
+    everywhere = load_config(
+        write(tmp_path, 'topic = ["a", "b"]\n'), environ={"RANKWATCH_REPARTITION": "true"}
+    )
+    assert everywhere.repartitioned_topics() == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('group_id = "my group"\ntopic = ["t"]\nrepartition = true\n', "not a valid Kafka topic"),
+        (
+            'topic = ["t"]\nrepartition = true\nrepartition_retention_ms = 600000\n'
+            "replay_window_ms = 600000\n",
+            "must be above replay_window_ms",
+        ),
+        ('topic = ["t"]\n[topics.t]\nrepartition = "yes"\n', "expected true or false"),
+    ],
+)
+def test_bad_repartition_settings_are_refused_by_validate(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text), environ={})
+    proc = subprocess.run(
+        [sys.executable, "-m", "rankwatch.cli", "validate", "--config", str(tmp_path / "rw.toml")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH_")},
+        check=False,
+    )
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_run_help_documents_repartitioning() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rankwatch.cli", "run", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    assert "--repartition" in proc.stdout and "--repartition-retention-ms" in proc.stdout
+
+
+def test_validate_names_the_repartition_topics(tmp_path: Path) -> None:
+    path = write(tmp_path, 'group_id = "rw"\ntopic = ["a", "b"]\n[topics.b]\nrepartition = true\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "rankwatch.cli", "validate", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH_")},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "b re-keyed by job through rw-repartition-b" in proc.stdout
+
+
+def test_decoder_jobs_match_what_the_engine_decodes() -> None:
+    fb = Decoder("fluent-bit")
+    labelled = orjson.dumps(
+        {
+            "log": "x\n",
+            "kubernetes": {"labels": {"training.kubeflow.org/job-name": "llm7b"}, "host": "n1"},
+        }
+    )
+    unlabelled = orjson.dumps({"log": "x\n", "kubernetes": {"host": "n1"}})
+    jobs = fb.jobs(
+        [labelled, unlabelled, unlabelled, unlabelled, b"{not json", orjson.dumps({"no": "log"})],
+        [b"pod-7", None, b"from-key", None, b"k", b"k"],
+        [None, b"from-header", b"from-header", None, None, None],
+    )
+    # the value wins, then the job header, then the key; None where the engine rejects
+    assert jobs == [b"llm7b", b"from-header", b"from-header", None, None, None]
+    slurm = Decoder("text", key_format="job/rank")
+    assert slurm.jobs([b"line"], [b"1234/7"], [None]) == [b"1234"]
+    with pytest.raises(ValueError, match="differ in length"):
+        fb.jobs([labelled], [], [])
