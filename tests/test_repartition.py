@@ -15,17 +15,20 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from daemon_fixtures import (
     ROOT,
     Daemon,
+    KafkaRecord,
     committed_offsets,
     end_offsets,
     read_topic,
@@ -34,7 +37,7 @@ from daemon_fixtures import (
 )
 from rankwatch import Catalog
 from rankwatch.daemon.config import ConfigError, load_config
-from rankwatch.daemon.repartition import SOURCE_HEADER, partition_for
+from rankwatch.daemon.repartition import SOURCE_HEADER, CopyFilter, partition_for
 from rankwatch.daemon.replay import BatchSender, canonical_record, interleave, new_producer
 from rankwatch.engine import Decoder
 from rankwatch.local import discover
@@ -76,6 +79,28 @@ def produce_unkeyed(bootstrap: str, topic: str, values: list[bytes]) -> None:
             for value in values:
                 await sender.add(None, value)
             await sender.flush()
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+
+
+def resend(bootstrap: str, topic: str, records: list[KafkaRecord]) -> None:
+    """Sends copies of `records` (key, value, headers, time) to their partitions again."""
+
+    async def send() -> None:
+        producer = new_producer({"bootstrap_servers": bootstrap})
+        await producer.start()
+        try:
+            for r in records:
+                await producer.send_and_wait(
+                    topic,
+                    r.value,
+                    key=r.key,
+                    partition=r.partition,
+                    timestamp_ms=r.timestamp,
+                    headers=list(r.headers.items()),
+                )
         finally:
             await producer.stop()
 
@@ -178,6 +203,16 @@ def test_unkeyed_input_with_two_daemons_gives_one_diagnosis_per_incident(
         d.metric(f'rankwatch_repartition_records_total{{topic="{logs}"}}') for d in daemons
     )
     assert repartitioned == len(values)
+
+    # what the stage sends again after a crash (the tail it had not committed) is dropped:
+    # no line is read twice, so no diagnosis changes
+    published = len(read_topic(daemon_kafka, out))
+    tail = [r for r in internal_records if r.json()["job"] == "cuda-error-41"][-50:]
+    resend(daemon_kafka, internal, tail)
+    wait_settled(daemon_kafka, [internal], group, daemons)
+    dropped = sum(d.metric("rankwatch_repartition_copies_dropped_total") for d in daemons)
+    assert dropped == len(tail)
+    assert len(read_topic(daemon_kafka, out)) == published
     for d in daemons:
         status, body = d.get("/readyz")
         assert status == 200, body
@@ -267,7 +302,9 @@ def test_sigkill_of_the_repartitioning_member_loses_and_duplicates_nothing(
     check_diagnoses(read_topic(daemon_kafka, out), truths)
     copies = copies_by_source(daemon_kafka, internal)
     assert len(copies) == len(values)  # every input record reached the internal topic
-    print(f"records forwarded twice after the kill: {sum(n - 1 for n in copies.values())}")
+    twice = sum(n - 1 for n in copies.values())
+    dropped = sum(d.metric("rankwatch_repartition_copies_dropped_total") for d in (a, b))
+    print(f"records forwarded twice after the kill: {twice}; second copies dropped: {dropped}")
     for d in (a, b):
         assert d.stop() == 0
 
@@ -418,3 +455,29 @@ def test_decoder_jobs_match_what_the_engine_decodes() -> None:
     assert slurm.jobs([b"line"], [b"1234/7"], [None]) == [b"1234"]
     with pytest.raises(ValueError, match="differ in length"):
         fb.jobs([labelled], [], [])
+
+
+@dataclass
+class Copy:
+    offset: int
+    headers: tuple[tuple[str, bytes], ...]
+
+
+def copy(offset: int, source: str | None) -> Copy:
+    headers = (("job", b"j"),) + (((SOURCE_HEADER, source.encode()),) if source else ())
+    return Copy(offset, headers)
+
+
+def test_second_copies_are_dropped_per_internal_and_input_partition() -> None:
+    filt = CopyFilter()
+    p0, p1 = TopicPartition("internal", 0), TopicPartition("internal", 1)
+    first = [copy(0, "logs/0/10"), copy(1, "logs/1/10"), copy(2, "logs/0/11"), copy(3, None)]
+    assert filt.fresh(p0, first) == first
+    # the stage crashed after sending logs/0 up to 11 without committing: sent again from 10
+    again = [copy(4, "logs/0/10"), copy(5, "logs/0/11"), copy(6, "logs/0/12"), copy(7, "x/1")]
+    assert [c.offset for c in filt.fresh(p0, again)] == [6, 7]
+    # another internal partition keeps its own account; a topic named a/b/c parses too
+    assert [c.offset for c in filt.fresh(p1, [copy(0, "logs/0/10"), copy(1, "a/b/3/4")])] == [0, 1]
+    assert [c.offset for c in filt.fresh(p1, [copy(2, "a/b/3/4")])] == []
+    filt.forget({p0})
+    assert filt.fresh(p0, again) == again  # rebuilt from the replay window after assignment

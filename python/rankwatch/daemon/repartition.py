@@ -17,8 +17,10 @@ unchanged to the partition with their input partition's number, to be counted an
 dead-lettered by the analysis as any rejected record is.
 
 Input offsets are committed only after every record of the batch is acknowledged: at least
-once. After a crash the next owner sends the uncommitted tail again; those copies repeat lines
-of the same incidents, whose ids are deterministic, so they add no diagnosis."""
+once. After a crash the next owner sends the uncommitted tail again. The analysis drops those
+second copies (`CopyFilter`: per internal partition and input partition, a copy at or below
+the highest input offset already read is one), so they repeat no line; were one to get
+through, it would still add no diagnosis, since incident ids are deterministic."""
 
 from __future__ import annotations
 
@@ -87,11 +89,54 @@ class RepartitionMetrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.copies_dropped = Counter(
+            "rankwatch_repartition_copies_dropped",
+            "second copies of input records (sent again after a crash) dropped by the analysis",
+            registry=r,
+        )
         self.partitions = Gauge(
             "rankwatch_repartition_partitions_assigned",
             "input partitions whose repartitioning this daemon owns",
             registry=r,
         )
+
+
+class CopyFilter:
+    """Drops records of an internal topic that were forwarded before. The copies of one input
+    partition reach an internal partition in input order, so a record whose input offset is
+    not above the highest one already read from that input partition is a second copy."""
+
+    def __init__(self) -> None:
+        self.highest: dict[TopicPartition, dict[str, int]] = {}
+
+    def fresh(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
+        """The records of `records` (one fetch of internal partition `tp`) not read before."""
+        seen = self.highest.setdefault(tp, {})
+        out = []
+        for r in records:
+            source = _source(r)
+            if source is None:
+                out.append(r)
+                continue
+            where, offset = source
+            if offset <= seen.get(where, -1):
+                continue
+            seen[where] = offset
+            out.append(r)
+        return out
+
+    def forget(self, tps: set[TopicPartition]) -> None:
+        for tp in tps:
+            self.highest.pop(tp, None)
+
+
+def _source(record: Any) -> tuple[str, int] | None:
+    """(input topic/partition, offset) from the source header (the stage appends it last)."""
+    for k, v in reversed(record.headers or ()):
+        if k == SOURCE_HEADER:
+            where, _, offset = bytes(v).decode(errors="replace").rpartition("/")
+            return (where, int(offset)) if offset.isdigit() and where else None
+    return None
 
 
 def partition_for(job: bytes, partitions: int) -> int:
