@@ -37,7 +37,12 @@ from rankwatch.daemon.positions import Positions
 from rankwatch.daemon.published import PublishedIndex
 from rankwatch.daemon.publisher import Publisher, PublishError
 from rankwatch.daemon.rebuild import plan_starts
-from rankwatch.daemon.repartition import SOURCE_HEADER, Repartitioner, RepartitionError
+from rankwatch.daemon.repartition import (
+    SOURCE_HEADER,
+    CopyFilter,
+    Repartitioner,
+    RepartitionError,
+)
 from rankwatch.daemon.sdnotify import Notifier
 from rankwatch.daemon.tail import TopicTail
 from rankwatch.engine import REJECT_REASONS, Decoder, Engine
@@ -97,6 +102,8 @@ class Daemon:
                 {t: self.decoders[cfg.repartition_topic(t)][0] for t in cfg.repartitioned_topics()},
             )
         self._unkeyed_warned: set[str] = set()
+        self.copies = CopyFilter()  # second copies the repartition stage sent after a crash
+        self._fetched_end: dict[TopicPartition, int] = {}
         self.metrics.memory_budget.set(cfg.memory_budget_bytes)
         retain_s = 2 * cfg.replay_window_ms / 1000 + 3600
         self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s)
@@ -397,11 +404,28 @@ class Daemon:
                     # fetched before a seek of the last rebalance: read again from our position
                     self.consumer.seek(tp, expected)
                     continue
+            end = int(records[-1].offset) + 1
+            if self.repartitioner is not None:
+                records = self._first_copies(tp, records)
+                if not records:  # only second copies: nothing to feed, nothing to wait for
+                    self.pos.accepted(tp, end)
+                    self.pos.fed(tp, end)
+                    continue
+                self._fetched_end[tp] = end  # past second copies dropped at the batch's end
             decoder, job_header = self.decoders[tp.topic]
             part = prepare(tp, records, decoder, job_header, self.pos.replay_end_of(tp))
             parts.append(part)
-            self.pos.accepted(tp, part.end)  # the next fetch continues after this batch
+            self.pos.accepted(tp, end)  # the next fetch continues after this batch
         return parts
+
+    def _first_copies(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
+        if self.cfg.source_topic(tp.topic) == tp.topic:
+            return records  # a keyed input topic
+        fresh = self.copies.fresh(tp, records)
+        if len(fresh) < len(records):
+            assert self.repartitioner is not None
+            self.repartitioner.metrics.copies_dropped.inc(len(records) - len(fresh))
+        return fresh
 
     def _assigned(self) -> set[TopicPartition]:
         """Owned partitions the consumer holds right now (during a rebalance its assignment
@@ -450,7 +474,7 @@ class Daemon:
         for reason, n in per_reason.items():
             self.metrics.rejected.labels(reason).inc(n)
         self._warn_unkeyed(part)
-        self.pos.fed(tp, part.end)
+        self.pos.fed(tp, max(part.end, self._fetched_end.pop(tp, 0)))
 
     def _warn_unkeyed(self, part: PartitionBatch) -> None:
         """Records without a key on a topic read as partitioned by job: with more than one
@@ -586,6 +610,9 @@ class Daemon:
         self.metrics.rebalances.inc()
         lost = self.pos.owned - assigned
         new = assigned - self.pos.owned
+        self.copies.forget(lost | new)  # new ones are rebuilt from their replay window
+        for tp in lost | new:
+            self._fetched_end.pop(tp, None)
         if lost:
             jobs = self.jobmap.jobs_lost(lost, assigned)
             await self.engine.drop_jobs(jobs)
