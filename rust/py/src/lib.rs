@@ -245,20 +245,23 @@ impl PyDecoder {
         let vals: Vec<Bound<'_, PyBytes>> = values.extract()?;
         let ks: Vec<Option<Bound<'_, PyBytes>>> = keys.extract()?;
         let hs: Vec<Option<Bound<'_, PyBytes>>> = headers.extract()?;
-        let records: Vec<(&[u8], Option<&[u8]>, Option<&[u8]>)> = (0..n)
-            .map(|i| {
-                (
-                    vals[i].as_bytes(),
-                    ks[i].as_ref().map(|b| b.as_bytes()),
-                    hs[i].as_ref().map(|b| b.as_bytes()),
-                )
-            })
+        let values: Vec<&[u8]> = vals.iter().map(|v| v.as_bytes()).collect();
+        let keys: Vec<Option<&[u8]>> = ks
+            .iter()
+            .map(|k| k.as_ref().map(|b| b.as_bytes()))
+            .collect();
+        let job_headers: Vec<Option<&[u8]>> = hs
+            .iter()
+            .map(|h| h.as_ref().map(|b| b.as_bytes()))
             .collect();
         let cfg = &self.inner;
         let jobs: Vec<Option<String>> = py.detach(|| {
-            records
-                .iter()
-                .map(|(v, k, h)| decode(cfg, v, *k, *h).ok().map(|d| d.job))
+            (0..n)
+                .map(|i| {
+                    decode(cfg, values[i], keys[i], job_headers[i])
+                        .ok()
+                        .map(|d| d.job)
+                })
                 .collect()
         });
         Ok(jobs
