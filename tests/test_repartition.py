@@ -239,7 +239,15 @@ def test_three_daemons_with_a_rebalance_mid_burst(
     group = f"g-{uuid.uuid4().hex[:8]}"
     config = settings(logs, out, group)
     a, b, c = (
-        daemon_factory(name, **config, topics={logs: UNKEYED}, max_batch_records=200)
+        daemon_factory(
+            name,
+            **config,
+            topics={logs: UNKEYED},
+            max_batch_records=200,
+            # the analysis publishes in transactions; the stage stays at least once
+            transactional_id=f"rw-{group}-{name}",
+            isolation_level="read_committed",
+        )
         for name in ("a", "b", "c")
     )
     a.start(), b.start()
