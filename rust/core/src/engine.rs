@@ -2,13 +2,17 @@
 //! Callers own I/O and time; the engine owns everything that touches every line.
 
 mod apply;
+mod files;
 mod lines;
+
+pub use files::{FileInput, FilesReport};
+
+use lines::{Batch, LineDecoder, LineState, Times};
 
 use crate::baseline::Baseline;
 use crate::catalog::{Catalog, Role};
 use crate::correlate::{self, Diagnosis};
 use crate::job::{Hit, Job, SourceKey, SyncObs};
-use crate::matcher::Scratch;
 use crate::records::{decode, DecoderConfig};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -104,12 +108,8 @@ struct Stream {
     origin: Arc<str>,
     hints: StreamHints,
     key: Option<SourceKey>,
-    partial: Vec<u8>,
-    cri_buf: String,
-    line_no: u64,
+    lines: LineState,
     last_source: Option<u32>,
-    after_last_error: bool,
-    in_traceback: bool,
     /// Where the current multi-line record started (its first line's seq).
     record_start: u64,
     open_hit: Option<usize>,
@@ -117,7 +117,8 @@ struct Stream {
 
 pub struct Engine {
     catalog: Arc<Catalog>,
-    scratch: Scratch,
+    decoder: LineDecoder,
+    batch: Batch,
     pub cfg: Config,
     jobs: HashMap<String, Job>,
     streams: HashMap<u64, Stream>,
@@ -125,8 +126,6 @@ pub struct Engine {
     tick: u64,
     pub stats: Stats,
     pending: Vec<Diagnosis>,
-    expr_buf: Vec<u32>,
-    sig_buf: Vec<u16>,
     wall_ms: i64,
     /// job -> source -> stream id, for record-fed streams.
     record_streams: HashMap<String, HashMap<String, u64>>,
@@ -144,13 +143,29 @@ const SYMPTOM_RECORD_LINES: usize = 0;
 const SOURCE_BYTES: usize = std::mem::size_of::<crate::job::Source>() + 256;
 /// Sources a job may always have, whatever the budget.
 const MIN_SOURCES: usize = 1024;
+/// The most bytes of a chunk decoded before its lines are applied (see `chunk_into`).
+const PIECE_BYTES: usize = 256 << 10;
+
+/// Where the piece of `data` that starts at `pos` ends: after the last line end within
+/// `size` bytes, else after the first line end past them, else at the end of `data`.
+fn piece_end(data: &[u8], pos: usize, size: usize) -> usize {
+    if data.len() - pos <= size {
+        return data.len();
+    }
+    let limit = pos + size;
+    match memchr::memrchr(b'\n', &data[pos..limit]) {
+        Some(i) => pos + i + 1,
+        None => memchr::memchr(b'\n', &data[limit..]).map_or(data.len(), |i| limit + i + 1),
+    }
+}
 
 impl Engine {
     pub fn new(catalog: Arc<Catalog>, cfg: Config) -> Engine {
-        let scratch = catalog.matcher().scratch();
+        let decoder = LineDecoder::new(catalog.clone(), cfg.max_line_bytes, cfg.default_year);
         Engine {
             catalog,
-            scratch,
+            decoder,
+            batch: Batch::default(),
             cfg,
             jobs: HashMap::new(),
             streams: HashMap::new(),
@@ -158,8 +173,6 @@ impl Engine {
             tick: 0,
             stats: Stats::default(),
             pending: Vec::new(),
-            expr_buf: Vec::new(),
-            sig_buf: Vec::new(),
             wall_ms: 0,
             record_streams: HashMap::new(),
             baseline: Baseline::default(),
@@ -188,12 +201,8 @@ impl Engine {
                 origin: Arc::from(origin),
                 hints,
                 key,
-                partial: Vec::new(),
-                cri_buf: String::new(),
-                line_no: 0,
+                lines: LineState::default(),
                 last_source: None,
-                after_last_error: false,
-                in_traceback: false,
                 record_start: 0,
                 open_hit: None,
             },
@@ -218,9 +227,51 @@ impl Engine {
             return false;
         };
         let mut job = self.take_job(&st.job);
-        self.chunk_into(&mut job, &mut st, data, ingest_ms, event_ms);
+        let t = Times {
+            ingest_ms,
+            event_ms,
+        };
+        self.chunk_into(&mut job, &mut st, data, t);
         self.put_back(job, st, stream_id);
         true
+    }
+
+    /// Decodes a chunk of a stream and applies its lines, a piece of at most about
+    /// `PIECE_BYTES` at a time (cut after a line end), so that the decoded lines held at once
+    /// stay small whatever the chunk's size.
+    fn chunk_into(&mut self, job: &mut Job, st: &mut Stream, data: &[u8], t: Times) {
+        let mut batch = std::mem::take(&mut self.batch);
+        let mut pos = 0;
+        loop {
+            let end = piece_end(data, pos, PIECE_BYTES);
+            let piece = &data[pos..end];
+            batch.clear();
+            self.decoder.chunk(&mut st.lines, piece, t, &mut batch);
+            self.apply_batch(job, st, piece, &mut batch);
+            pos = end;
+            if pos >= data.len() {
+                break;
+            }
+        }
+        self.batch = batch;
+    }
+
+    /// Decodes and applies lines that arrived whole (a record's text).
+    fn lines_into(&mut self, job: &mut Job, st: &mut Stream, text: &[u8], t: Times) {
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        self.decoder.whole_lines(&mut st.lines, text, t, &mut batch);
+        self.apply_batch(job, st, text, &mut batch);
+        self.batch = batch;
+    }
+
+    /// The end of a stream's bytes: its unfinished last line is a line now.
+    fn finish_lines(&mut self, job: &mut Job, st: &mut Stream) {
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        self.decoder.finish(&mut st.lines, &mut batch);
+        self.apply_batch(job, st, &[], &mut batch);
+        self.batch = batch;
     }
 
     /// Decodes and feeds a batch of Kafka records `(value, key, job header, broker time ms)`.
@@ -280,10 +331,14 @@ impl Engine {
                     self.take_job(&d.job)
                 }
             };
+            let t = Times {
+                ingest_ms: *broker_ms,
+                event_ms: d.event_ms,
+            };
             if d.chunked {
-                self.chunk_into(&mut job, &mut st, d.text.as_bytes(), *broker_ms, d.event_ms);
+                self.chunk_into(&mut job, &mut st, d.text.as_bytes(), t);
             } else {
-                self.lines_into(&mut job, &mut st, d.text.as_bytes(), d.event_ms, *broker_ms);
+                self.lines_into(&mut job, &mut st, d.text.as_bytes(), t);
             }
             self.streams.insert(id, st);
             current = Some(job);
@@ -339,15 +394,9 @@ impl Engine {
 
     pub fn close_stream(&mut self, stream_id: u64) {
         if let Some(mut st) = self.streams.remove(&stream_id) {
-            if !st.partial.is_empty() || !st.cri_buf.is_empty() {
+            if !st.lines.is_idle() {
                 let mut job = self.take_job(&st.job);
-                if !st.partial.is_empty() {
-                    self.partial_line(&mut job, &mut st, None, None);
-                }
-                if !st.cri_buf.is_empty() {
-                    let text = std::mem::take(&mut st.cri_buf);
-                    self.text_line(&mut job, &mut st, &text, None, None);
-                }
+                self.finish_lines(&mut job, &mut st);
                 self.jobs.insert(st.job.clone(), job);
             }
         }

@@ -1,57 +1,58 @@
 //! The apply stage: one decoded line updates its job (routing to a source, identity, time,
 //! ring, signature hits and what they teach).
 
-use super::lines::{is_continuation, is_exception_line};
+use super::lines::{Batch, Decoded, SigHit};
 use super::{Engine, RouteCache, Stream, CAUSE_RECORD_LINES, SYMPTOM_RECORD_LINES};
 use crate::catalog::{Role, Sync};
 use crate::correlate;
 use crate::job::{ContextObs, Hit, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
-use crate::prefix::{peel, Level, Producer};
+use crate::prefix::{Level, Producer};
+
+/// Where a line sits: its job sequence number, its number in its stream, its time.
+#[derive(Clone, Copy)]
+struct LineAt {
+    seq: u64,
+    line_no: u64,
+    ts: Option<i64>,
+    exact: bool,
+}
 
 impl Engine {
-    /// A line known to be free of '\r' and ANSI escapes.
-    pub(super) fn plain_line(
+    /// Applies a decoded batch of `st`'s lines to `job`, in order. `chunk` holds the bytes the
+    /// batch was decoded from.
+    pub(super) fn apply_batch(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        chunk: &[u8],
+        batch: &mut Batch,
+    ) {
+        let c = batch.counts;
+        self.stats.bytes += c.bytes;
+        self.stats.blank_lines += c.blank;
+        self.stats.truncated_lines += c.truncated;
+        self.stats.invalid_utf8_lines += c.invalid_utf8;
+        let (text, lines, hits) = batch.parts(chunk);
+        for d in lines {
+            let line = text(d);
+            self.apply_line(job, st, line, d, &mut hits[Batch::hits_of(d)]);
+        }
+    }
+
+    /// One decoded line updates its job: source, identity, time, record, ring, hits.
+    fn apply_line(
         &mut self,
         job: &mut Job,
         st: &mut Stream,
         line: &str,
-        ingest_ms: Option<i64>,
-        event_ms: Option<i64>,
+        d: &Decoded,
+        sig_hits: &mut [SigHit],
     ) {
-        st.line_no += 1;
-        if line.trim().is_empty() {
-            self.stats.blank_lines += 1;
-            return;
-        }
-        let meta = peel(line, self.cfg.default_year);
-        if meta.cri {
-            let content = &line[meta.msg_start..];
-            if meta.cri_partial {
-                if st.cri_buf.len() < self.cfg.max_line_bytes {
-                    st.cri_buf.push_str(content);
-                }
-                return;
-            }
-            let joined = if st.cri_buf.is_empty() {
-                content.to_string()
-            } else {
-                let mut j = std::mem::take(&mut st.cri_buf);
-                j.push_str(content);
-                j
-            };
-            st.line_no -= 1;
-            return self.text_line(job, st, &joined, ingest_ms.or(meta.ts_ms), event_ms);
-        }
-        if meta.message(line).trim().is_empty() {
-            // A prefix with nothing behind it (`[default6]:` before an NCCL WARN's blank line).
-            self.stats.blank_lines += 1;
-            return;
-        }
+        let (meta, continuation, level) = (&d.meta, d.continuation, d.level);
+        let (ingest_ms, event_ms, line_no) = (d.ingest_ms, d.event_ms, d.line_no);
         self.stats.lines += 1;
         job.seq += 1;
         let seq = job.seq;
-        let msg = meta.message(line);
-        let continuation = is_continuation(msg, st);
 
         // Route the line to a source. Routes and host ids are cached per stream; the cache is
         // tied to this job instance (an evicted and recreated job starts afresh).
@@ -158,21 +159,10 @@ impl Engine {
             }
         }
 
-        // Level, traceback and record tracking.
-        let mut level = meta.level;
-        if msg.starts_with("Traceback (most recent call last):") {
-            level = level.max(Level::Error);
-            st.in_traceback = true;
-        } else if st.in_traceback && !continuation {
-            st.in_traceback = false;
-        }
-        if is_exception_line(msg) && (st.in_traceback || msg.contains(": ")) {
-            level = level.max(Level::Error);
-        }
+        // Record tracking.
         if level >= Level::Error {
             job.failure_seen = true;
         }
-        st.after_last_error = msg.trim_end() == "Last error:";
         if continuation {
             if let Some(h) = st.open_hit {
                 if let Some(hit) = job.hits.get_mut(h) {
@@ -208,17 +198,12 @@ impl Engine {
             self.stats.memory_bytes = (self.stats.memory_bytes + after).saturating_sub(before);
         }
 
-        // Classify.
-        self.expr_buf.clear();
+        // Classify (the line stage scanned it).
         let catalog = self.catalog.clone();
-        catalog
-            .matcher()
-            .scan_into(msg.as_bytes(), &mut self.scratch, &mut self.expr_buf);
         let mut opened = false;
-        if !self.expr_buf.is_empty() {
-            let mut sigs = std::mem::take(&mut self.sig_buf);
-            catalog.signatures_for(&self.expr_buf, &mut sigs);
-            for &sig in &sigs {
+        {
+            for sh in sig_hits {
+                let sig = sh.sig;
                 self.stats.signature_hits += 1;
                 *self.stats.hits_by_signature.entry(sig).or_default() += 1;
                 let spec = &catalog.signatures[sig as usize];
@@ -228,11 +213,14 @@ impl Engine {
                 if is_hit && !self.admit(job, src, Some(sig), spec.role == Role::Cause) {
                     continue;
                 }
-                let mut fields = Vec::new();
-                if spec.ingest_fields {
-                    catalog.extract_fields(sig, msg, true, &mut fields);
-                }
-                self.learn_from_fields(job, src, sig, &fields, line, seq, ts, exact, st);
+                let fields = std::mem::take(&mut sh.fields);
+                let at = LineAt {
+                    seq,
+                    line_no,
+                    ts,
+                    exact,
+                };
+                self.learn_from_fields(job, src, sig, &fields, line, at, st);
                 if is_hit {
                     if spec.role == Role::Cause || level >= Level::Error {
                         job.failure_seen = true;
@@ -242,7 +230,7 @@ impl Engine {
                         warn_only: false,
                         source: src,
                         seq,
-                        line_no: st.line_no,
+                        line_no,
                         ts_ms: ts,
                         ts_exact: exact,
                         ingest_ms,
@@ -266,7 +254,6 @@ impl Engine {
                     st.open_hit = Some(self.add_hit(job, hit, spec.role == Role::Cause));
                 }
             }
-            self.sig_buf = sigs;
         }
         // A warning or worse that no signature recognises is still evidence; whether a
         // warning-only incident is a failure is decided from the job's outcome.
@@ -279,7 +266,7 @@ impl Engine {
                     warn_only: level < Level::Error,
                     source: src,
                     seq,
-                    line_no: st.line_no,
+                    line_no,
                     ts_ms: ts,
                     ts_exact: exact,
                     ingest_ms,
@@ -303,18 +290,22 @@ impl Engine {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn learn_from_fields(
+    fn learn_from_fields(
         &mut self,
         job: &mut Job,
         src: u32,
         sig: u16,
         fields: &[(String, String)],
         line: &str,
-        seq: u64,
-        ts: Option<i64>,
-        exact: bool,
+        at: LineAt,
         st: &Stream,
     ) {
+        let LineAt {
+            seq,
+            line_no,
+            ts,
+            exact,
+        } = at;
         let spec = &self.catalog.signatures[sig as usize];
         let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         if spec.role == Role::Context {
@@ -354,7 +345,7 @@ impl Engine {
                             ts_ms: ts,
                             line: line.to_string(),
                             origin: st.origin.clone(),
-                            line_no: st.line_no,
+                            line_no,
                             sig,
                         },
                     );
@@ -381,13 +372,7 @@ impl Engine {
     }
 
     /// Counts a hit of `sig` from `source` and says whether it is kept (per-process caps).
-    pub(super) fn admit(
-        &mut self,
-        job: &mut Job,
-        source: u32,
-        sig: Option<u16>,
-        is_cause: bool,
-    ) -> bool {
+    fn admit(&mut self, job: &mut Job, source: u32, sig: Option<u16>, is_cause: bool) -> bool {
         let count = job.hit_counts.entry((source, sig)).or_default();
         *count += 1;
         let cap = if is_cause {
@@ -402,7 +387,7 @@ impl Engine {
         true
     }
 
-    pub(super) fn add_hit(&mut self, job: &mut Job, hit: Hit, is_cause: bool) -> usize {
+    fn add_hit(&mut self, job: &mut Job, hit: Hit, is_cause: bool) -> usize {
         if is_cause && job.sources[hit.source as usize].snapshot.is_none() {
             let snap = job.sources[hit.source as usize]
                 .ring
