@@ -7,9 +7,12 @@
 //! The stages are a pipeline with bounded queues: each file has a queue of at most
 //! `QUEUED_PIECES` decoded pieces, and a worker takes the next file only when it has handed
 //! over the last piece of its current one, so at most `workers × (QUEUED_PIECES + 2)` pieces
-//! (each at most `PIECE_BYTES` of text and its decoded lines) are held at once, however large
-//! the job. Scoped threads rather than a pool crate: the work is one fan-out per call, and the
-//! ordered hand-over needs a queue per file, which a parallel iterator would not give.
+//! (each at most `PIECE_BYTES` of text and its decoded lines, plus one `CHUNK_BYTES` read
+//! buffer per worker) are held at once, however large the job. Piece buffers go back to a
+//! small pool once applied: allocating on one thread and freeing on another costs glibc's
+//! allocator more than the decoding. Scoped threads rather than a pool crate: the work is one
+//! fan-out per call, and the ordered hand-over needs a queue per file, which a parallel
+//! iterator would not give.
 
 use super::lines::{Batch, LineDecoder, LineState, Times};
 use super::{piece_end, Engine, StreamHints, PIECE_BYTES};
@@ -17,7 +20,7 @@ use crate::files::{LogReader, ReadError, CHUNK_BYTES};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Decoded pieces a file's queue holds before its worker waits.
@@ -58,14 +61,56 @@ struct WorkerTime {
 
 /// What a worker hands over for a file, in order.
 enum Piece {
-    /// Decoded lines; their text is `chunk[range]`.
-    Lines {
-        chunk: Arc<Vec<u8>>,
-        range: std::ops::Range<usize>,
-        batch: Batch,
-    },
+    /// Decoded lines, decoded from `text`.
+    Lines { text: Vec<u8>, batch: Batch },
     /// The file is done; why it was not read to the end, if it was not.
     End(Option<ReadError>),
+}
+
+/// Applied pieces' buffers, for the workers to fill again.
+struct Pool {
+    texts: Mutex<Vec<Vec<u8>>>,
+    batches: Mutex<Vec<Batch>>,
+    /// The most buffers of each kind kept.
+    keep: usize,
+}
+
+impl Pool {
+    fn new(workers: usize) -> Pool {
+        Pool {
+            texts: Mutex::new(Vec::new()),
+            batches: Mutex::new(Vec::new()),
+            keep: workers * (QUEUED_PIECES + 2),
+        }
+    }
+
+    fn text(&self) -> Vec<u8> {
+        let reused = self.texts.lock().ok().and_then(|mut v| v.pop());
+        reused.unwrap_or_default()
+    }
+
+    fn batch(&self) -> Batch {
+        let reused = self.batches.lock().ok().and_then(|mut v| v.pop());
+        reused.unwrap_or_default()
+    }
+
+    /// Takes back a piece's buffers; big texts (a whole chunk) are not kept.
+    fn put(&self, mut text: Vec<u8>, mut batch: Batch) {
+        if text.capacity() <= 2 * PIECE_BYTES {
+            text.clear();
+            if let Ok(mut v) = self.texts.lock() {
+                if v.len() < self.keep {
+                    v.push(text);
+                }
+            }
+        }
+        batch.clear();
+        if let Ok(mut v) = self.batches.lock() {
+            if v.len() < self.keep {
+                v.push(batch);
+            }
+        }
+    }
 }
 
 /// The number of workers for `threads` (0: one per available core) and `files` files.
@@ -94,6 +139,7 @@ impl Engine {
             })
             .collect();
         let next = AtomicUsize::new(0);
+        let pool = Pool::new(workers);
         let (catalog, max_line, year) = (
             self.catalog.clone(),
             self.cfg.max_line_bytes,
@@ -102,23 +148,27 @@ impl Engine {
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..workers)
                 .map(|_| {
-                    let (senders, next, catalog) = (&senders, &next, catalog.clone());
+                    let (senders, next, pool) = (&senders, &next, &pool);
+                    let mut worker = Worker {
+                        decoder: LineDecoder::new(catalog.clone(), max_line, year),
+                        pool,
+                        chunk: Vec::new(),
+                        time: WorkerTime::default(),
+                    };
                     s.spawn(move || {
-                        let mut decoder = LineDecoder::new(catalog, max_line, year);
-                        let mut time = WorkerTime::default();
                         loop {
                             let i = next.fetch_add(1, Ordering::Relaxed);
                             let Some(slot) = senders.get(i) else { break };
                             let tx = slot.lock().ok().and_then(|mut t| t.take());
                             if let Some(tx) = tx {
-                                decode_file(&mut decoder, &files[i].path, &tx, &mut time);
+                                worker.decode_file(&files[i].path, &tx);
                             }
                         }
-                        time
+                        worker.time
                     })
                 })
                 .collect();
-            let mut report = self.apply_files(files, receivers, progress);
+            let mut report = self.apply_files(files, receivers, progress, &pool);
             for time in handles.into_iter().filter_map(|h| h.join().ok()) {
                 report.read_s += time.read_s;
                 report.decode_s += time.decode_s;
@@ -133,6 +183,7 @@ impl Engine {
         files: &[FileInput],
         receivers: Vec<Receiver<Piece>>,
         progress: Option<&AtomicU64>,
+        pool: &Pool,
     ) -> FilesReport {
         let mut report = FilesReport::default();
         let mut clock = Instant::now();
@@ -147,14 +198,10 @@ impl Engine {
                 let piece = rx.recv();
                 lap(&mut report.wait_s);
                 match piece {
-                    Ok(Piece::Lines {
-                        chunk,
-                        range,
-                        mut batch,
-                    }) => {
+                    Ok(Piece::Lines { text, mut batch }) => {
                         let n = batch.counts.bytes;
-                        self.apply_piece(id, &chunk[range], &mut batch);
-                        drop(batch);
+                        self.apply_piece(id, &text, &mut batch);
+                        pool.put(text, batch);
                         lap(&mut report.apply_s);
                         report.bytes += n;
                         if let Some(p) = progress {
@@ -184,63 +231,84 @@ impl Engine {
     }
 }
 
-/// Reads and decodes one file into its queue; stops early if nobody takes the pieces.
-fn decode_file(
-    decoder: &mut LineDecoder,
-    path: &std::path::Path,
-    tx: &SyncSender<Piece>,
-    time: &mut WorkerTime,
-) {
-    let started = Instant::now();
-    let mut reader = match LogReader::open(path) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = tx.send(Piece::End(Some(e)));
-            return;
-        }
-    };
-    let mut st = LineState::default();
-    let mut clock = started;
-    let problem = loop {
-        let chunk = match reader.next_chunk(CHUNK_BYTES) {
-            Ok(Some(c)) => Arc::new(c),
-            Ok(None) => break None,
-            Err(e) => break Some(e),
-        };
-        let mut pos = 0;
-        while pos < chunk.len() {
-            let end = piece_end(&chunk, pos, PIECE_BYTES);
-            let mut batch = Batch::default();
-            let decode = Instant::now();
-            time.read_s += (decode - clock).as_secs_f64();
-            decoder.chunk(&mut st, &chunk[pos..end], Times::default(), &mut batch);
-            clock = Instant::now();
-            time.decode_s += (clock - decode).as_secs_f64();
-            let piece = Piece::Lines {
-                chunk: chunk.clone(),
-                range: pos..end,
-                batch,
-            };
-            if tx.send(piece).is_err() {
-                return;
-            }
-            pos = end;
-            clock = Instant::now();
-        }
-    };
-    // The end of the file (also after an error): its unfinished last line is a line.
-    let mut batch = Batch::default();
-    decoder.finish(&mut st, &mut batch);
-    let last = Piece::Lines {
-        chunk: Arc::new(Vec::new()),
-        range: 0..0,
-        batch,
-    };
-    if tx.send(last).is_ok() {
-        let _ = tx.send(Piece::End(problem));
-    }
+/// A decoding thread: its decoder, the read buffer it reuses, where its time went.
+struct Worker<'a> {
+    decoder: LineDecoder,
+    pool: &'a Pool,
+    chunk: Vec<u8>,
+    time: WorkerTime,
 }
 
+impl Worker<'_> {
+    /// Reads and decodes one file into its queue; stops early if nobody takes the pieces.
+    fn decode_file(&mut self, path: &std::path::Path, tx: &SyncSender<Piece>) {
+        let mut clock = Instant::now();
+        let mut reader = match LogReader::open(path) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx.send(Piece::End(Some(e)));
+                return;
+            }
+        };
+        let mut st = LineState::default();
+        let mut chunk = std::mem::take(&mut self.chunk);
+        let problem = loop {
+            match reader.next_chunk_into(&mut chunk, CHUNK_BYTES) {
+                Ok(true) => {}
+                Ok(false) => break None,
+                Err(e) => break Some(e),
+            }
+            let decode = Instant::now();
+            self.time.read_s += (decode - clock).as_secs_f64();
+            let sent = self.send_pieces(&mut st, &mut chunk, tx);
+            clock = Instant::now();
+            self.time.decode_s += (clock - decode).as_secs_f64();
+            if !sent {
+                return;
+            }
+        };
+        self.chunk = chunk;
+        // The end of the file (also after an error): its unfinished last line is a line.
+        let mut batch = self.pool.batch();
+        self.decoder.finish(&mut st, &mut batch);
+        let last = Piece::Lines {
+            text: Vec::new(),
+            batch,
+        };
+        if tx.send(last).is_ok() {
+            let _ = tx.send(Piece::End(problem));
+        }
+    }
+
+    /// Decodes a chunk a piece at a time and queues the pieces; false if nobody takes them.
+    /// A chunk that is one piece (a small file) is handed over whole, else each piece is a
+    /// copy (the chunk buffer is read into again).
+    fn send_pieces(
+        &mut self,
+        st: &mut LineState,
+        chunk: &mut Vec<u8>,
+        tx: &SyncSender<Piece>,
+    ) -> bool {
+        let mut pos = 0;
+        while pos < chunk.len() {
+            let end = piece_end(chunk, pos, PIECE_BYTES);
+            let text = if pos == 0 && end == chunk.len() {
+                std::mem::replace(chunk, self.pool.text())
+            } else {
+                let mut t = self.pool.text();
+                t.extend_from_slice(&chunk[pos..end]);
+                t
+            };
+            let mut batch = self.pool.batch();
+            self.decoder.chunk(st, &text, Times::default(), &mut batch);
+            if tx.send(Piece::Lines { text, batch }).is_err() {
+                return false;
+            }
+            pos = end;
+        }
+        true
+    }
+}
 #[cfg(test)]
 #[path = "files_tests.rs"]
 mod tests;

@@ -9,6 +9,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 
 const CAUSE: &str = "node-3:812:812 [3] misc/socket.cc:484 NCCL WARN socketStartConnect: \
     Connect to 172.17.0.1<39275> failed : Network is unreachable";

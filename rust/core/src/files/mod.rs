@@ -120,26 +120,33 @@ impl LogReader {
     /// The next at most `max` bytes (decompressed for gzip); `Ok(None)` at the end. Chunks
     /// are full but for the last: a file is cut the same way however the OS hands it over.
     pub fn next_chunk(&mut self, max: usize) -> Result<Option<Vec<u8>>, ReadError> {
+        let mut buf = Vec::new();
+        Ok(self.next_chunk_into(&mut buf, max)?.then_some(buf))
+    }
+
+    /// `next_chunk` into `buf` (cleared first, its capacity reused); false at the end.
+    pub fn next_chunk_into(&mut self, buf: &mut Vec<u8>, max: usize) -> Result<bool, ReadError> {
+        buf.clear();
         if let Some(e) = self.failed.take() {
             self.done = true;
             return Err(e);
         }
         if self.done {
-            return Ok(None);
+            return Ok(false);
         }
         let hint = match self.source {
             Source::Plain(_) => self.size_hint.saturating_sub(self.delivered) as usize + 1,
             Source::Gzip(_) => GZIP_INPUT_BYTES * 4,
         };
-        let mut buf = Vec::with_capacity(hint.min(max));
-        let result = (&mut self.source).take(max as u64).read_to_end(&mut buf);
+        buf.reserve(hint.min(max));
+        let result = (&mut self.source).take(max as u64).read_to_end(buf);
         self.delivered += buf.len() as u64;
         match result {
             Ok(0) => {
                 self.done = true;
-                Ok(None)
+                Ok(false)
             }
-            Ok(_) => Ok(Some(buf)),
+            Ok(_) => Ok(true),
             Err(e) => {
                 let err = self.reason(&e);
                 if buf.is_empty() {
@@ -147,7 +154,7 @@ impl LogReader {
                     Err(err)
                 } else {
                     self.failed = Some(err);
-                    Ok(Some(buf))
+                    Ok(true)
                 }
             }
         }
