@@ -6,7 +6,9 @@
 3. Hyperscan alone over the same lines with the catalog's database (no decoding, no state),
 
 then start-up (`rankwatch analyze` of a one-line file with a cold and a warm cache, and
-`rankwatch validate`) and where `analyze` spends its time (imports, catalog, feed, correlate).
+`rankwatch validate`), where `analyze` spends its time (imports, catalog, reading, decoding,
+applying), the same job written per rank (per-line speed of the two layouts), and, for a
+build with `--threads`, one thread against one per core.
 With `--before RANKWATCH` (the `rankwatch` script of another build, e.g. main), every rankwatch
 figure is also taken for that build, in the same rounds. Writes the section "Analyze" of
 bench/RESULTS.md unless --no-write.
@@ -43,6 +45,8 @@ JOB: dict[str, Any] = {
     "steps": 20,
 }
 JOB_DIR = HERE / "out" / "analyze-healthy-16384-per-node"
+PER_RANK_JOB = dict(JOB, layout="per-rank")
+PER_RANK_DIR = HERE / "out" / "analyze-healthy-16384-per-rank"
 FRAGMENTS = 20
 ONE_LINE = "node1:11:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
 
@@ -72,20 +76,20 @@ def timed(fn: Callable[[], T]) -> tuple[float, T]:
 # --- the job and the grep fragments ---------------------------------------------------------
 
 
-def ensure_job() -> list[Path]:
-    stamp = JOB_DIR / "bench-job.json"
-    if not (stamp.exists() and json.loads(stamp.read_text()) == JOB):
+def ensure_job(job: dict[str, Any] = JOB, job_dir: Path = JOB_DIR) -> list[Path]:
+    stamp = job_dir / "bench-job.json"
+    if not (stamp.exists() and json.loads(stamp.read_text()) == job):
         sys.path.insert(0, str(HERE))
         import fleetgen
 
-        if JOB_DIR.exists():
-            for p in JOB_DIR.iterdir():
+        if job_dir.exists():
+            for p in job_dir.iterdir():
                 p.unlink()
-        print(f"generating {JOB} into {JOB_DIR.relative_to(ROOT)} ...", flush=True)
-        params = {k: v for k, v in JOB.items() if k != "scenario"}
-        fleetgen.generate(JOB["scenario"], JOB_DIR, **params)
-        stamp.write_text(json.dumps(JOB))
-    return sorted(p for p in JOB_DIR.iterdir() if p.suffix == ".log")
+        print(f"generating {job} into {job_dir.relative_to(ROOT)} ...", flush=True)
+        params = {k: v for k, v in job.items() if k != "scenario"}
+        fleetgen.generate(job["scenario"], job_dir, **params)
+        stamp.write_text(json.dumps(job))
+    return sorted(p for p in job_dir.iterdir() if p.suffix == ".log")
 
 
 _CLASS_ESCAPES = set("dDsSwWbBAzZntrfvexpPQEkcuhH0123456789")
@@ -170,22 +174,19 @@ import json, sys, time
 t0 = time.perf_counter()
 import rankwatch.cli
 from rankwatch import Catalog, Engine
-from rankwatch.local import discover, read_log_bytes
+from rankwatch.local import analyze_files, discover
 t1 = time.perf_counter()
 catalog = Catalog()
 t2 = time.perf_counter()
 files, _ = discover([sys.argv[1]])
-engine = Engine(catalog)
-for f in files:
-    s = engine.open_stream(f.job, str(f.path), source_key=f.source_key, rank=f.rank,
-                           local_rank=f.local_rank)
-    engine.feed(s, read_log_bytes(f.path))
-    engine.close_stream(s)
 t3 = time.perf_counter()
-diagnoses = engine.finish()
+result = analyze_files(Engine(catalog), files)
 t4 = time.perf_counter()
-print(json.dumps({"imports": t1 - t0, "catalog": t2 - t1, "feed": t3 - t2,
-                  "correlate": t4 - t3, "diagnoses": len(diagnoses)}))
+phases = {"imports": t1 - t0, "catalog": t2 - t1, "discover": t3 - t2,
+          "analyze_files (read, decode, apply, correlate)": t4 - t3}
+for part, seconds in (getattr(result, "timing", None) or {}).items():
+    phases[f"- {part}" + (" (summed over threads)" if part in ("read", "decode") else "")] = seconds
+print(json.dumps(phases))
 """
 
 
@@ -210,15 +211,24 @@ class Build:
     times: dict[str, Timing] = field(default_factory=dict)
     split: dict[str, Timing] = field(default_factory=dict)
     reported_lines: int = 0
+    per_rank_lines: int = 0
+    threads_option: bool = False
 
     def add(self, what: str, seconds: float) -> None:
         self.times.setdefault(what, Timing()).runs.append(seconds)
 
 
 BIG_COLD, BIG_WARM = "analyze --json, cold cache", "analyze --json, warm cache"
+ONE_THREAD = "analyze --json --threads 1, warm cache"
+PER_RANK = "analyze --json of the job written per rank, warm cache"
 ONE_COLD = "analyze of a one-line file, cold cache"
 ONE_WARM = "analyze of a one-line file, warm cache"
 VALIDATE = "validate, warm cache"
+
+
+def has_threads_option(rankwatch: str) -> bool:
+    proc = subprocess.run([rankwatch, "analyze", "--help"], capture_output=True, check=False)
+    return b"--threads" in proc.stdout
 
 
 def one_round(build: Build, one_line: Path, warm: str, tmp: Path) -> int:
@@ -232,12 +242,18 @@ def one_round(build: Build, one_line: Path, warm: str, tmp: Path) -> int:
     seconds, out = timed(lambda: run_rankwatch(build.rankwatch, big, fresh()))
     build.add(BIG_COLD, seconds)
     build.add(BIG_WARM, timed(lambda: run_rankwatch(build.rankwatch, big, warm))[0])
+    if build.threads_option:
+        single = [*big[:-1], "--threads", "1", big[-1]]
+        build.add(ONE_THREAD, timed(lambda: run_rankwatch(build.rankwatch, single, warm))[0])
+    per_rank = ["analyze", "--json", "-q", str(PER_RANK_DIR)]
+    seconds, per_rank_out = timed(lambda: run_rankwatch(build.rankwatch, per_rank, warm))
+    build.add(PER_RANK, seconds)
+    build.per_rank_lines = json.loads(per_rank_out)["input"]["lines"]
     build.add(ONE_COLD, timed(lambda: run_rankwatch(build.rankwatch, one, fresh()))[0])
     build.add(ONE_WARM, timed(lambda: run_rankwatch(build.rankwatch, one, warm))[0])
     build.add(VALIDATE, timed(lambda: run_rankwatch(build.rankwatch, ["validate"], warm))[0])
     for phase, value in run_split(build.rankwatch, warm).items():
-        if phase != "diagnoses":
-            build.split.setdefault(phase, Timing()).runs.append(value)
+        build.split.setdefault(phase, Timing()).runs.append(value)
     lines: int = json.loads(out)["input"]["lines"]
     return lines
 
@@ -248,6 +264,8 @@ class Corpus:
     blob: bytes
     lines: int
     fragments: list[str]
+    per_rank_files: int = 0
+    per_rank_lines: int = 0
 
 
 def main() -> None:
@@ -265,9 +283,14 @@ def main() -> None:
     catalog = Catalog()
     corpus = Corpus(files, blob, blob.count(b"\n"), catalog_fragments(catalog.signatures(), 20))
     print(f"job: {len(files)} files, {corpus.lines:,} lines, {len(blob) / 1e6:,.1f} MB", flush=True)
+    per_rank_files = ensure_job(PER_RANK_JOB, PER_RANK_DIR)
+    corpus.per_rank_files = len(per_rank_files)
+    corpus.per_rank_lines = sum(p.read_bytes().count(b"\n") for p in per_rank_files)
     builds = [Build("after", args.rankwatch)]
     if args.before:
         builds.insert(0, Build("before", args.before))
+    for b in builds:
+        b.threads_option = has_threads_option(b.rankwatch)
     grep_t, hs_t = Timing(), Timing()
     grep_count = hs_matches = 0
     with tempfile.TemporaryDirectory() as tmpd:
@@ -303,6 +326,28 @@ def main() -> None:
         write_section(HERE / "RESULTS.md", "## Analyze", section)
 
 
+def layout_table(before: Build | None, after: Build, corpus: Corpus) -> list[str]:
+    """Per-line speed of the same job written per node and per rank (warm cache)."""
+    rows = [
+        "",
+        "| the same job, warm cache | files | lines | before: s | after: s | before | after |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, what, files, lines in (
+        ("per node (`[defaultN]:`)", BIG_WARM, len(corpus.files), corpus.lines),
+        ("per rank", PER_RANK, corpus.per_rank_files, corpus.per_rank_lines),
+    ):
+        cells = []
+        for b in (before, after):
+            t = b.times.get(what) if b else None
+            cells.append((t.text(), f"{lines / t.best:,.0f} lines/s") if t else ("—", "—"))
+        rows.append(
+            f"| {name} | {files:,} | {lines:,} | {cells[0][0]} | {cells[1][0]} "
+            f"| {cells[0][1]} | {cells[1][1]} |"
+        )
+    return rows
+
+
 def render(
     args: argparse.Namespace,
     builds: list[Build],
@@ -335,10 +380,13 @@ def render(
         "| after, best |",
         "|---|---:|---:|---:|---:|",
     ]
-    for what in (BIG_COLD, BIG_WARM):
+    for what in (BIG_COLD, BIG_WARM, ONE_THREAD):
+        if what not in after.times:
+            continue
         table.append(
             f"| `rankwatch {what}` | {cell(before, what)} | {cell(after, what)} "
-            f"| {vs_grep(before, what)} | {vs_grep(after, what)} |"
+            f"| {vs_grep(before if before and what in before.times else None, what)} "
+            f"| {vs_grep(after, what)} |"
         )
     for name, t, note in (
         ("`cat FILES \\| grep -c -F -f` 20 fragments", grep_t, f"{grep_count:,} lines matched"),
@@ -349,6 +397,7 @@ def render(
             f"| {name} | — | {t.text()} | — | {rate:,.0f} lines/s, "
             f"{rate / grep_rate:.2f}× grep; {note} |"
         )
+    table += layout_table(before, after, corpus)
     table += ["", "| start-up | before | after |", "|---|---:|---:|"]
     for what in (ONE_COLD, ONE_WARM, VALIDATE):
         table.append(f"| `rankwatch {what}` | {cell(before, what)} | {cell(after, what)} |")
@@ -358,7 +407,7 @@ def render(
         "|---|---:|---:|",
     ]
     for phase in after.split:
-        b = before.split[phase] if before else None
+        b = before.split.get(phase) if before else None
         a = after.split[phase]
         table.append(f"| {phase} | {b.text() if b else '—'} | {a.text()} |")
     command = "`.venv/bin/python bench/analyze_bench.py --repeat {}{}`".format(

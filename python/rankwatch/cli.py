@@ -58,6 +58,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty() and not args.quiet,
         on_error=say("skipped"),
         on_partial=say("partially read"),
+        threads=args.threads,
     )
     if args.json:
         doc = {
@@ -148,6 +149,7 @@ def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
         COUNT,
         MEMORY_BYTES,
         SPAN_MS,
+        THREADS,
         Parser,
         add_catalog_parser,
     )
@@ -194,6 +196,14 @@ def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
     a.add_argument("--ring-lines", type=COUNT, default=256, metavar="N")
     a.add_argument("--memory-budget-bytes", type=MEMORY_BYTES, default=1 << 30, metavar="BYTES")
     a.add_argument("--incident-horizon-ms", type=SPAN_MS, default=20 * 60_000, metavar="MS")
+    a.add_argument(
+        "--threads",
+        type=THREADS,
+        default=0,
+        metavar="N",
+        help="threads that read, decode and scan the files (default 0: one per core); the "
+        "result does not depend on it",
+    )
     a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)
 

@@ -41,6 +41,7 @@ def bounded_int(minimum: int, maximum: int) -> Callable[[str], int]:
 COUNT = bounded_int(1, 1_000_000)
 CONTEXT_LINES = bounded_int(0, 1_000_000)
 MEMORY_BYTES = bounded_int(1 << 16, 1 << 50)
+THREADS = bounded_int(0, 4096)
 # Ten years: far above any incident, far below where event-time arithmetic could overflow.
 SPAN_MS = bounded_int(1, 10 * 365 * 86_400_000)
 

@@ -13,6 +13,8 @@ from rankwatch import _core
 from rankwatch.catalog_loader import Catalog
 
 Diagnosis = dict[str, Any]
+# A file for `Engine.feed_files`: path (bytes), job, origin, source key, rank, local rank.
+FileToFeed = tuple[bytes, str, str, str | None, int | None, int | None]
 
 
 def _this_year() -> int:
@@ -46,6 +48,17 @@ REJECT_REASONS = tuple(_core.Decoder.reject_reasons())
 # last `/`. Whole is the default because job names such as `sweep/2` or the Slurm array job
 # `1234/7` end like a rank; only a producer that promises the convention gets it.
 KEY_FORMATS = ("job", "job/rank")
+
+
+@dataclass(frozen=True)
+class FedFiles:
+    """What `Engine.feed_files` did: bytes fed; for each file not read to the end, (index,
+    "unreadable" or "partial", reason); seconds spent reading, decoding (summed over the
+    threads), applying and waiting for the threads."""
+
+    bytes: int
+    problems: list[tuple[int, str, str]]
+    timing: dict[str, float]
 
 
 class Decoder:
@@ -140,6 +153,19 @@ class Engine:
         The lists are parallel: value, key, job header value, broker timestamp in ms.
         Returns (index, reason) for every record that was rejected."""
         return self._core.feed_records(decoder._core, origin, values, keys, headers, timestamps)
+
+    def feed_files(
+        self,
+        files: list[FileToFeed],
+        threads: int = 0,
+        progress: _core.FeedProgress | None = None,
+    ) -> FedFiles:
+        """Reads (gzip too), decodes and feeds whole files in one call, GIL released:
+        decoding and scanning on `threads` threads (0: one per core), lines applied in file
+        order, so the result is the same as feeding them one by one. Each file is (path as
+        bytes, job, origin, source key, rank, local rank)."""
+        fed, problems, timing = self._core.feed_files(files, threads, progress)
+        return FedFiles(fed, problems, dict(timing))
 
     def close_stream(self, stream: int) -> None:
         self._core.close_stream(stream)

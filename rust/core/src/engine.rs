@@ -1,12 +1,18 @@
 //! The engine: streams of bytes in, per-job state updated line by line, diagnoses out.
 //! Callers own I/O and time; the engine owns everything that touches every line.
 
+mod apply;
+mod files;
+mod lines;
+
+pub use files::{FileInput, FilesReport};
+
+use lines::{Batch, LineDecoder, LineState, Times};
+
 use crate::baseline::Baseline;
-use crate::catalog::{Catalog, Role, Sync};
+use crate::catalog::{Catalog, Role};
 use crate::correlate::{self, Diagnosis};
-use crate::job::{ContextObs, Hit, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
-use crate::matcher::Scratch;
-use crate::prefix::{peel, Level, Producer};
+use crate::job::{Hit, Job, SourceKey, SyncObs};
 use crate::records::{decode, DecoderConfig};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -102,12 +108,8 @@ struct Stream {
     origin: Arc<str>,
     hints: StreamHints,
     key: Option<SourceKey>,
-    partial: Vec<u8>,
-    cri_buf: String,
-    line_no: u64,
+    lines: LineState,
     last_source: Option<u32>,
-    after_last_error: bool,
-    in_traceback: bool,
     /// Where the current multi-line record started (its first line's seq).
     record_start: u64,
     open_hit: Option<usize>,
@@ -115,7 +117,8 @@ struct Stream {
 
 pub struct Engine {
     catalog: Arc<Catalog>,
-    scratch: Scratch,
+    decoder: LineDecoder,
+    batch: Batch,
     pub cfg: Config,
     jobs: HashMap<String, Job>,
     streams: HashMap<u64, Stream>,
@@ -123,92 +126,46 @@ pub struct Engine {
     tick: u64,
     pub stats: Stats,
     pending: Vec<Diagnosis>,
-    expr_buf: Vec<u32>,
-    sig_buf: Vec<u16>,
     wall_ms: i64,
     /// job -> source -> stream id, for record-fed streams.
     record_streams: HashMap<String, HashMap<String, u64>>,
     baseline: Baseline,
 }
 
-/// `raw` cut to at most `max` bytes, not inside a UTF-8 character (`raw` is longer).
-fn cut_at_char(raw: &[u8], max: usize) -> &[u8] {
-    let mut cut = max;
-    while cut > 0 && (raw[cut] & 0xC0) == 0x80 {
-        cut -= 1;
-    }
-    &raw[..cut]
-}
-
-/// Lines of a multi-line record kept with a hit: whole records for causes, the head only for
-/// symptoms (thousands of ranks print the same symptom record).
 /// A Kafka record as handed over: value, key, job header, broker time in ms.
 pub type RawRecord<'a> = (&'a [u8], Option<&'a [u8]>, Option<&'a [u8]>, Option<i64>);
 
+/// Lines of a multi-line record kept with a hit: whole records for causes, the head only for
+/// symptoms (thousands of ranks print the same symptom record).
 const CAUSE_RECORD_LINES: usize = 40;
 const SYMPTOM_RECORD_LINES: usize = 0;
 /// What a source costs besides its ring's lines: the struct, its key and index entries.
 const SOURCE_BYTES: usize = std::mem::size_of::<crate::job::Source>() + 256;
 /// Sources a job may always have, whatever the budget.
 const MIN_SOURCES: usize = 1024;
+/// The most bytes of a chunk decoded before its lines are applied (see `chunk_into`).
+const PIECE_BYTES: usize = 256 << 10;
 
-fn is_exception_line(msg: &str) -> bool {
-    // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback.
-    let head = msg.split(':').next().unwrap_or("");
-    !head.is_empty()
-        && !head.contains(' ')
-        && (head.ends_with("Error")
-            || head.ends_with("Exception")
-            || head.ends_with("Interrupt")
-            || head.ends_with("Exit")
-            || head.ends_with("Failure"))
-        && head
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')
-}
-
-fn is_continuation(msg: &str, stream: &Stream) -> bool {
-    let b = msg.as_bytes();
-    if b.first().is_some_and(|c| *c == b' ' || *c == b'\t') {
-        return true;
+/// Where the piece of `data` that starts at `pos` ends: after the last line end within
+/// `size` bytes, else after the first line end past them, else at the end of `data`.
+fn piece_end(data: &[u8], pos: usize, size: usize) -> usize {
+    if data.len() - pos <= size {
+        return data.len();
     }
-    if stream.after_last_error {
-        return true;
+    let limit = pos + size;
+    match memchr::memrchr(b'\n', &data[pos..limit]) {
+        Some(i) => pos + i + 1,
+        None => memchr::memchr(b'\n', &data[limit..]).map_or(data.len(), |i| limit + i + 1),
     }
-    msg.starts_with("frame #")
-        || msg.starts_with("Exception raised from ")
-        || msg.starts_with("Last error:")
-        || msg.starts_with("During handling of the above exception")
-        || msg.starts_with("The above exception was the direct cause")
-        || (stream.in_traceback && is_exception_line(msg))
-}
-
-fn strip_ansi(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut it = s.char_indices().peekable();
-    while let Some((_, c)) = it.next() {
-        if c == '\x1b' {
-            if it.peek().map(|(_, c)| *c) == Some('[') {
-                it.next();
-                for (_, c) in it.by_ref() {
-                    if c.is_ascii_alphabetic() {
-                        break;
-                    }
-                }
-            }
-            continue;
-        }
-        out.push(c);
-    }
-    out
 }
 
 impl Engine {
     pub fn new(catalog: Arc<Catalog>, cfg: Config) -> Engine {
-        let scratch = catalog.matcher().scratch();
+        let decoder = LineDecoder::new(catalog.clone(), cfg.max_line_bytes, cfg.default_year);
         Engine {
             catalog,
-            scratch,
+            decoder,
+            batch: Batch::default(),
             cfg,
             jobs: HashMap::new(),
             streams: HashMap::new(),
@@ -216,8 +173,6 @@ impl Engine {
             tick: 0,
             stats: Stats::default(),
             pending: Vec::new(),
-            expr_buf: Vec::new(),
-            sig_buf: Vec::new(),
             wall_ms: 0,
             record_streams: HashMap::new(),
             baseline: Baseline::default(),
@@ -246,12 +201,8 @@ impl Engine {
                 origin: Arc::from(origin),
                 hints,
                 key,
-                partial: Vec::new(),
-                cri_buf: String::new(),
-                line_no: 0,
+                lines: LineState::default(),
                 last_source: None,
-                after_last_error: false,
-                in_traceback: false,
                 record_start: 0,
                 open_hit: None,
             },
@@ -276,70 +227,51 @@ impl Engine {
             return false;
         };
         let mut job = self.take_job(&st.job);
-        self.chunk_into(&mut job, &mut st, data, ingest_ms, event_ms);
+        let t = Times {
+            ingest_ms,
+            event_ms,
+        };
+        self.chunk_into(&mut job, &mut st, data, t);
         self.put_back(job, st, stream_id);
         true
     }
 
-    /// Splits a chunk into lines; a trailing partial line waits in the stream for the next.
-    fn chunk_into(
-        &mut self,
-        job: &mut Job,
-        st: &mut Stream,
-        data: &[u8],
-        ingest_ms: Option<i64>,
-        event_ms: Option<i64>,
-    ) {
-        self.stats.bytes += data.len() as u64;
-        let mut start = 0;
-        if !st.partial.is_empty() {
-            match memchr::memchr(b'\n', data) {
-                Some(nl) => {
-                    self.keep_partial(st, &data[..nl]);
-                    self.partial_line(job, st, ingest_ms, event_ms);
-                    start = nl + 1;
-                }
-                None => {
-                    self.keep_partial(st, data);
-                    return;
-                }
-            }
-        }
-        let rest = &data[start..];
-        // One check per chunk instead of per line: when the complete lines hold no '\r', no
-        // ESC and valid UTF-8, each line can skip those checks.
-        let whole = memchr::memrchr(b'\n', rest).map_or(&rest[..0], |i| &rest[..i]);
-        let plain =
-            memchr::memchr2(b'\r', 0x1b, whole).is_none() && std::str::from_utf8(whole).is_ok();
+    /// Decodes a chunk of a stream and applies its lines, a piece of at most about
+    /// `PIECE_BYTES` at a time (cut after a line end), so that the decoded lines held at once
+    /// stay small whatever the chunk's size.
+    fn chunk_into(&mut self, job: &mut Job, st: &mut Stream, data: &[u8], t: Times) {
+        let mut batch = std::mem::take(&mut self.batch);
         let mut pos = 0;
-        for nl in memchr::memchr_iter(b'\n', rest) {
-            if plain && nl - pos <= self.cfg.max_line_bytes {
-                // SAFETY: `whole` is valid UTF-8 and a '\n' byte is always a char boundary.
-                let line = unsafe { std::str::from_utf8_unchecked(&rest[pos..nl]) };
-                self.plain_line(job, st, line, ingest_ms, event_ms);
-            } else {
-                self.raw_line(job, st, &rest[pos..nl], ingest_ms, event_ms);
+        loop {
+            let end = piece_end(data, pos, PIECE_BYTES);
+            let piece = &data[pos..end];
+            batch.clear();
+            self.decoder.chunk(&mut st.lines, piece, t, &mut batch);
+            self.apply_batch(job, st, piece, &mut batch);
+            pos = end;
+            if pos >= data.len() {
+                break;
             }
-            pos = nl + 1;
         }
-        if pos < rest.len() {
-            self.keep_partial(st, &rest[pos..]);
-        }
+        self.batch = batch;
     }
 
-    /// Feeds lines that arrived whole (a record's text), each with the record's times.
-    fn lines_into(
-        &mut self,
-        job: &mut Job,
-        st: &mut Stream,
-        text: &[u8],
-        event_ms: Option<i64>,
-        ingest_ms: Option<i64>,
-    ) {
-        self.stats.bytes += text.len() as u64 + 1;
-        for part in text.split(|c| *c == b'\n') {
-            self.raw_line(job, st, part, ingest_ms, event_ms);
-        }
+    /// Decodes and applies lines that arrived whole (a record's text).
+    fn lines_into(&mut self, job: &mut Job, st: &mut Stream, text: &[u8], t: Times) {
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        self.decoder.whole_lines(&mut st.lines, text, t, &mut batch);
+        self.apply_batch(job, st, text, &mut batch);
+        self.batch = batch;
+    }
+
+    /// The end of a stream's bytes: its unfinished last line is a line now.
+    fn finish_lines(&mut self, job: &mut Job, st: &mut Stream) {
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        self.decoder.finish(&mut st.lines, &mut batch);
+        self.apply_batch(job, st, &[], &mut batch);
+        self.batch = batch;
     }
 
     /// Decodes and feeds a batch of Kafka records `(value, key, job header, broker time ms)`.
@@ -399,10 +331,14 @@ impl Engine {
                     self.take_job(&d.job)
                 }
             };
+            let t = Times {
+                ingest_ms: *broker_ms,
+                event_ms: d.event_ms,
+            };
             if d.chunked {
-                self.chunk_into(&mut job, &mut st, d.text.as_bytes(), *broker_ms, d.event_ms);
+                self.chunk_into(&mut job, &mut st, d.text.as_bytes(), t);
             } else {
-                self.lines_into(&mut job, &mut st, d.text.as_bytes(), d.event_ms, *broker_ms);
+                self.lines_into(&mut job, &mut st, d.text.as_bytes(), t);
             }
             self.streams.insert(id, st);
             current = Some(job);
@@ -438,32 +374,6 @@ impl Engine {
         src
     }
 
-    /// Processes the line that waited in `st.partial`, cut (and counted) first when it grew
-    /// past `max_line_bytes` (see `keep_partial`).
-    fn partial_line(
-        &mut self,
-        job: &mut Job,
-        st: &mut Stream,
-        ingest_ms: Option<i64>,
-        event_ms: Option<i64>,
-    ) {
-        let line = std::mem::take(&mut st.partial);
-        let mut raw = line.as_slice();
-        if raw.len() > self.cfg.max_line_bytes {
-            self.stats.truncated_lines += 1;
-            raw = cut_at_char(raw, self.cfg.max_line_bytes);
-        }
-        self.raw_line(job, st, raw, ingest_ms, event_ms);
-    }
-
-    /// Adds the next bytes of an unfinished line. A line longer than `max_line_bytes` keeps
-    /// only its head (one byte over, so that `partial_line` sees it was cut); the rest is
-    /// dropped until its newline, so the line stays one line with its own number and prefix.
-    fn keep_partial(&self, st: &mut Stream, data: &[u8]) {
-        let room = (self.cfg.max_line_bytes + 1).saturating_sub(st.partial.len());
-        st.partial.extend_from_slice(&data[..data.len().min(room)]);
-    }
-
     fn take_job(&mut self, name: &str) -> Job {
         self.tick += 1;
         let epoch = self.tick;
@@ -484,470 +394,12 @@ impl Engine {
 
     pub fn close_stream(&mut self, stream_id: u64) {
         if let Some(mut st) = self.streams.remove(&stream_id) {
-            if !st.partial.is_empty() || !st.cri_buf.is_empty() {
+            if !st.lines.is_idle() {
                 let mut job = self.take_job(&st.job);
-                if !st.partial.is_empty() {
-                    self.partial_line(&mut job, &mut st, None, None);
-                }
-                if !st.cri_buf.is_empty() {
-                    let text = std::mem::take(&mut st.cri_buf);
-                    self.text_line(&mut job, &mut st, &text, None, None);
-                }
+                self.finish_lines(&mut job, &mut st);
                 self.jobs.insert(st.job.clone(), job);
             }
         }
-    }
-
-    fn raw_line(
-        &mut self,
-        job: &mut Job,
-        st: &mut Stream,
-        raw: &[u8],
-        ingest_ms: Option<i64>,
-        event_ms: Option<i64>,
-    ) {
-        let mut raw = raw;
-        if raw.last() == Some(&b'\r') {
-            raw = &raw[..raw.len() - 1];
-        }
-        // Progress bars rewrite a line with '\r': keep what was displayed last.
-        if let Some(p) = memchr::memrchr(b'\r', raw) {
-            raw = &raw[p + 1..];
-        }
-        if raw.len() > self.cfg.max_line_bytes {
-            self.stats.truncated_lines += 1;
-            raw = cut_at_char(raw, self.cfg.max_line_bytes);
-        }
-        match std::str::from_utf8(raw) {
-            Ok(s) => self.text_line(job, st, s, ingest_ms, event_ms),
-            Err(_) => {
-                self.stats.invalid_utf8_lines += 1;
-                let s = String::from_utf8_lossy(raw).into_owned();
-                self.text_line(job, st, &s, ingest_ms, event_ms);
-            }
-        }
-    }
-
-    fn text_line(
-        &mut self,
-        job: &mut Job,
-        st: &mut Stream,
-        line: &str,
-        ingest_ms: Option<i64>,
-        event_ms: Option<i64>,
-    ) {
-        if memchr::memchr(0x1b, line.as_bytes()).is_some() {
-            let cleaned = strip_ansi(line);
-            self.plain_line(job, st, &cleaned, ingest_ms, event_ms);
-        } else {
-            self.plain_line(job, st, line, ingest_ms, event_ms);
-        }
-    }
-
-    /// A line known to be free of '\r' and ANSI escapes.
-    fn plain_line(
-        &mut self,
-        job: &mut Job,
-        st: &mut Stream,
-        line: &str,
-        ingest_ms: Option<i64>,
-        event_ms: Option<i64>,
-    ) {
-        st.line_no += 1;
-        if line.trim().is_empty() {
-            self.stats.blank_lines += 1;
-            return;
-        }
-        let meta = peel(line, self.cfg.default_year);
-        if meta.cri {
-            let content = &line[meta.msg_start..];
-            if meta.cri_partial {
-                if st.cri_buf.len() < self.cfg.max_line_bytes {
-                    st.cri_buf.push_str(content);
-                }
-                return;
-            }
-            let joined = if st.cri_buf.is_empty() {
-                content.to_string()
-            } else {
-                let mut j = std::mem::take(&mut st.cri_buf);
-                j.push_str(content);
-                j
-            };
-            st.line_no -= 1;
-            return self.text_line(job, st, &joined, ingest_ms.or(meta.ts_ms), event_ms);
-        }
-        if meta.message(line).trim().is_empty() {
-            // A prefix with nothing behind it (`[default6]:` before an NCCL WARN's blank line).
-            self.stats.blank_lines += 1;
-            return;
-        }
-        self.stats.lines += 1;
-        job.seq += 1;
-        let seq = job.seq;
-        let msg = meta.message(line);
-        let continuation = is_continuation(msg, st);
-
-        // Route the line to a source. Routes and host ids are cached per stream; the cache is
-        // tied to this job instance (an evicted and recreated job starts afresh).
-        if st.cache.epoch != job.epoch {
-            st.cache = RouteCache {
-                epoch: job.epoch,
-                ..RouteCache::default()
-            };
-        }
-        let host = match meta.host(line).or(st.hints.host.as_deref()) {
-            None => None,
-            Some(h) => match &st.cache.host {
-                Some((name, id)) if name == h => Some(*id),
-                _ => {
-                    let id = job.host_id(h);
-                    st.cache.host = Some((h.to_string(), id));
-                    Some(id)
-                }
-            },
-        };
-        if let (Some(h), Some(_), false) = (host, meta.host, st.cache.host_noted) {
-            if matches!(meta.producer, Producer::Nccl) {
-                job.stream_hosts.entry(st.origin.clone()).or_insert(h);
-                st.cache.host_noted = true;
-            }
-        }
-        let capped_before = self.stats.sources_capped;
-        let src = if let Some(l) = meta.local_rank {
-            match st.cache.local.iter().find(|(x, _)| *x == l) {
-                Some((_, s)) => *s,
-                None => {
-                    let key = SourceKey::StreamLocal(st.origin.clone(), l);
-                    let s = self.route(job, key, &st.origin);
-                    if self.stats.sources_capped == capped_before {
-                        st.cache.local.push((l, s));
-                    }
-                    s
-                }
-            }
-        } else if let Some(k) = &st.key {
-            match st.cache.key_src {
-                Some(s) => s,
-                None => {
-                    let s = self.route(job, k.clone(), &st.origin);
-                    if self.stats.sources_capped == capped_before {
-                        st.cache.key_src = Some(s);
-                    }
-                    s
-                }
-            }
-        } else if let Some(r) = meta.grank {
-            self.route(job, SourceKey::Rank(r), &st.origin)
-        } else if let (Some(h), Some(p), Producer::Nccl) = (host, meta.pid, meta.producer) {
-            self.route(job, SourceKey::HostPid(h, p), &st.origin)
-        } else if continuation && st.last_source.is_some() {
-            st.last_source.unwrap_or_default()
-        } else {
-            self.route(job, SourceKey::Stream(st.origin.clone()), &st.origin)
-        };
-        st.last_source = Some(src);
-        let capped = self.stats.sources_capped != capped_before;
-
-        // Learn identity (not from a line whose process was over the cap: its source is the
-        // stream's, shared by every process beyond the cap).
-        if !capped {
-            let needs_index;
-            {
-                let s = &mut job.sources[src as usize];
-                if s.host.is_none() && !matches!(meta.producer, Producer::Kernel | Producer::Syslog)
-                {
-                    s.host = host;
-                }
-                if meta.producer == Producer::Nccl && s.pid.is_none() {
-                    s.pid = meta.pid;
-                }
-                if s.local_rank.is_none() {
-                    s.local_rank = meta.local_rank.or(st.hints.local_rank);
-                }
-                if s.rank.is_none() {
-                    s.rank = meta.grank.or(st.hints.rank);
-                    needs_index = s.rank;
-                } else {
-                    needs_index = None;
-                }
-            }
-            if let Some(r) = needs_index {
-                job.index_rank(src, r);
-            }
-        }
-
-        // Time: printed on the line, else the record's, else carried from the source.
-        let (ts, exact) = match meta.ts_ms.or(event_ms) {
-            Some(t) => (Some(t), true),
-            None => (job.sources[src as usize].last_ts.or(ingest_ms), false),
-        };
-        if let Some(t) = ts {
-            let s = &mut job.sources[src as usize];
-            if exact {
-                s.last_ts = Some(t);
-                if s.first_ts.is_none() {
-                    s.first_ts = Some(t);
-                }
-                job.max_event_ms = Some(job.max_event_ms.map_or(t, |m| m.max(t)));
-            }
-        }
-
-        // Level, traceback and record tracking.
-        let mut level = meta.level;
-        if msg.starts_with("Traceback (most recent call last):") {
-            level = level.max(Level::Error);
-            st.in_traceback = true;
-        } else if st.in_traceback && !continuation {
-            st.in_traceback = false;
-        }
-        if is_exception_line(msg) && (st.in_traceback || msg.contains(": ")) {
-            level = level.max(Level::Error);
-        }
-        if level >= Level::Error {
-            job.failure_seen = true;
-        }
-        st.after_last_error = msg.trim_end() == "Last error:";
-        if continuation {
-            if let Some(h) = st.open_hit {
-                if let Some(hit) = job.hits.get_mut(h) {
-                    let is_cause = hit
-                        .sig
-                        .is_some_and(|s| self.catalog.signatures[s as usize].role == Role::Cause);
-                    let cap = if is_cause {
-                        CAUSE_RECORD_LINES
-                    } else {
-                        SYMPTOM_RECORD_LINES
-                    };
-                    if hit.record.len() < cap {
-                        hit.record.push(line.to_string());
-                        job.mem_bytes += line.len() + 24;
-                        self.stats.memory_bytes += line.len() + 24;
-                    }
-                }
-            }
-        } else {
-            st.record_start = seq;
-            st.open_hit = None;
-        }
-
-        // Remember the line.
-        {
-            let ring_lines = job.ring_lines;
-            let s = &mut job.sources[src as usize];
-            let before = s.ring.bytes();
-            s.ring
-                .push(seq, ts, continuation, line, ring_lines, self.cfg.ring_bytes);
-            let after = s.ring.bytes();
-            job.mem_bytes = (job.mem_bytes + after).saturating_sub(before);
-            self.stats.memory_bytes = (self.stats.memory_bytes + after).saturating_sub(before);
-        }
-
-        // Classify.
-        self.expr_buf.clear();
-        let catalog = self.catalog.clone();
-        catalog
-            .matcher()
-            .scan_into(msg.as_bytes(), &mut self.scratch, &mut self.expr_buf);
-        let mut opened = false;
-        if !self.expr_buf.is_empty() {
-            let mut sigs = std::mem::take(&mut self.sig_buf);
-            catalog.signatures_for(&self.expr_buf, &mut sigs);
-            for &sig in &sigs {
-                self.stats.signature_hits += 1;
-                *self.stats.hits_by_signature.entry(sig).or_default() += 1;
-                let spec = &catalog.signatures[sig as usize];
-                let is_hit = spec.role != Role::Context;
-                opened |= is_hit;
-                // Hits over the per-process cap are only counted: no fields, no copy.
-                if is_hit && !self.admit(job, src, Some(sig), spec.role == Role::Cause) {
-                    continue;
-                }
-                let mut fields = Vec::new();
-                if spec.ingest_fields {
-                    catalog.extract_fields(sig, msg, true, &mut fields);
-                }
-                self.learn_from_fields(job, src, sig, &fields, line, seq, ts, exact, st);
-                if is_hit {
-                    if spec.role == Role::Cause || level >= Level::Error {
-                        job.failure_seen = true;
-                    }
-                    let hit = Hit {
-                        sig: Some(sig),
-                        warn_only: false,
-                        source: src,
-                        seq,
-                        line_no: st.line_no,
-                        ts_ms: ts,
-                        ts_exact: exact,
-                        ingest_ms,
-                        text: line.to_string(),
-                        origin: st.origin.clone(),
-                        fields,
-                        record: job.sources[src as usize]
-                            .ring
-                            .record_from(
-                                st.record_start,
-                                if spec.role == Role::Cause {
-                                    CAUSE_RECORD_LINES
-                                } else {
-                                    SYMPTOM_RECORD_LINES
-                                },
-                            )
-                            .into_iter()
-                            .map(|l| l.text)
-                            .collect(),
-                    };
-                    st.open_hit = Some(self.add_hit(job, hit, spec.role == Role::Cause));
-                }
-            }
-            self.sig_buf = sigs;
-        }
-        // A warning or worse that no signature recognises is still evidence; whether a
-        // warning-only incident is a failure is decided from the job's outcome.
-        if !opened && level >= Level::Warn && !continuation {
-            self.stats.unclassified_errors += 1;
-            // The per-process cap of admit() keeps the first two of these.
-            if self.admit(job, src, None, false) {
-                let hit = Hit {
-                    sig: None,
-                    warn_only: level < Level::Error,
-                    source: src,
-                    seq,
-                    line_no: st.line_no,
-                    ts_ms: ts,
-                    ts_exact: exact,
-                    ingest_ms,
-                    text: line.to_string(),
-                    origin: st.origin.clone(),
-                    fields: Vec::new(),
-                    record: job.sources[src as usize]
-                        .ring
-                        .record_from(st.record_start, SYMPTOM_RECORD_LINES)
-                        .into_iter()
-                        .map(|l| l.text)
-                        .collect(),
-                };
-                st.open_hit = Some(self.add_hit(job, hit, false));
-            }
-        }
-        if self.stats.memory_bytes > self.cfg.memory_budget_bytes {
-            self.relieve_memory(job);
-        }
-        self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn learn_from_fields(
-        &mut self,
-        job: &mut Job,
-        src: u32,
-        sig: u16,
-        fields: &[(String, String)],
-        line: &str,
-        seq: u64,
-        ts: Option<i64>,
-        exact: bool,
-        st: &Stream,
-    ) {
-        let spec = &self.catalog.signatures[sig as usize];
-        let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        if spec.role == Role::Context {
-            if let Some(d) = get("cuda_dev").and_then(|v| v.parse::<u16>().ok()) {
-                job.sources[src as usize].cuda_dev = Some(d);
-            }
-            if let Some(b) = get("bus_id") {
-                job.sources[src as usize].bus_id = Some(b.trim_start_matches("0x").to_lowercase());
-            }
-            if let (Some(r), Some(n)) = (
-                get("rank").and_then(|v| v.parse::<u32>().ok()),
-                get("nranks").and_then(|v| v.parse::<u32>().ok()),
-            ) {
-                job.learn_rank(src, r, n);
-            }
-            let host = job.source_host(src);
-            for &f in CONTEXT_FIELDS {
-                let Some(v) = get(f) else { continue };
-                if let (Some(h), "ip") = (host, f) {
-                    job.ip_host.entry(v.to_string()).or_insert(h);
-                }
-                let weight = spec.weight;
-                let replace = match job.context.get(&(f, src)) {
-                    None => true,
-                    Some(o) => self.catalog.signatures[o.sig as usize].weight < weight,
-                };
-                if replace {
-                    let added = line.len() + v.len() + 160;
-                    job.mem_bytes += added;
-                    self.stats.memory_bytes += added;
-                    job.context.insert(
-                        (f, src),
-                        ContextObs {
-                            value: v.to_string(),
-                            source: src,
-                            seq,
-                            ts_ms: ts,
-                            line: line.to_string(),
-                            origin: st.origin.clone(),
-                            line_no: st.line_no,
-                            sig,
-                        },
-                    );
-                }
-            }
-        }
-        // Clock-sync points are kept per process; its host may only be learned later.
-        if let (Some(sync), Some(t), true) = (spec.sync, ts, exact) {
-            let key = match sync {
-                Sync::Seq => get("seq").and_then(|v| v.parse::<u64>().ok()),
-                Sync::Init => Some(0),
-            };
-            if let (Some(key), true) = (key, job.sync.len() < 200_000) {
-                job.mem_bytes += std::mem::size_of::<SyncObs>();
-                self.stats.memory_bytes += std::mem::size_of::<SyncObs>();
-                job.sync.push(SyncObs {
-                    sig,
-                    key,
-                    source: src,
-                    ts_ms: t,
-                });
-            }
-        }
-    }
-
-    /// Counts a hit of `sig` from `source` and says whether it is kept (per-process caps).
-    fn admit(&mut self, job: &mut Job, source: u32, sig: Option<u16>, is_cause: bool) -> bool {
-        let count = job.hit_counts.entry((source, sig)).or_default();
-        *count += 1;
-        let cap = if is_cause {
-            self.cfg.hits_per_source_signature
-        } else {
-            self.cfg.hits_per_source_signature.min(2)
-        };
-        if *count > cap || job.hits.len() >= self.cfg.max_hits_per_job {
-            self.stats.dropped_hits += 1;
-            return false;
-        }
-        true
-    }
-
-    fn add_hit(&mut self, job: &mut Job, hit: Hit, is_cause: bool) -> usize {
-        if is_cause && job.sources[hit.source as usize].snapshot.is_none() {
-            let snap = job.sources[hit.source as usize]
-                .ring
-                .before(hit.seq, self.cfg.preceding_lines);
-            let bytes: usize = snap.iter().map(|l| l.text.len() + 48).sum();
-            job.mem_bytes += bytes;
-            self.stats.memory_bytes += bytes;
-            job.sources[hit.source as usize].snapshot = Some(snap);
-        }
-        let idx = job.hits.len();
-        let bytes = hit.approx_bytes();
-        job.mem_bytes += bytes;
-        self.stats.memory_bytes += bytes;
-        correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
-        job.hits.push(hit);
-        idx
     }
 
     fn now_wall(&self) -> i64 {

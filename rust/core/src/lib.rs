@@ -5,6 +5,7 @@
 //!   kept compiled on disk by [`dbcache`],
 //! - [`engine`] routes lines to per-process [`ring`]s and records signature hits per [`job`],
 //! - [`correlate`] turns a job's hits into one diagnosis per incident,
+//! - [`files`] reads log files (plain or gzip) in bounded chunks for local analysis,
 //! - [`records`] decodes Kafka record values (canonical, Fluent Bit, Vector, docker, CRI, text).
 
 pub mod baseline;
@@ -13,6 +14,7 @@ pub mod correlate;
 pub mod dbcache;
 pub mod engine;
 pub mod fieldre;
+pub mod files;
 pub mod job;
 pub mod matcher;
 pub mod prefix;
@@ -22,4 +24,4 @@ pub mod timefmt;
 
 pub use catalog::{Catalog, CatalogError};
 pub use correlate::Diagnosis;
-pub use engine::{Config, Engine, Stats, StreamHints};
+pub use engine::{Config, Engine, FileInput, FilesReport, Stats, StreamHints};

@@ -10,11 +10,55 @@ use rankwatch_core::catalog::Role;
 use rankwatch_core::correlate::Diagnosis;
 use rankwatch_core::dbcache::{DbCache, DbOrigin};
 use rankwatch_core::engine::RawRecord;
+use rankwatch_core::files::ReadError;
 use rankwatch_core::prefix::peel;
 use rankwatch_core::records::{decode, DecoderConfig};
-use rankwatch_core::{Catalog, Config, Engine, StreamHints};
+use rankwatch_core::{Catalog, Config, Engine, FileInput, StreamHints};
 use serde_json::{json, Value};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// A file for `Engine.feed_files`: path (bytes, as the OS names it), job, origin, source key,
+/// rank, local rank.
+type FileTuple = (
+    Vec<u8>,
+    String,
+    String,
+    Option<String>,
+    Option<u32>,
+    Option<u16>,
+);
+/// What `Engine.feed_files` returns: bytes fed, problems, timing (see there).
+type FedFiles = (
+    u64,
+    Vec<(usize, &'static str, String)>,
+    [(&'static str, f64); 4],
+);
+
+/// Counts the bytes `Engine.feed_files` has fed so far; another thread may read it while the
+/// call runs (the call releases the GIL).
+#[pyclass(name = "FeedProgress", module = "rankwatch._core", frozen)]
+struct PyFeedProgress {
+    bytes: Arc<AtomicU64>,
+}
+
+#[pymethods]
+impl PyFeedProgress {
+    #[new]
+    fn new() -> Self {
+        PyFeedProgress {
+            bytes: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
 
 create_exception!(_core, CatalogError, PyValueError);
 
@@ -366,6 +410,55 @@ impl PyEngine {
         Ok(py.detach(|| engine.feed_records(cfg, origin, &records)))
     }
 
+    /// Reads, decodes and feeds whole files in one call, GIL released: decoding and scanning
+    /// on `threads` worker threads (0: one per core), lines applied in file order. Returns
+    /// (bytes fed, problems, timing): each problem is (file index, "unreadable" or "partial",
+    /// reason); timing is seconds spent reading, decoding (both summed over the workers),
+    /// applying and waiting for the workers.
+    #[pyo3(signature = (files, threads=0, progress=None))]
+    fn feed_files(
+        &mut self,
+        py: Python<'_>,
+        files: Vec<FileTuple>,
+        threads: usize,
+        progress: Option<PyRef<'_, PyFeedProgress>>,
+    ) -> FedFiles {
+        let inputs: Vec<FileInput> = files
+            .into_iter()
+            .map(
+                |(path, job, origin, source_key, rank, local_rank)| FileInput {
+                    path: PathBuf::from(OsString::from_vec(path)),
+                    job,
+                    origin,
+                    hints: StreamHints {
+                        source_key,
+                        rank,
+                        local_rank,
+                        host: None,
+                    },
+                },
+            )
+            .collect();
+        let counter = progress.map(|p| p.bytes.clone());
+        let engine = &mut self.inner;
+        let report = py.detach(|| engine.feed_files(&inputs, threads, counter.as_deref()));
+        let problems = report
+            .problems
+            .into_iter()
+            .map(|(i, e)| match e {
+                ReadError::Unreadable(why) => (i, "unreadable", why),
+                ReadError::Partial(why) => (i, "partial", why),
+            })
+            .collect();
+        let timing = [
+            ("read", report.read_s),
+            ("decode", report.decode_s),
+            ("apply", report.apply_s),
+            ("wait", report.wait_s),
+        ];
+        (report.bytes, problems, timing)
+    }
+
     fn close_stream(&mut self, py: Python<'_>, stream: u64) {
         let engine = &mut self.inner;
         py.detach(|| engine.close_stream(stream));
@@ -443,6 +536,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCatalog>()?;
     m.add_class::<PyEngine>()?;
     m.add_class::<PyDecoder>()?;
+    m.add_class::<PyFeedProgress>()?;
     m.add("CatalogError", m.py().get_type::<CatalogError>())?;
     m.add_function(wrap_pyfunction!(hyperscan_version, m)?)?;
     Ok(())

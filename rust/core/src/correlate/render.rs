@@ -600,11 +600,13 @@ fn facts_of(v: &View, top: &Cand, root: &RootLine) -> Facts {
     }
     if let Some(h) = top.host {
         for field in ["iface", "ip", "nccl_version", "transport"] {
+            // The host's first process that printed it (the context map's order is random).
             let own = v
                 .job
                 .context
                 .iter()
-                .find(|((f2, s), _)| *f2 == field && v.host_of(*s) == Some(h));
+                .filter(|((f2, s), _)| *f2 == field && v.host_of(*s) == Some(h))
+                .min_by_key(|((_, s), _)| *s);
             put(&format!("host_{field}"), own.map(|(_, o)| o.value.clone()));
         }
     }

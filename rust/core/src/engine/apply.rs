@@ -1,0 +1,408 @@
+//! The apply stage: one decoded line updates its job (routing to a source, identity, time,
+//! ring, signature hits and what they teach).
+
+use super::lines::{Batch, Decoded, SigHit};
+use super::{Engine, RouteCache, Stream, CAUSE_RECORD_LINES, SYMPTOM_RECORD_LINES};
+use crate::catalog::{Role, Sync};
+use crate::correlate;
+use crate::job::{ContextObs, Hit, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
+use crate::prefix::{Level, Producer};
+
+/// Where a line sits: its job sequence number, its number in its stream, its time.
+#[derive(Clone, Copy)]
+struct LineAt {
+    seq: u64,
+    line_no: u64,
+    ts: Option<i64>,
+    exact: bool,
+}
+
+impl Engine {
+    /// Applies a decoded batch of `st`'s lines to `job`, in order. `chunk` holds the bytes the
+    /// batch was decoded from.
+    pub(super) fn apply_batch(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        chunk: &[u8],
+        batch: &mut Batch,
+    ) {
+        let c = batch.counts;
+        self.stats.bytes += c.bytes;
+        self.stats.blank_lines += c.blank;
+        self.stats.truncated_lines += c.truncated;
+        self.stats.invalid_utf8_lines += c.invalid_utf8;
+        let (text, lines, hits) = batch.parts(chunk);
+        for d in lines {
+            let line = text(d);
+            self.apply_line(job, st, line, d, &mut hits[Batch::hits_of(d)]);
+        }
+    }
+
+    /// One decoded line updates its job: source, identity, time, record, ring, hits.
+    fn apply_line(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        line: &str,
+        d: &Decoded,
+        sig_hits: &mut [SigHit],
+    ) {
+        let (meta, continuation, level) = (&d.meta, d.continuation, d.level);
+        let (ingest_ms, event_ms, line_no) = (d.ingest_ms, d.event_ms, d.line_no);
+        self.stats.lines += 1;
+        job.seq += 1;
+        let seq = job.seq;
+
+        // Route the line to a source. Routes and host ids are cached per stream; the cache is
+        // tied to this job instance (an evicted and recreated job starts afresh).
+        if st.cache.epoch != job.epoch {
+            st.cache = RouteCache {
+                epoch: job.epoch,
+                ..RouteCache::default()
+            };
+        }
+        let host = match meta.host(line).or(st.hints.host.as_deref()) {
+            None => None,
+            Some(h) => match &st.cache.host {
+                Some((name, id)) if name == h => Some(*id),
+                _ => {
+                    let id = job.host_id(h);
+                    st.cache.host = Some((h.to_string(), id));
+                    Some(id)
+                }
+            },
+        };
+        if let (Some(h), Some(_), false) = (host, meta.host, st.cache.host_noted) {
+            if matches!(meta.producer, Producer::Nccl) {
+                job.stream_hosts.entry(st.origin.clone()).or_insert(h);
+                st.cache.host_noted = true;
+            }
+        }
+        let capped_before = self.stats.sources_capped;
+        let src = if let Some(l) = meta.local_rank {
+            match st.cache.local.iter().find(|(x, _)| *x == l) {
+                Some((_, s)) => *s,
+                None => {
+                    let key = SourceKey::StreamLocal(st.origin.clone(), l);
+                    let s = self.route(job, key, &st.origin);
+                    if self.stats.sources_capped == capped_before {
+                        st.cache.local.push((l, s));
+                    }
+                    s
+                }
+            }
+        } else if let Some(k) = &st.key {
+            match st.cache.key_src {
+                Some(s) => s,
+                None => {
+                    let s = self.route(job, k.clone(), &st.origin);
+                    if self.stats.sources_capped == capped_before {
+                        st.cache.key_src = Some(s);
+                    }
+                    s
+                }
+            }
+        } else if let Some(r) = meta.grank {
+            self.route(job, SourceKey::Rank(r), &st.origin)
+        } else if let (Some(h), Some(p), Producer::Nccl) = (host, meta.pid, meta.producer) {
+            self.route(job, SourceKey::HostPid(h, p), &st.origin)
+        } else if continuation && st.last_source.is_some() {
+            st.last_source.unwrap_or_default()
+        } else {
+            self.route(job, SourceKey::Stream(st.origin.clone()), &st.origin)
+        };
+        st.last_source = Some(src);
+        let capped = self.stats.sources_capped != capped_before;
+
+        // Learn identity (not from a line whose process was over the cap: its source is the
+        // stream's, shared by every process beyond the cap).
+        if !capped {
+            let needs_index;
+            {
+                let s = &mut job.sources[src as usize];
+                if s.host.is_none() && !matches!(meta.producer, Producer::Kernel | Producer::Syslog)
+                {
+                    s.host = host;
+                }
+                if meta.producer == Producer::Nccl && s.pid.is_none() {
+                    s.pid = meta.pid;
+                }
+                if s.local_rank.is_none() {
+                    s.local_rank = meta.local_rank.or(st.hints.local_rank);
+                }
+                if s.rank.is_none() {
+                    s.rank = meta.grank.or(st.hints.rank);
+                    needs_index = s.rank;
+                } else {
+                    needs_index = None;
+                }
+            }
+            if let Some(r) = needs_index {
+                job.index_rank(src, r);
+            }
+        }
+
+        // Time: printed on the line, else the record's, else carried from the source.
+        let (ts, exact) = match meta.ts_ms.or(event_ms) {
+            Some(t) => (Some(t), true),
+            None => (job.sources[src as usize].last_ts.or(ingest_ms), false),
+        };
+        if let Some(t) = ts {
+            let s = &mut job.sources[src as usize];
+            if exact {
+                s.last_ts = Some(t);
+                if s.first_ts.is_none() {
+                    s.first_ts = Some(t);
+                }
+                job.max_event_ms = Some(job.max_event_ms.map_or(t, |m| m.max(t)));
+            }
+        }
+
+        // Record tracking.
+        if level >= Level::Error {
+            job.failure_seen = true;
+        }
+        if continuation {
+            if let Some(h) = st.open_hit {
+                if let Some(hit) = job.hits.get_mut(h) {
+                    let is_cause = hit
+                        .sig
+                        .is_some_and(|s| self.catalog.signatures[s as usize].role == Role::Cause);
+                    let cap = if is_cause {
+                        CAUSE_RECORD_LINES
+                    } else {
+                        SYMPTOM_RECORD_LINES
+                    };
+                    if hit.record.len() < cap {
+                        hit.record.push(line.to_string());
+                        job.mem_bytes += line.len() + 24;
+                        self.stats.memory_bytes += line.len() + 24;
+                    }
+                }
+            }
+        } else {
+            st.record_start = seq;
+            st.open_hit = None;
+        }
+
+        // Remember the line.
+        {
+            let ring_lines = job.ring_lines;
+            let s = &mut job.sources[src as usize];
+            let before = s.ring.bytes();
+            s.ring
+                .push(seq, ts, continuation, line, ring_lines, self.cfg.ring_bytes);
+            let after = s.ring.bytes();
+            job.mem_bytes = (job.mem_bytes + after).saturating_sub(before);
+            self.stats.memory_bytes = (self.stats.memory_bytes + after).saturating_sub(before);
+        }
+
+        // Classify (the line stage scanned it).
+        let catalog = self.catalog.clone();
+        let mut opened = false;
+        {
+            for sh in sig_hits {
+                let sig = sh.sig;
+                self.stats.signature_hits += 1;
+                *self.stats.hits_by_signature.entry(sig).or_default() += 1;
+                let spec = &catalog.signatures[sig as usize];
+                let is_hit = spec.role != Role::Context;
+                opened |= is_hit;
+                // Hits over the per-process cap are only counted: no fields, no copy.
+                if is_hit && !self.admit(job, src, Some(sig), spec.role == Role::Cause) {
+                    continue;
+                }
+                let fields = std::mem::take(&mut sh.fields);
+                let at = LineAt {
+                    seq,
+                    line_no,
+                    ts,
+                    exact,
+                };
+                self.learn_from_fields(job, src, sig, &fields, line, at, st);
+                if is_hit {
+                    if spec.role == Role::Cause || level >= Level::Error {
+                        job.failure_seen = true;
+                    }
+                    let hit = Hit {
+                        sig: Some(sig),
+                        warn_only: false,
+                        source: src,
+                        seq,
+                        line_no,
+                        ts_ms: ts,
+                        ts_exact: exact,
+                        ingest_ms,
+                        text: line.to_string(),
+                        origin: st.origin.clone(),
+                        fields,
+                        record: job.sources[src as usize]
+                            .ring
+                            .record_from(
+                                st.record_start,
+                                if spec.role == Role::Cause {
+                                    CAUSE_RECORD_LINES
+                                } else {
+                                    SYMPTOM_RECORD_LINES
+                                },
+                            )
+                            .into_iter()
+                            .map(|l| l.text)
+                            .collect(),
+                    };
+                    st.open_hit = Some(self.add_hit(job, hit, spec.role == Role::Cause));
+                }
+            }
+        }
+        // A warning or worse that no signature recognises is still evidence; whether a
+        // warning-only incident is a failure is decided from the job's outcome.
+        if !opened && level >= Level::Warn && !continuation {
+            self.stats.unclassified_errors += 1;
+            // The per-process cap of admit() keeps the first two of these.
+            if self.admit(job, src, None, false) {
+                let hit = Hit {
+                    sig: None,
+                    warn_only: level < Level::Error,
+                    source: src,
+                    seq,
+                    line_no,
+                    ts_ms: ts,
+                    ts_exact: exact,
+                    ingest_ms,
+                    text: line.to_string(),
+                    origin: st.origin.clone(),
+                    fields: Vec::new(),
+                    record: job.sources[src as usize]
+                        .ring
+                        .record_from(st.record_start, SYMPTOM_RECORD_LINES)
+                        .into_iter()
+                        .map(|l| l.text)
+                        .collect(),
+                };
+                st.open_hit = Some(self.add_hit(job, hit, false));
+            }
+        }
+        if self.stats.memory_bytes > self.cfg.memory_budget_bytes {
+            self.relieve_memory(job);
+        }
+        self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn learn_from_fields(
+        &mut self,
+        job: &mut Job,
+        src: u32,
+        sig: u16,
+        fields: &[(String, String)],
+        line: &str,
+        at: LineAt,
+        st: &Stream,
+    ) {
+        let LineAt {
+            seq,
+            line_no,
+            ts,
+            exact,
+        } = at;
+        let spec = &self.catalog.signatures[sig as usize];
+        let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        if spec.role == Role::Context {
+            if let Some(d) = get("cuda_dev").and_then(|v| v.parse::<u16>().ok()) {
+                job.sources[src as usize].cuda_dev = Some(d);
+            }
+            if let Some(b) = get("bus_id") {
+                job.sources[src as usize].bus_id = Some(b.trim_start_matches("0x").to_lowercase());
+            }
+            if let (Some(r), Some(n)) = (
+                get("rank").and_then(|v| v.parse::<u32>().ok()),
+                get("nranks").and_then(|v| v.parse::<u32>().ok()),
+            ) {
+                job.learn_rank(src, r, n);
+            }
+            let host = job.source_host(src);
+            for &f in CONTEXT_FIELDS {
+                let Some(v) = get(f) else { continue };
+                if let (Some(h), "ip") = (host, f) {
+                    job.ip_host.entry(v.to_string()).or_insert(h);
+                }
+                let weight = spec.weight;
+                let replace = match job.context.get(&(f, src)) {
+                    None => true,
+                    Some(o) => self.catalog.signatures[o.sig as usize].weight < weight,
+                };
+                if replace {
+                    let added = line.len() + v.len() + 160;
+                    job.mem_bytes += added;
+                    self.stats.memory_bytes += added;
+                    job.context.insert(
+                        (f, src),
+                        ContextObs {
+                            value: v.to_string(),
+                            source: src,
+                            seq,
+                            ts_ms: ts,
+                            line: line.to_string(),
+                            origin: st.origin.clone(),
+                            line_no,
+                            sig,
+                        },
+                    );
+                }
+            }
+        }
+        // Clock-sync points are kept per process; its host may only be learned later.
+        if let (Some(sync), Some(t), true) = (spec.sync, ts, exact) {
+            let key = match sync {
+                Sync::Seq => get("seq").and_then(|v| v.parse::<u64>().ok()),
+                Sync::Init => Some(0),
+            };
+            if let (Some(key), true) = (key, job.sync.len() < 200_000) {
+                job.mem_bytes += std::mem::size_of::<SyncObs>();
+                self.stats.memory_bytes += std::mem::size_of::<SyncObs>();
+                job.sync.push(SyncObs {
+                    sig,
+                    key,
+                    source: src,
+                    ts_ms: t,
+                });
+            }
+        }
+    }
+
+    /// Counts a hit of `sig` from `source` and says whether it is kept (per-process caps).
+    fn admit(&mut self, job: &mut Job, source: u32, sig: Option<u16>, is_cause: bool) -> bool {
+        let count = job.hit_counts.entry((source, sig)).or_default();
+        *count += 1;
+        let cap = if is_cause {
+            self.cfg.hits_per_source_signature
+        } else {
+            self.cfg.hits_per_source_signature.min(2)
+        };
+        if *count > cap || job.hits.len() >= self.cfg.max_hits_per_job {
+            self.stats.dropped_hits += 1;
+            return false;
+        }
+        true
+    }
+
+    fn add_hit(&mut self, job: &mut Job, hit: Hit, is_cause: bool) -> usize {
+        if is_cause && job.sources[hit.source as usize].snapshot.is_none() {
+            let snap = job.sources[hit.source as usize]
+                .ring
+                .before(hit.seq, self.cfg.preceding_lines);
+            let bytes: usize = snap.iter().map(|l| l.text.len() + 48).sum();
+            job.mem_bytes += bytes;
+            self.stats.memory_bytes += bytes;
+            job.sources[hit.source as usize].snapshot = Some(snap);
+        }
+        let idx = job.hits.len();
+        let bytes = hit.approx_bytes();
+        job.mem_bytes += bytes;
+        self.stats.memory_bytes += bytes;
+        correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
+        job.hits.push(hit);
+        idx
+    }
+}

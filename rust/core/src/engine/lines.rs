@@ -1,0 +1,441 @@
+//! The line stage: a stream's bytes cut into lines, cleaned (line ends, progress-bar
+//! rewrites, over-long lines, invalid UTF-8, ANSI codes, CRI envelopes), peeled and scanned
+//! into a [`Batch`] that the apply stage then takes in order.
+//!
+//! Nothing here reads or writes job state: a stream's lines can be decoded on any thread,
+//! each with its own [`LineDecoder`] (its own Hyperscan scratch), ahead of applying them.
+
+use crate::catalog::Catalog;
+use crate::matcher::Scratch;
+use crate::prefix::{peel, Level, LineMeta};
+use std::sync::Arc;
+
+/// `raw` cut to at most `max` bytes, not inside a UTF-8 character (`raw` is longer).
+pub(super) fn cut_at_char(raw: &[u8], max: usize) -> &[u8] {
+    let mut cut = max;
+    while cut > 0 && (raw[cut] & 0xC0) == 0x80 {
+        cut -= 1;
+    }
+    &raw[..cut]
+}
+
+pub(super) fn is_exception_line(msg: &str) -> bool {
+    // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback.
+    let head = msg.split(':').next().unwrap_or("");
+    !head.is_empty()
+        && !head.contains(' ')
+        && (head.ends_with("Error")
+            || head.ends_with("Exception")
+            || head.ends_with("Interrupt")
+            || head.ends_with("Exit")
+            || head.ends_with("Failure"))
+        && head
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')
+}
+
+fn is_continuation(msg: &str, st: &LineState) -> bool {
+    let b = msg.as_bytes();
+    if b.first().is_some_and(|c| *c == b' ' || *c == b'\t') {
+        return true;
+    }
+    if st.after_last_error {
+        return true;
+    }
+    msg.starts_with("frame #")
+        || msg.starts_with("Exception raised from ")
+        || msg.starts_with("Last error:")
+        || msg.starts_with("During handling of the above exception")
+        || msg.starts_with("The above exception was the direct cause")
+        || (st.in_traceback && is_exception_line(msg))
+}
+
+pub(super) fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.char_indices().peekable();
+    while let Some((_, c)) = it.next() {
+        if c == '\x1b' {
+            if it.peek().map(|(_, c)| *c) == Some('[') {
+                it.next();
+                for (_, c) in it.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// What the line stage remembers of one stream between chunks.
+#[derive(Debug, Default)]
+pub(crate) struct LineState {
+    /// The unfinished last line of the previous chunk (at most `max_line_bytes + 1` bytes).
+    partial: Vec<u8>,
+    /// CRI partial (`P`) pieces waiting for their final (`F`) piece.
+    cri_buf: String,
+    line_no: u64,
+    after_last_error: bool,
+    in_traceback: bool,
+}
+
+impl LineState {
+    pub(crate) fn is_idle(&self) -> bool {
+        self.partial.is_empty() && self.cri_buf.is_empty()
+    }
+}
+
+/// Where a decoded line's text is: in the chunk it was cut from (most lines), or copied into
+/// the batch (a line that was cleaned, joined or carried over from the previous chunk).
+#[derive(Debug, Clone, Copy)]
+enum Span {
+    Chunk(usize, usize),
+    Own(usize, usize),
+}
+
+/// One non-blank line, peeled and scanned, waiting to be applied to its job.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    span: Span,
+    pub meta: LineMeta,
+    /// The line's number in its stream (blank lines count).
+    pub line_no: u64,
+    /// The printed level, raised for tracebacks and exception lines.
+    pub level: Level,
+    /// The line continues the record above it (traceback frame, indented text).
+    pub continuation: bool,
+    pub ingest_ms: Option<i64>,
+    pub event_ms: Option<i64>,
+    /// This line's entries in `Batch::hits`.
+    hits: std::ops::Range<usize>,
+}
+
+/// A signature that matched a line, with the fields the engine reads from it (extracted
+/// only for signatures that ingest fields).
+#[derive(Debug)]
+pub(crate) struct SigHit {
+    pub sig: u16,
+    pub fields: Vec<(String, String)>,
+}
+
+/// Counters of the line stage, added to the engine's stats when the batch is applied.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct LineCounts {
+    pub bytes: u64,
+    pub blank: u64,
+    pub truncated: u64,
+    pub invalid_utf8: u64,
+}
+
+/// The decoded lines of one chunk (or of a part of one), in stream order.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    own: String,
+    pub lines: Vec<Decoded>,
+    pub hits: Vec<SigHit>,
+    pub counts: LineCounts,
+}
+
+impl Batch {
+    pub(crate) fn clear(&mut self) {
+        self.own.clear();
+        self.lines.clear();
+        self.hits.clear();
+        self.counts = LineCounts::default();
+    }
+
+    /// The parts the apply stage needs at once: each line's text (from `chunk`, the bytes
+    /// the batch was decoded from, or the batch's own copy) and the hits, mutably.
+    pub(crate) fn parts<'a>(
+        &'a mut self,
+        chunk: &'a [u8],
+    ) -> (
+        impl Fn(&Decoded) -> &'a str,
+        &'a [Decoded],
+        &'a mut [SigHit],
+    ) {
+        let own = self.own.as_str();
+        let text = move |d: &Decoded| match d.span {
+            // SAFETY: a Chunk span was taken from a `&str` that borrowed `chunk` (see
+            // `LineDecoder::emit`), so it is valid UTF-8 on char boundaries.
+            Span::Chunk(a, b) => unsafe { std::str::from_utf8_unchecked(&chunk[a..b]) },
+            Span::Own(a, b) => &own[a..b],
+        };
+        (text, &self.lines, &mut self.hits)
+    }
+
+    pub(crate) fn hits_of(d: &Decoded) -> std::ops::Range<usize> {
+        d.hits.clone()
+    }
+}
+
+/// Decodes and scans lines for one thread: the shared catalog, its own Hyperscan scratch.
+pub(crate) struct LineDecoder {
+    catalog: Arc<Catalog>,
+    scratch: Scratch,
+    max_line_bytes: usize,
+    year: i32,
+    expr_buf: Vec<u32>,
+    sig_buf: Vec<u16>,
+}
+
+/// The chunk being decoded: where its bytes start and end, to tell a line cut from it from
+/// a line the decoder made.
+#[derive(Clone, Copy)]
+struct Origin {
+    start: usize,
+    end: usize,
+}
+
+impl Origin {
+    fn of(chunk: &[u8]) -> Origin {
+        let start = chunk.as_ptr() as usize;
+        Origin {
+            start,
+            end: start + chunk.len(),
+        }
+    }
+
+    /// `line`'s offsets in the chunk, if it is a slice of it.
+    fn span(self, line: &str) -> Option<(usize, usize)> {
+        let p = line.as_ptr() as usize;
+        (p >= self.start && p + line.len() <= self.end && !line.is_empty())
+            .then(|| (p - self.start, p - self.start + line.len()))
+    }
+}
+
+/// Times given with the bytes being decoded.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Times {
+    pub ingest_ms: Option<i64>,
+    pub event_ms: Option<i64>,
+}
+
+impl LineDecoder {
+    pub(crate) fn new(catalog: Arc<Catalog>, max_line_bytes: usize, year: i32) -> LineDecoder {
+        let scratch = catalog.matcher().scratch();
+        LineDecoder {
+            catalog,
+            scratch,
+            max_line_bytes,
+            year,
+            expr_buf: Vec::new(),
+            sig_buf: Vec::new(),
+        }
+    }
+
+    /// Decodes the complete lines of `data` into `out`; an unfinished last line waits in `st`
+    /// for the next chunk (or `finish`).
+    pub(crate) fn chunk(&mut self, st: &mut LineState, data: &[u8], t: Times, out: &mut Batch) {
+        out.counts.bytes += data.len() as u64;
+        let origin = Origin::of(data);
+        let mut start = 0;
+        if !st.partial.is_empty() {
+            match memchr::memchr(b'\n', data) {
+                Some(nl) => {
+                    self.keep_partial(st, &data[..nl]);
+                    self.partial_line(st, t, out);
+                    start = nl + 1;
+                }
+                None => {
+                    self.keep_partial(st, data);
+                    return;
+                }
+            }
+        }
+        let rest = &data[start..];
+        // One check per chunk instead of per line: when the complete lines hold no '\r', no
+        // ESC and valid UTF-8, each line can skip those checks.
+        let whole = memchr::memrchr(b'\n', rest).map_or(&rest[..0], |i| &rest[..i]);
+        let plain =
+            memchr::memchr2(b'\r', 0x1b, whole).is_none() && std::str::from_utf8(whole).is_ok();
+        let mut pos = 0;
+        for nl in memchr::memchr_iter(b'\n', rest) {
+            if plain && nl - pos <= self.max_line_bytes {
+                // SAFETY: `whole` is valid UTF-8 and a '\n' byte is always a char boundary.
+                let line = unsafe { std::str::from_utf8_unchecked(&rest[pos..nl]) };
+                self.plain_line(st, line, origin, t, out);
+            } else {
+                self.raw_line(st, &rest[pos..nl], origin, t, out);
+            }
+            pos = nl + 1;
+        }
+        if pos < rest.len() {
+            self.keep_partial(st, &rest[pos..]);
+        }
+    }
+
+    /// Decodes lines that arrived whole (a record's text), each with the record's times.
+    pub(crate) fn whole_lines(
+        &mut self,
+        st: &mut LineState,
+        text: &[u8],
+        t: Times,
+        out: &mut Batch,
+    ) {
+        out.counts.bytes += text.len() as u64 + 1;
+        let origin = Origin::of(text);
+        for part in text.split(|c| *c == b'\n') {
+            self.raw_line(st, part, origin, t, out);
+        }
+    }
+
+    /// The end of a stream: its unfinished last line and CRI pieces are lines now.
+    pub(crate) fn finish(&mut self, st: &mut LineState, out: &mut Batch) {
+        let none = Origin { start: 0, end: 0 };
+        if !st.partial.is_empty() {
+            self.partial_line(st, Times::default(), out);
+        }
+        if !st.cri_buf.is_empty() {
+            let text = std::mem::take(&mut st.cri_buf);
+            self.text_line(st, &text, none, Times::default(), out);
+        }
+    }
+
+    /// Processes the line that waited in `st.partial`, cut (and counted) first when it grew
+    /// past `max_line_bytes` (see `keep_partial`).
+    fn partial_line(&mut self, st: &mut LineState, t: Times, out: &mut Batch) {
+        let line = std::mem::take(&mut st.partial);
+        let mut raw = line.as_slice();
+        if raw.len() > self.max_line_bytes {
+            out.counts.truncated += 1;
+            raw = cut_at_char(raw, self.max_line_bytes);
+        }
+        self.raw_line(st, raw, Origin { start: 0, end: 0 }, t, out);
+    }
+
+    /// Adds the next bytes of an unfinished line. A line longer than `max_line_bytes` keeps
+    /// only its head (one byte over, so that `partial_line` sees it was cut); the rest is
+    /// dropped until its newline, so the line stays one line with its own number and prefix.
+    fn keep_partial(&self, st: &mut LineState, data: &[u8]) {
+        let room = (self.max_line_bytes + 1).saturating_sub(st.partial.len());
+        st.partial.extend_from_slice(&data[..data.len().min(room)]);
+    }
+
+    fn raw_line(&mut self, st: &mut LineState, raw: &[u8], o: Origin, t: Times, out: &mut Batch) {
+        let mut raw = raw;
+        if raw.last() == Some(&b'\r') {
+            raw = &raw[..raw.len() - 1];
+        }
+        // Progress bars rewrite a line with '\r': keep what was displayed last.
+        if let Some(p) = memchr::memrchr(b'\r', raw) {
+            raw = &raw[p + 1..];
+        }
+        if raw.len() > self.max_line_bytes {
+            out.counts.truncated += 1;
+            raw = cut_at_char(raw, self.max_line_bytes);
+        }
+        match std::str::from_utf8(raw) {
+            Ok(s) => self.text_line(st, s, o, t, out),
+            Err(_) => {
+                out.counts.invalid_utf8 += 1;
+                let s = String::from_utf8_lossy(raw).into_owned();
+                self.text_line(st, &s, o, t, out);
+            }
+        }
+    }
+
+    fn text_line(&mut self, st: &mut LineState, line: &str, o: Origin, t: Times, out: &mut Batch) {
+        if memchr::memchr(0x1b, line.as_bytes()).is_some() {
+            let cleaned = strip_ansi(line);
+            self.plain_line(st, &cleaned, o, t, out);
+        } else {
+            self.plain_line(st, line, o, t, out);
+        }
+    }
+
+    /// A line known to be free of '\r' and ANSI escapes.
+    fn plain_line(&mut self, st: &mut LineState, line: &str, o: Origin, t: Times, out: &mut Batch) {
+        st.line_no += 1;
+        if line.trim().is_empty() {
+            out.counts.blank += 1;
+            return;
+        }
+        let meta = peel(line, self.year);
+        if meta.cri {
+            let content = &line[meta.msg_start..];
+            if meta.cri_partial {
+                if st.cri_buf.len() < self.max_line_bytes {
+                    st.cri_buf.push_str(content);
+                }
+                return;
+            }
+            let joined = if st.cri_buf.is_empty() {
+                content.to_string()
+            } else {
+                let mut j = std::mem::take(&mut st.cri_buf);
+                j.push_str(content);
+                j
+            };
+            st.line_no -= 1;
+            let t = Times {
+                ingest_ms: t.ingest_ms.or(meta.ts_ms),
+                ..t
+            };
+            return self.text_line(st, &joined, o, t, out);
+        }
+        let msg = meta.message(line);
+        if msg.trim().is_empty() {
+            // A prefix with nothing behind it (`[default6]:` before an NCCL WARN's blank line).
+            out.counts.blank += 1;
+            return;
+        }
+        let continuation = is_continuation(msg, st);
+        let mut level = meta.level;
+        if msg.starts_with("Traceback (most recent call last):") {
+            level = level.max(Level::Error);
+            st.in_traceback = true;
+        } else if st.in_traceback && !continuation {
+            st.in_traceback = false;
+        }
+        if is_exception_line(msg) && (st.in_traceback || msg.contains(": ")) {
+            level = level.max(Level::Error);
+        }
+        st.after_last_error = msg.trim_end() == "Last error:";
+        let hits = self.scan(msg, out);
+        let span = match o.span(line) {
+            Some((a, b)) => Span::Chunk(a, b),
+            None => {
+                let a = out.own.len();
+                out.own.push_str(line);
+                Span::Own(a, out.own.len())
+            }
+        };
+        out.lines.push(Decoded {
+            span,
+            meta,
+            line_no: st.line_no,
+            level,
+            continuation,
+            ingest_ms: t.ingest_ms,
+            event_ms: t.event_ms,
+            hits,
+        });
+    }
+
+    /// Scans a message with the catalog; each signature that matched is added to `out.hits`
+    /// with its fields (for signatures that ingest fields).
+    fn scan(&mut self, msg: &str, out: &mut Batch) -> std::ops::Range<usize> {
+        let first = out.hits.len();
+        self.expr_buf.clear();
+        let catalog = &*self.catalog;
+        catalog
+            .matcher()
+            .scan_into(msg.as_bytes(), &mut self.scratch, &mut self.expr_buf);
+        if self.expr_buf.is_empty() {
+            return first..first;
+        }
+        catalog.signatures_for(&self.expr_buf, &mut self.sig_buf);
+        for &sig in &self.sig_buf {
+            let mut fields = Vec::new();
+            if catalog.signatures[sig as usize].ingest_fields {
+                catalog.extract_fields(sig, msg, true, &mut fields);
+            }
+            out.hits.push(SigHit { sig, fields });
+        }
+        first..out.hits.len()
+    }
+}

@@ -1,0 +1,107 @@
+"""`rankwatch analyze` reads the files in Rust on every core: the report must be the one that
+feeding the same files one by one (the Python reader) gives, whatever the thread count, for
+plain and gzip files alike."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from rankwatch import Catalog, Engine, EngineConfig
+from rankwatch.local import LogFile, Progress, _feed_files, analyze_files, discover
+from rankwatch.logread import PartialRead, read_chunks
+from rankwatch.simulate import fleetgen
+
+
+def one_by_one(catalog: Catalog, files: list[LogFile], cfg: EngineConfig) -> dict[str, Any]:
+    """What feeding each file's chunks from the Python reader gives."""
+    engine = Engine(catalog, cfg)
+    for f in files:
+        stream = engine.open_stream(
+            f.job, f.origin, source_key=f.source_key, rank=f.rank, local_rank=f.local_rank
+        )
+        try:
+            for chunk in read_chunks(f.path):
+                engine.feed(stream, chunk)
+        except (PartialRead, OSError):
+            pass
+        engine.close_stream(stream)
+    return summary(engine.finish(), engine.stats())
+
+
+def summary(diagnoses: list[dict[str, Any]], stats: dict[str, Any]) -> dict[str, Any]:
+    keys = ("lines", "bytes", "blank_lines", "truncated_lines", "invalid_utf8_lines")
+    counts = {k: stats[k] for k in keys}
+    return {"diagnoses": diagnoses, "counts": counts, "hits": stats["hits_by_signature"]}
+
+
+@pytest.fixture(scope="module")
+def mixed_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A failing per-node job; a third of its files gzip, one of them cut short."""
+    out = tmp_path_factory.mktemp("mixed") / "wrong-iface"
+    fleetgen.generate("wrong_iface", out, ranks=64, layout="per-node", seed=3, steps=10)
+    logs = sorted(p for p in out.iterdir() if p.suffix == ".log")
+    for i, p in enumerate(logs):
+        if i % 3 == 1:
+            packed = gzip.compress(p.read_bytes())
+            if i == 4:
+                packed = packed[: len(packed) * 3 // 4]
+            p.with_name(p.name + ".gz").write_bytes(packed)
+            p.unlink()
+    return out
+
+
+@pytest.mark.parametrize("budget", [1 << 30, 1 << 20])
+def test_any_thread_count_reports_what_one_by_one_feeding_does(
+    mixed_job: Path, catalog: Catalog, budget: int
+) -> None:
+    files, _ = discover([mixed_job])
+    cfg = EngineConfig(memory_budget_bytes=budget)
+    want = one_by_one(catalog, files, cfg)
+    assert want["diagnoses"], "the job fails: there is something to compare"
+    for threads in (1, 2, 5):
+        result = analyze_files(Engine(catalog, cfg), files, threads=threads)
+        assert summary(result.diagnoses, result.stats) == want, threads
+        assert len(result.partial) == 1 and "ends early" in result.partial[0]
+        assert set(result.timing) == {"read", "decode", "apply", "wait"}
+
+
+def test_progress_bar_feeding_gives_the_same_result(
+    mixed_job: Path, catalog: Catalog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files, _ = discover([mixed_job])
+    rows = [(bytes(f.path), f.job, f.origin, f.source_key, f.rank, f.local_rank) for f in files]
+    quiet = Engine(catalog)
+    shown = Engine(catalog)
+    assert _feed_files(quiet, rows, 0, Progress(1, False)).bytes > 0
+    fed = _feed_files(shown, rows, 0, Progress(1, True))
+    assert fed.bytes == quiet.stats()["bytes"]
+    assert quiet.finish() == shown.finish()
+    assert "analyzing [" in capsys.readouterr().err
+
+
+def test_threads_option_does_not_change_the_report(mixed_job: Path) -> None:
+    def report(*extra: str) -> dict[str, Any]:
+        r = subprocess.run(
+            [sys.executable, "-m", "rankwatch.cli", "analyze", "--json", *extra, str(mixed_job)],
+            capture_output=True,
+            check=True,
+        )
+        doc: dict[str, Any] = orjson.loads(r.stdout)
+        doc["input"].pop("seconds")
+        return doc
+
+    assert report("--threads", "1") == report() == report("--threads", "3")
+    r = subprocess.run(
+        [sys.executable, "-m", "rankwatch.cli", "analyze", "--threads", "-1", str(mixed_job)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 2 and "--threads" in r.stderr
