@@ -153,18 +153,21 @@ const SOURCE_BYTES: usize = std::mem::size_of::<crate::job::Source>() + 256;
 const MIN_SOURCES: usize = 1024;
 
 fn is_exception_line(msg: &str) -> bool {
-    // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback.
-    let head = msg.split(':').next().unwrap_or("");
-    !head.is_empty()
-        && !head.contains(' ')
-        && (head.ends_with("Error")
-            || head.ends_with("Exception")
-            || head.ends_with("Interrupt")
-            || head.ends_with("Exit")
-            || head.ends_with("Failure"))
-        && head
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')
+    // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback: a dotted name,
+    // then ':' or the end. Stops at the first byte a name cannot hold (most lines: a space
+    // within a few bytes).
+    let b = msg.as_bytes();
+    let end = b
+        .iter()
+        .position(|&c| !(c.is_ascii_alphanumeric() || c == b'.' || c == b'_'))
+        .unwrap_or(b.len());
+    if end == 0 || (end < b.len() && b[end] != b':') {
+        return false;
+    }
+    let head = &b[..end];
+    [&b"Error"[..], b"Exception", b"Interrupt", b"Exit", b"Failure"]
+        .iter()
+        .any(|s| head.ends_with(s))
 }
 
 fn is_continuation(msg: &str, stream: &Stream) -> bool {
@@ -1215,6 +1218,47 @@ mod tests {
             ..Config::default()
         };
         Engine::new(Arc::new(catalog), cfg)
+    }
+
+    #[test]
+    fn exception_lines_are_told_as_before() {
+        // The scan that splits at ':' first, kept as the reference for the early-exit one.
+        fn reference(msg: &str) -> bool {
+            let head = msg.split(':').next().unwrap_or("");
+            !head.is_empty()
+                && !head.contains(' ')
+                && ["Error", "Exception", "Interrupt", "Exit", "Failure"]
+                    .iter()
+                    .any(|s| head.ends_with(s))
+                && head
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')
+        }
+        let cases = [
+            "torch.distributed.DistBackendError: NCCL error",
+            "RuntimeError",
+            "KeyboardInterrupt",
+            "SystemExit: 1",
+            "ChildFailedError:",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+            "Error",
+            ":Error",
+            "",
+            ":",
+            "Some Error: spaced",
+            "RuntimeError : spaced colon",
+            "ValueError(x): call",
+            "my-mod.Error: dash",
+            "NCCL WARN Error: not a name",
+            "pkg.MyFailure",
+            "pkg.MyFailures",
+            "Exit:Error",
+            "ÜberError: unicode",
+            "x.y_z.Exception\ttab",
+        ];
+        for c in cases {
+            assert_eq!(is_exception_line(c), reference(c), "{c:?}");
+        }
     }
 
     /// Feeds one failing job at `now` and polls then; returns the diagnoses of that poll.
