@@ -132,8 +132,8 @@ mod tests {
 
     #[test]
     fn capture_into_reads_named_groups_by_index_and_keeps_earlier_values() {
-        let f = FieldRegex::parse(r"(\w+) to (?P<peer>[0-9.]+)(?:<(?P<port>\d+)>)?(?P<x>!)?")
-            .unwrap();
+        let f =
+            FieldRegex::parse(r"(\w+) to (?P<peer>[0-9.]+)(?:<(?P<port>\d+)>)?(?P<x>!)?").unwrap();
         let mut out = vec![("peer".to_string(), "kept".to_string())];
         f.capture_into("Connect to 1.2.3.4<5> failed", &mut out);
         assert_eq!(
