@@ -165,9 +165,15 @@ fn is_exception_line(msg: &str) -> bool {
         return false;
     }
     let head = &b[..end];
-    [&b"Error"[..], b"Exception", b"Interrupt", b"Exit", b"Failure"]
-        .iter()
-        .any(|s| head.ends_with(s))
+    [
+        &b"Error"[..],
+        b"Exception",
+        b"Interrupt",
+        b"Exit",
+        b"Failure",
+    ]
+    .iter()
+    .any(|s| head.ends_with(s))
 }
 
 fn is_continuation(msg: &str, stream: &Stream) -> bool {
