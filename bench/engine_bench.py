@@ -5,18 +5,27 @@
 3. the `hyperscan` PyPI binding called once per line,
 4. a plain-Python `re` loop over the catalog's patterns,
 
-plus ring memory on a 4,096-rank job against its configured budget. Writes the table into
-bench/RESULTS.md (section "Engine") unless --no-write.
+on both file layouts of one generated job: per-rank files and per-node files whose lines carry
+torchrun's interleaved `[defaultN]:` prefixes. The engine and the ceiling alternate round by
+round on each layout; the table gives the median and the spread (min-max) of the rounds.
+With `--before-python`, every round also runs the same measurement in a subprocess under
+another build's interpreter (e.g. main's `.venv/bin/python`), so before and after alternate
+too. Adds ring memory on a 4,096-rank job against its configured budget. Writes the tables
+into bench/RESULTS.md (section "Engine") unless --no-write.
 
-    .venv/bin/python bench/engine_bench.py [--lines 1000000] [--repeat 3]
+    .venv/bin/python bench/engine_bench.py [--lines 1000000] [--repeat 5]
+        [--before-python /path/to/other/.venv/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,23 +40,33 @@ from rankwatch import Catalog, Engine, EngineConfig, hyperscan_version  # noqa: 
 from rankwatch.local import analyze_files, discover  # noqa: E402
 from rankwatch.simulate import fleetgen  # noqa: E402
 
+LAYOUTS = ("per-rank", "per-node")
+
 
 def load_fleet(root: Path) -> list[tuple[Path, bytes]]:
     files, _ = discover([root])
     return [(f.path, f.path.read_bytes()) for f in files]
 
 
-def make_fleet(out: Path, min_lines: int) -> tuple[list[tuple[Path, bytes]], int]:
+def count_lines(data: list[tuple[Path, bytes]]) -> int:
+    return sum(b.count(b"\n") for _, b in data)
+
+
+def make_fleets(out: Path, min_lines: int) -> dict[str, Path]:
+    """One job (same scenario, seed and steps) written in each layout; grown until the
+    per-rank files hold `min_lines`."""
     steps = 40
     while True:
-        for p in out.glob("**/*"):
-            if p.is_file():
-                p.unlink()
-        fleetgen.generate("cuda_error", out, ranks=2048, layout="per-rank", seed=7, steps=steps)
-        data = load_fleet(out)
-        lines = sum(b.count(b"\n") for _, b in data)
+        root = out / f"steps{steps}"
+        fleetgen.generate(
+            "cuda_error", root / "per-rank", ranks=2048, layout="per-rank", seed=7, steps=steps
+        )
+        lines = count_lines(load_fleet(root / "per-rank"))
         if lines >= min_lines:
-            return data, lines
+            fleetgen.generate(
+                "cuda_error", root / "per-node", ranks=2048, layout="per-node", seed=7, steps=steps
+            )
+            return {lay: root / lay for lay in LAYOUTS}
         steps = int(steps * min_lines / max(lines, 1) * 1.1) + 1
 
 
@@ -155,38 +174,141 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+@dataclass
+class Rounds:
+    """Per-round times of one build on one layout (engine and ceiling of the same round)."""
+
+    lines: int = 0
+    engine: list[float] | None = None
+    hs: list[float] | None = None
+    diagnoses: int = 0
+
+    def add(self, t_engine: float, t_hs: float) -> None:
+        self.engine = (self.engine or []) + [t_engine]
+        self.hs = (self.hs or []) + [t_hs]
+
+    def rates(self) -> tuple[list[float], list[float], list[float]]:
+        eng = [self.lines / t for t in self.engine or []]
+        hs = [self.lines / t for t in self.hs or []]
+        return eng, hs, [e / h * 100 for e, h in zip(eng, hs, strict=True)]
+
+
+def one_round(
+    catalog: Catalog, data: list[tuple[Path, bytes]], blob: bytes
+) -> tuple[float, float, int]:
+    t0 = time.perf_counter()
+    n_diag = run_engine(catalog, data)
+    t_engine = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    catalog._core.scan_lines(blob)
+    return t_engine, time.perf_counter() - t0, n_diag
+
+
+def joined(data: list[tuple[Path, bytes]]) -> bytes:
+    return b"".join(b if b.endswith(b"\n") else b + b"\n" for _, b in data)
+
+
+def worker(root: Path, rounds: int) -> None:
+    """Measures one layout under this interpreter's build; prints the rounds as JSON."""
+    catalog = Catalog()
+    data = load_fleet(root)
+    blob = joined(data)
+    out = Rounds(lines=sum(1 for ln in blob.split(b"\n") if ln))
+    for _ in range(rounds):
+        t_engine, t_hs, out.diagnoses = one_round(catalog, data, blob)
+        out.add(t_engine, t_hs)
+    print(
+        json.dumps(
+            {"lines": out.lines, "engine": out.engine, "hs": out.hs, "diagnoses": out.diagnoses}
+        )
+    )
+
+
+def run_before(python: str, root: Path) -> tuple[float, float, int]:
+    cmd = [python, str(Path(__file__).resolve()), "--worker", str(root), "--repeat", "1"]
+    res = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    return float(got["engine"][0]), float(got["hs"][0]), int(got["diagnoses"])
+
+
+def spread(xs: list[float], fmt: str) -> str:
+    return f"{statistics.median(xs):{fmt}} ({min(xs):{fmt}}–{max(xs):{fmt}})"
+
+
+def layout_table(results: dict[tuple[str, str], Rounds], builds: list[str]) -> list[str]:
+    rows = [
+        "| layout | build | lines | engine, lines/s | Hyperscan alone, lines/s "
+        "| engine / Hyperscan |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for lay in LAYOUTS:
+        for build in builds:
+            r = results[(build, lay)]
+            eng, hs, pct = r.rates()
+            rows.append(
+                f"| {lay} | {build} | {r.lines:,} | {spread(eng, ',.0f')} | {spread(hs, ',.0f')} "
+                f"| {spread(pct, '.0f')}% |"
+            )
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lines", type=int, default=1_000_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument(
         "--re-sample", type=int, default=0, help="run the re loop on only this many lines (0 = all)"
     )
     ap.add_argument("--memory-budget-bytes", type=int, default=64 << 20)
+    ap.add_argument(
+        "--before-python",
+        help="interpreter of another build (its venv's python) measured alternately as 'before'",
+    )
+    ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    if args.worker:
+        worker(args.worker, args.repeat)
+        return
 
     catalog = Catalog()
+    builds = ["this build"] + (["before"] if args.before_python else [])
+    results = {(b, lay): Rounds() for b in builds for lay in LAYOUTS}
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
-        data, _ = make_fleet(tmp / "fleet", args.lines)
-        blob = b"".join(b if b.endswith(b"\n") else b + b"\n" for _, b in data)
+        fleets = make_fleets(tmp / "fleet", args.lines)
+        data = {lay: load_fleet(fleets[lay]) for lay in LAYOUTS}
+        blobs = {lay: joined(data[lay]) for lay in LAYOUTS}
+        for lay in LAYOUTS:
+            results[("this build", lay)].lines = sum(1 for ln in blobs[lay].split(b"\n") if ln)
+            mb = len(blobs[lay]) / 1e6
+            print(
+                f"{lay}: {results[('this build', lay)].lines:,} lines, {mb:,.1f} MB, "
+                f"{len(data[lay])} files",
+                flush=True,
+            )
+        # Engine and ceiling alternate, and so do the builds (in turned order each round), so
+        # a burst of load on this shared machine hits all of them.
+        for i in range(args.repeat):
+            for lay in LAYOUTS:
+                order = builds if i % 2 == 0 else builds[::-1]
+                for build in order:
+                    r = results[(build, lay)]
+                    if build == "before":
+                        t_e, t_h, r.diagnoses = run_before(args.before_python, fleets[lay])
+                        r.lines = results[("this build", lay)].lines
+                    else:
+                        t_e, t_h, r.diagnoses = one_round(catalog, data[lay], blobs[lay])
+                    r.add(t_e, t_h)
+                    print(
+                        f"round {i + 1} {lay} {build}: engine {t_e:.3f}s, Hyperscan alone "
+                        f"{t_h:.3f}s ({t_h / t_e * 100:.0f}%), {r.diagnoses} diagnoses",
+                        flush=True,
+                    )
+        blob = blobs["per-rank"]
         mb = len(blob) / 1e6
         raw_lines = [ln for ln in blob.split(b"\n") if ln]
-        print(f"corpus: {len(raw_lines):,} lines, {mb:,.1f} MB, {len(data)} files", flush=True)
-
-        # Engine and ceiling alternate, so a burst of load on this shared machine hits both.
-        t_engine = t_hs = float("inf")
-        n_diag = n_hs_matches = 0
-        for _ in range(args.repeat):
-            t, res = best_of(1, lambda: run_engine(catalog, data))
-            n_diag = res if isinstance(res, int) else 0
-            t_engine = min(t_engine, t)
-            t, hs_result = best_of(1, lambda: catalog._core.scan_lines(blob))
-            t_hs = min(t_hs, t)
-            n_hs_matches = hs_result[1] if isinstance(hs_result, tuple) else 0
-        print(f"engine end to end: {t_engine:.2f} s ({n_diag} diagnoses)", flush=True)
-        print(f"hyperscan alone: {t_hs:.2f} s ({n_hs_matches} matches)", flush=True)
+        del data, blobs
         t_pyhs, n_pyhs = best_of(1, lambda: run_pyhyperscan(catalog, raw_lines))
         print(f"hyperscan PyPI per line: {t_pyhs:.2f} s ({n_pyhs} matches)", flush=True)
         patterns, re_failed = compile_re(catalog)
@@ -198,72 +320,45 @@ def main() -> None:
         mem = memory_check(catalog, tmp, args.memory_budget_bytes)
         print(f"memory: {mem}", flush=True)
 
-    rate = len(raw_lines) / t_engine
-    rows = [
-        ("rankwatch engine, end to end", t_engine, rate, mb / t_engine),
-        (
-            "Hyperscan alone, same database, per line (ceiling)",
-            t_hs,
-            len(raw_lines) / t_hs,
-            mb / t_hs,
-        ),
-        (
-            "`hyperscan` PyPI binding, one call per line",
-            t_pyhs,
-            len(raw_lines) / t_pyhs,
-            mb / t_pyhs,
-        ),
-        (
-            f"Python `re` loop over {len(patterns)} catalog patterns",
-            t_re,
-            re_rate,
-            re_rate * mb / len(raw_lines),
-        ),
+    per_rank = results[("this build", "per-rank")]
+    eng_rate = statistics.median(per_rank.rates()[0])
+    others = [
+        ("`hyperscan` PyPI binding, one call per line", t_pyhs, len(raw_lines) / t_pyhs),
+        (f"Python `re` loop over {len(patterns)} catalog patterns", t_re, re_rate),
     ]
-    table = [
-        "| what | seconds | lines/s | MB/s | engine is |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for name, t, r, m in rows:
-        ratio = (
-            "—"
-            if name.startswith("rankwatch")
-            else (f"{rate / r:.2f}× its rate" if r > rate else f"{rate / r:.1f}× faster")
+    other_rows = ["| what | seconds | lines/s | MB/s | engine is |", "|---|---:|---:|---:|---:|"]
+    for name, t, rate in others:
+        other_rows.append(
+            f"| {name} | {t:.2f} | {rate:,.0f} | {rate * mb / len(raw_lines):,.1f} "
+            f"| {eng_rate / rate:.1f}× faster |"
         )
-        table.append(f"| {name} | {t:.2f} | {r:,.0f} | {m:,.1f} | {ratio} |")
-    hs_share = rate / (len(raw_lines) / t_hs) * 100
+    cmd = (
+        f"`.venv/bin/python bench/engine_bench.py --lines {args.lines} --repeat {args.repeat}"
+        + (f" --re-sample {args.re_sample}" if args.re_sample else "")
+        + (" --before-python <main's .venv/bin/python>" if args.before_python else "")
+        + "`"
+    )
     section = "\n".join(
         [
             "## Engine",
             "",
-            f"Measured {time.strftime('%Y-%m-%d')} with `.venv/bin/python bench/engine_bench.py"
-            f" --lines {args.lines} --repeat {args.repeat}`"
-            + (f" --re-sample {args.re_sample}" if args.re_sample else "")
-            + ".",
+            f"Measured {time.strftime('%Y-%m-%d')} with {cmd}.",
             f"Machine: {os.cpu_count()} cores, {cpu_model()}, Python {platform.python_version()},"
             f" Hyperscan (Vectorscan) {hyperscan_version().strip()}.",
-            f"Corpus: {len(raw_lines):,} generated lines ({mb:,.1f} MB) of a 2,048-rank job "
-            f"(`fleetgen` scenario cuda_error, per-rank files), {len(catalog)} signatures, "
-            f"{len(patterns) + re_failed} patterns"
-            + (
-                f" ({re_failed} not accepted by Python `re`, left out of its loop)"
-                if re_failed
-                else ""
-            )
-            + ".",
-            "Times are the best of the repeats (engine and Hyperscan alone alternating), one run "
-            "for the slower two"
-            + (
-                f"; the `re` loop ran on the first {len(sample):,} lines only"
-                if args.re_sample
-                else ""
-            )
-            + ".",
+            f"Corpus: one generated 2,048-rank job (`fleetgen` scenario cuda_error, seed 7) "
+            f"written as per-rank files and as per-node files (`[defaultN]:` interleaved), "
+            f"{len(catalog)} signatures, {len(patterns) + re_failed} patterns. Each round "
+            "feeds the engine every file and then has Hyperscan alone scan the same bytes line "
+            "by line (`Catalog._core.scan_lines`); median (min–max) over "
+            f"{args.repeat} rounds.",
             "",
-            *table,
+            *layout_table(results, builds),
             "",
-            f"The engine runs at **{hs_share:.0f}%** of the Hyperscan-alone rate and "
-            f"**{rate / re_rate:.0f}×** the plain-`re` loop.",
+            f"Once, on the per-rank lines ({len(raw_lines):,} lines, {mb:,.1f} MB)"
+            + (f"; the `re` loop on the first {len(sample):,} only" if args.re_sample else "")
+            + ":",
+            "",
+            *other_rows,
             "",
             f"Engine memory (rings, hits, context) on a 4,096-rank job ({mem.lines:,} lines, "
             f"ib_link_down): budget {mem.budget / 2**20:.0f} MiB, peak {mem.peak / 2**20:.1f} "

@@ -340,16 +340,7 @@ impl Catalog {
             {
                 continue;
             }
-            let Some(re) = field.regex() else { continue };
-            if let Some(caps) = re.captures(text) {
-                for name in field.names() {
-                    if let Some(m) = caps.name(name) {
-                        if !out.iter().any(|(k, _)| k == name) {
-                            out.push((name.to_string(), m.as_str().to_string()));
-                        }
-                    }
-                }
-            }
+            field.capture_into(text, out);
         }
     }
 }

@@ -669,6 +669,47 @@ mod tests {
         Engine::new(Arc::new(catalog), cfg)
     }
 
+    #[test]
+    fn exception_lines_are_told_as_before() {
+        // The scan that splits at ':' first, kept as the reference for the early-exit one.
+        fn reference(msg: &str) -> bool {
+            let head = msg.split(':').next().unwrap_or("");
+            !head.is_empty()
+                && !head.contains(' ')
+                && ["Error", "Exception", "Interrupt", "Exit", "Failure"]
+                    .iter()
+                    .any(|s| head.ends_with(s))
+                && head
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')
+        }
+        let cases = [
+            "torch.distributed.DistBackendError: NCCL error",
+            "RuntimeError",
+            "KeyboardInterrupt",
+            "SystemExit: 1",
+            "ChildFailedError:",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+            "Error",
+            ":Error",
+            "",
+            ":",
+            "Some Error: spaced",
+            "RuntimeError : spaced colon",
+            "ValueError(x): call",
+            "my-mod.Error: dash",
+            "NCCL WARN Error: not a name",
+            "pkg.MyFailure",
+            "pkg.MyFailures",
+            "Exit:Error",
+            "ÜberError: unicode",
+            "x.y_z.Exception\ttab",
+        ];
+        for c in cases {
+            assert_eq!(lines::is_exception_line(c), reference(c), "{c:?}");
+        }
+    }
+
     /// Feeds one failing job at `now` and polls then; returns the diagnoses of that poll.
     fn short_job(e: &mut Engine, name: &str, now: i64) -> Vec<Diagnosis> {
         e.poll(now);

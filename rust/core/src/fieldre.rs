@@ -14,7 +14,15 @@ use std::sync::OnceLock;
 pub struct FieldRegex {
     pattern: String,
     names: Vec<String>,
-    compiled: OnceLock<Option<Regex>>,
+    compiled: OnceLock<Option<Compiled>>,
+}
+
+/// The compiled regex and, for each of `names`, its capture group's index (so that a match is
+/// read by index, not by hashing the name).
+#[derive(Debug, Clone)]
+struct Compiled {
+    regex: Regex,
+    groups: Vec<usize>,
 }
 
 impl FieldRegex {
@@ -47,15 +55,42 @@ impl FieldRegex {
     /// the fast DFA engines usable on every line; patterns that need Unicode semantics (`.`,
     /// negated classes) keep them.
     pub fn regex(&self) -> Option<&Regex> {
+        self.compiled().map(|c| &c.regex)
+    }
+
+    fn compiled(&self) -> Option<&Compiled> {
         self.compiled
             .get_or_init(|| {
-                RegexBuilder::new(&self.pattern)
+                let regex = RegexBuilder::new(&self.pattern)
                     .unicode(false)
                     .build()
                     .or_else(|_| Regex::new(&self.pattern))
-                    .ok()
+                    .ok()?;
+                let groups = self
+                    .names
+                    .iter()
+                    .map(|n| regex.capture_names().position(|g| g == Some(n.as_str())))
+                    .collect::<Option<Vec<usize>>>()?;
+                Some(Compiled { regex, groups })
             })
             .as_ref()
+    }
+
+    /// Matches `text` and appends `(name, value)` for each named group that took part in the
+    /// match and whose name is not in `out` yet.
+    pub fn capture_into(&self, text: &str, out: &mut Vec<(String, String)>) {
+        let Some(c) = self.compiled() else { return };
+        let mut locs = c.regex.capture_locations();
+        if c.regex.captures_read(&mut locs, text).is_none() {
+            return;
+        }
+        for (name, &group) in self.names.iter().zip(&c.groups) {
+            if let Some((start, end)) = locs.get(group) {
+                if !out.iter().any(|(k, _)| k == name) {
+                    out.push((name.clone(), text[start..end].to_string()));
+                }
+            }
+        }
     }
 }
 
@@ -93,6 +128,21 @@ mod tests {
         assert_eq!(compiled, f.names());
         let caps = re.captures("Connect to 1.2.3.4<5> failed : gone").unwrap();
         assert_eq!(&caps["peer_addr"], "1.2.3.4");
+    }
+
+    #[test]
+    fn capture_into_reads_named_groups_by_index_and_keeps_earlier_values() {
+        let f =
+            FieldRegex::parse(r"(\w+) to (?P<peer>[0-9.]+)(?:<(?P<port>\d+)>)?(?P<x>!)?").unwrap();
+        let mut out = vec![("peer".to_string(), "kept".to_string())];
+        f.capture_into("Connect to 1.2.3.4<5> failed", &mut out);
+        assert_eq!(
+            out,
+            [("peer", "kept"), ("port", "5")].map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        let mut none = Vec::new();
+        f.capture_into("no address here", &mut none);
+        assert!(none.is_empty());
     }
 
     #[test]

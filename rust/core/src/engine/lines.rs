@@ -20,18 +20,27 @@ pub(super) fn cut_at_char(raw: &[u8], max: usize) -> &[u8] {
 }
 
 pub(super) fn is_exception_line(msg: &str) -> bool {
-    // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback.
-    let head = msg.split(':').next().unwrap_or("");
-    !head.is_empty()
-        && !head.contains(' ')
-        && (head.ends_with("Error")
-            || head.ends_with("Exception")
-            || head.ends_with("Interrupt")
-            || head.ends_with("Exit")
-            || head.ends_with("Failure"))
-        && head
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_')
+    // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback: a dotted name,
+    // then ':' or the end. Stops at the first byte a name cannot hold (most lines: a space
+    // within a few bytes).
+    let b = msg.as_bytes();
+    let end = b
+        .iter()
+        .position(|&c| !(c.is_ascii_alphanumeric() || c == b'.' || c == b'_'))
+        .unwrap_or(b.len());
+    if end == 0 || (end < b.len() && b[end] != b':') {
+        return false;
+    }
+    let head = &b[..end];
+    [
+        &b"Error"[..],
+        b"Exception",
+        b"Interrupt",
+        b"Exit",
+        b"Failure",
+    ]
+    .iter()
+    .any(|s| head.ends_with(s))
 }
 
 fn is_continuation(msg: &str, st: &LineState) -> bool {
