@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from aiokafka.partitioner import murmur2
 
 from rankwatch.inputs import LogFile
@@ -38,6 +39,18 @@ class ReplayResult:
     files: int
     jobs: int
     seconds: float
+    skipped: int = 0
+
+
+class ReplayFailed(Exception):
+    """Delivery failed. The first `acknowledged` records of the send order (which is the same
+    for the same files) are on the topic, so a rerun that skips them sends no duplicate."""
+
+    def __init__(self, acknowledged: int, sent: int, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.acknowledged = acknowledged
+        self.sent = sent
+        self.cause = cause
 
 
 def stream_names(files: Sequence[LogFile]) -> list[str]:
@@ -109,7 +122,8 @@ class BatchSender:
         self.topic = topic
         self.partitions = sorted(partitions)
         self._batches: dict[int, Any] = {}
-        self._futures: list[asyncio.Future[Any]] = []
+        self._first: dict[int, int] = {}  # partition -> number of its open batch's first record
+        self._futures: list[tuple[asyncio.Future[Any], int]] = []  # (delivery, first record)
         self._key_partition: dict[bytes, int] = {}
         self._rr = 0
         self.records = 0
@@ -136,33 +150,50 @@ class BatchSender:
         p = self.partition_of(key)
         batch = self._batches.get(p)
         if batch is None:
-            batch = self._batches[p] = self.producer.create_batch()
+            batch = self._open(p)
         hdrs = list(headers)
         if batch.append(timestamp=timestamp_ms, key=key, value=value, headers=hdrs) is None:
             await self._send(p)
-            batch = self._batches[p] = self.producer.create_batch()
+            batch = self._open(p)
             if batch.append(timestamp=timestamp_ms, key=key, value=value, headers=hdrs) is None:
                 raise ValueError(f"record of {len(value)} bytes does not fit in a batch")
         self.records += 1
         self.bytes += len(value)
 
+    def _open(self, partition: int) -> Any:
+        self._first[partition] = self.records
+        batch = self._batches[partition] = self.producer.create_batch()
+        return batch
+
     async def _send(self, partition: int) -> None:
         batch = self._batches.pop(partition)
+        first = self._first.pop(partition)
         batch.close()
         fut = await self.producer.send_batch(batch, self.topic, partition=partition)
-        self._futures.append(fut)
+        self._futures.append((fut, first))
         if len(self._futures) > 64:
-            done = [f for f in self._futures if f.done()]
-            for f in done:
-                f.result()
-            self._futures = [f for f in self._futures if not f.done()]
+            for f, _ in self._futures:
+                if f.done():
+                    f.result()  # a failure stays listed: `acknowledged` must not pass it
+            self._futures = [(f, i) for f, i in self._futures if not f.done()]
 
     async def flush(self) -> None:
         for p in list(self._batches):
             await self._send(p)
-        futures, self._futures = self._futures, []
-        for f in futures:
+        for f, _ in self._futures:
             await f
+        self._futures = []
+
+    def acknowledged(self) -> int:
+        """How many records, counted from the first one added, the broker acknowledged
+        without a gap (every record belongs to one batch: open, in flight, failed or done)."""
+        waiting = list(self._first.values())
+        waiting += [i for f, i in self._futures if not _delivered(f)]
+        return min(waiting, default=self.records)
+
+
+def _delivered(f: asyncio.Future[Any]) -> bool:
+    return f.done() and not f.cancelled() and f.exception() is None
 
 
 def new_producer(connection: dict[str, Any]) -> Any:
@@ -183,25 +214,22 @@ async def replay_files(
     *,
     rate: float | None = None,
     on_error: Callable[[str], None] | None = None,
+    skip: int = 0,
 ) -> ReplayResult:
-    """Sends every line of `files` to `topic`; `rate` caps lines per second; files that
-    cannot be read (or only in part) are reported to `on_error`."""
+    """Sends every line of `files` to `topic`, but the first `skip` records (what an earlier
+    run reported as acknowledged); `rate` caps lines per second; files that cannot be read
+    (or only in part) are reported to `on_error`. Raises ReplayFailed if delivery fails
+    after it began."""
     t0 = time.monotonic()
     producer = new_producer(connection)
     try:
         await producer.start()
         partitions = await producer.partitions_for(topic)
         sender = BatchSender(producer, topic, sorted(partitions))
-        check_every = max(1, int(rate / 50)) if rate else 0
-        sources = {id(f): name for f, name in zip(files, stream_names(files), strict=True)}
-        for f, line in interleave(files, on_error):
-            await sender.add(f.job.encode(), canonical_record(f, line, sources[id(f)]))
-            if rate and sender.records % check_every == 0:
-                ahead = sender.records / rate - (time.monotonic() - t0)
-                if ahead > 0:
-                    await sender.flush()
-                    await asyncio.sleep(ahead)
-        await sender.flush()
+        try:
+            await _send_lines(sender, files, skip, rate, on_error, t0)
+        except KafkaError as e:
+            raise ReplayFailed(skip + sender.acknowledged(), skip + sender.records, e) from e
     finally:
         await producer.stop()
     return ReplayResult(
@@ -210,4 +238,27 @@ async def replay_files(
         files=len(files),
         jobs=len({f.job for f in files}),
         seconds=time.monotonic() - t0,
+        skipped=skip,
     )
+
+
+async def _send_lines(
+    sender: BatchSender,
+    files: Sequence[LogFile],
+    skip: int,
+    rate: float | None,
+    on_error: Callable[[str], None] | None,
+    t0: float,
+) -> None:
+    check_every = max(1, int(rate / 50)) if rate else 0
+    sources = {id(f): name for f, name in zip(files, stream_names(files), strict=True)}
+    for n, (f, line) in enumerate(interleave(files, on_error)):
+        if n < skip:
+            continue
+        await sender.add(f.job.encode(), canonical_record(f, line, sources[id(f)]))
+        if rate and sender.records % check_every == 0:
+            ahead = sender.records / rate - (time.monotonic() - t0)
+            if ahead > 0:
+                await sender.flush()
+                await asyncio.sleep(ahead)
+    await sender.flush()
