@@ -11,6 +11,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
+
 from daemon_fixtures import PORT, ROOT, end_offsets, read_topic, wait_for
 from kafka_broker import halt_broker, resume_broker
 from rankwatch.daemon.replay import canonical_record, interleave, stream_names
@@ -99,3 +101,27 @@ def test_a_replay_the_broker_drops_says_what_arrived_and_a_rerun_sends_the_rest_
     assert f"(skipped the first {acknowledged:,})" in rerun.stdout
     got = Counter(r.value for r in read_topic(daemon_kafka, topic))
     assert got == want, (sum(got.values()), sum(want.values()), time.monotonic() - t0)
+
+
+def test_a_huge_job_name_makes_a_bounded_key_that_still_names_one_job() -> None:
+    """Issue 9: a 100 KB job name became a 100 KB record key."""
+    from rankwatch.daemon.publisher import MAX_DIAGNOSIS_KEY_BYTES, diagnosis_record
+
+    one, other = "j" * 100_000, "j" * 99_999 + "k"
+    key, value = diagnosis_record({"id": "rw-1", "job": one})
+    assert len(key) <= MAX_DIAGNOSIS_KEY_BYTES and key.startswith(b"jjjj")
+    assert diagnosis_record({"id": "rw-2", "job": one})[0] == key  # same job, same key
+    assert diagnosis_record({"id": "rw-3", "job": other})[0] != key
+    assert orjson.loads(value)["job"] == one  # the diagnosis still names the whole job
+    assert diagnosis_record({"id": "rw-4", "job": "llm7b"})[0] == b"llm7b"
+
+
+def test_run_help_documents_how_keys_name_jobs() -> None:
+    """Issue 9: the job/rank key convention was documented neither in `run --help` nor in
+    the README."""
+    r = rankwatch("run", "--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "the whole key is the job name" in text and "--key-format {job,job/rank}" in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert 'key_format = "job/rank"' in readme

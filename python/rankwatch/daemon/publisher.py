@@ -18,6 +18,7 @@ one, so no other record is lost or written twice."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ RECORD_ERRORS = (
     CorruptRecordException,
 )
 REQUEST_MARGIN = 1024  # kept free below max_request_size for what the estimate may miss
+MAX_DIAGNOSIS_KEY_BYTES = 1024  # a longer job name is cut in the key, with its hash after it
 
 
 class PublishError(RuntimeError):
@@ -80,11 +82,22 @@ def _is_refusal(outcome: object) -> bool:
     return isinstance(outcome, RECORD_ERRORS)
 
 
+def job_key(job: str) -> bytes:
+    """The record key of a job's diagnoses: the job name, or for a name longer than
+    MAX_DIAGNOSIS_KEY_BYTES its start, `#` and a hash of the whole name (still one key, and
+    one partition, per job; a shipper's runaway job field does not make runaway keys)."""
+    name = job.encode()
+    if len(name) <= MAX_DIAGNOSIS_KEY_BYTES:
+        return name
+    digest = hashlib.blake2b(name, digest_size=16).hexdigest().encode()
+    return name[: MAX_DIAGNOSIS_KEY_BYTES - len(digest) - 1] + b"#" + digest
+
+
 def diagnosis_record(diagnosis: dict[str, Any]) -> tuple[bytes, bytes]:
     """(key, value) of a diagnosis: keyed by job, the diagnosis as JSON with its schema."""
     if "schema" not in diagnosis:
         diagnosis = {"schema": DIAGNOSIS_SCHEMA, **diagnosis}
-    return str(diagnosis.get("job", "")).encode(), orjson.dumps(diagnosis)
+    return job_key(str(diagnosis.get("job", ""))), orjson.dumps(diagnosis)
 
 
 def _id_headers(diagnosis: dict[str, Any]) -> list[tuple[str, bytes]]:
