@@ -19,12 +19,13 @@ ride along inside the outage and the SIGKILL burst."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +233,62 @@ def test_a_record_the_broker_refuses_is_skipped_and_the_rest_is_written_once(
     assert d.stop() == 0
 
 
+def failing_job_on(job: str, host: str) -> list[Record]:
+    """`failing_job` with the failing rank on `host`."""
+    line = CUDA_FAILURE.format(host=host)
+    return [
+        (job.encode(), canonical(job, 1, host, line), []),
+        (job.encode(), canonical(job, 0, "node-a", "node-a:1:1 [0] NCCL INFO step 9"), []),
+    ]
+
+
+def test_a_diagnosis_the_broker_refuses_inside_a_transaction_is_skipped_and_the_rest_commit(
+    daemon_kafka: str,
+    fresh_topics: Callable[..., str],
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    """The diagnoses topic takes at most 8 kB per record. Two jobs read together: the
+    diagnosis of the one whose host name is 3,000 characters (about 23 kB) is refused, the
+    other (about 2 kB) is committed once; a job that comes after still reaches the topic (the
+    refusal no longer breaks the producer)."""
+    logs = fresh_topics("logs")
+    out = f"{logs}.small-out"
+    create_topic(daemon_kafka, out, 1, configs={"max.message.bytes": "8192"})
+    produce(
+        daemon_kafka,
+        logs,
+        [*failing_job_on("wide", "w" * 3000), *failing_job_on("small", "node-b")],
+    )
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    d = daemon_factory(
+        "t", topic=[logs], output_topic=out, group_id=group, transactional_id=f"rw-{group}"
+    ).start()
+    wait_settled(daemon_kafka, [logs], group, [d])
+    produce(daemon_kafka, logs, failing_job_on("after", "node-c"))
+    wait_settled(daemon_kafka, [logs], group, [d])
+
+    jobs = [r.json()["job"] for r in read_topic(daemon_kafka, out)]
+    assert sorted(jobs) == ["after", "small"], jobs
+    assert d.metric('rankwatch_publish_skipped_total{reason="refused"}') >= 1
+    skipped = [ln for ln in d.log_text().splitlines() if "skipped diagnosis" in ln]
+    assert skipped and all(f"'wide' (source {logs}/0/" in ln for ln in skipped), skipped
+    assert committed_offsets(daemon_kafka, logs, group) == end_offsets(daemon_kafka, logs)
+    assert d.get("/healthz")[0] == 200
+    assert d.stop() == 0
+
+
 # --- the broker stops and comes back mid-stream -------------------------------------------------
+
+
+@contextlib.contextmanager
+def broker_down() -> Iterator[None]:
+    """The test broker stopped for the block, then started again on its data and port (also
+    when the block fails, so the tests after it still have their broker)."""
+    halt_broker(PORT)
+    try:
+        yield
+    finally:
+        resume_broker(PORT)
 
 
 def readyz(d: Daemon) -> tuple[int, dict[str, Any]]:
@@ -328,31 +384,31 @@ def test_a_broker_outage_mid_stream_loses_nothing_and_health_tells_the_truth(
     )
 
     t_halt = time.monotonic()
-    halt_broker(PORT)
-    stopped_s = time.monotonic() - t_halt
-    pending_at_stop = "job=cut-by-the-outage" not in d.log_text()
+    with broker_down():
+        stopped_s = time.monotonic() - t_halt
+        pending_at_stop = "job=cut-by-the-outage" not in d.log_text()
 
-    def outage_seen() -> bool:
-        status, body = readyz(d)
-        return status == 503 and d.metric("rankwatch_kafka_up") == 0 and bool(body)
+        def outage_seen() -> bool:
+            status, body = readyz(d)
+            kafka_up = (d.metrics() or {}).get("rankwatch_kafka_up")
+            return status == 503 and kafka_up == 0 and bool(body)
 
-    wait_for("/readyz and rankwatch_kafka_up to report the outage", outage_seen, timeout_s=60)
-    not_ready_s = time.monotonic() - t_halt
-    _, body = readyz(d)
-    assert "broker unreachable" in body["reasons"] and body["kafka_up"] is False
-    status, live = d.get("/healthz")
-    assert status == 200 and orjson.loads(live)["status"] == "ok"
-    # max_wait_ms closes that incident by wall clock while the broker is away: its
-    # diagnosis is handed to the producer during the outage
-    wait_for(
-        "the diagnosis of the job read just before the outage to be sent",
-        lambda: "job=cut-by-the-outage" in d.log_text(),
-        timeout_s=60,
-        context=d.log_text,
-    )
-    sent_during_s = time.monotonic() - t_halt
+        wait_for("/readyz and rankwatch_kafka_up to report the outage", outage_seen, timeout_s=60)
+        not_ready_s = time.monotonic() - t_halt
+        _, body = readyz(d)
+        assert "broker unreachable" in body["reasons"] and body["kafka_up"] is False
+        status, live = d.get("/healthz")
+        assert status == 200 and orjson.loads(live)["status"] == "ok"
+        # max_wait_ms closes that incident by wall clock while the broker is away: its
+        # diagnosis is handed to the producer during the outage
+        wait_for(
+            "the diagnosis of the job read just before the outage to be sent",
+            lambda: "job=cut-by-the-outage" in d.log_text(),
+            timeout_s=60,
+            context=d.log_text,
+        )
+        sent_during_s = time.monotonic() - t_halt
 
-    resume_broker(PORT)
     t_back = time.monotonic()
     outage_s = t_back - t_halt
     wait_for(
