@@ -323,7 +323,9 @@ def records_truth(job: str) -> Any:
     )
 
 
+@pytest.mark.parametrize("transactional", [False, True], ids=["idempotent", "transaction"])
 def test_a_broker_outage_mid_stream_loses_nothing_and_health_tells_the_truth(
+    transactional: bool,
     tmp_path: Path,
     daemon_kafka: str,
     fresh_topics: Callable[..., str],
@@ -360,6 +362,7 @@ def test_a_broker_outage_mid_stream_loses_nothing_and_health_tells_the_truth(
         max_wait_ms=8000,
         # the outage is shorter than this, so a publish pending during it is delivered after
         request_timeout_ms=120_000,
+        **({"transactional_id": f"rw-{group}"} if transactional else {}),
     ).start()
     d.wait_assigned()
     wait_for("the daemon to be ready", lambda: readyz(d)[0] == 200, context=d.log_text)
