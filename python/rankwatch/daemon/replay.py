@@ -12,6 +12,7 @@ from, a temporary folder say), or `rank:N`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -20,7 +21,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 from aiokafka.partitioner import murmur2
 
 from rankwatch.inputs import LogFile
@@ -117,8 +118,16 @@ class BatchSender:
     """Produces records in per-partition batches (the partition of a key as the Java client
     and aiokafka choose it), keeping the futures so that `flush` can check delivery."""
 
-    def __init__(self, producer: Any, topic: str, partitions: Sequence[int]) -> None:
+    def __init__(
+        self,
+        producer: Any,
+        topic: str,
+        partitions: Sequence[int],
+        ack_timeout_s: float | None = None,
+    ) -> None:
         self.producer = producer
+        # the client can wait for a broker that is gone without ever failing: bound each wait
+        self.ack_timeout_s = ack_timeout_s
         self.topic = topic
         self.partitions = sorted(partitions)
         self._batches: dict[int, Any] = {}
@@ -169,7 +178,7 @@ class BatchSender:
         batch = self._batches.pop(partition)
         first = self._first.pop(partition)
         batch.close()
-        fut = await self.producer.send_batch(batch, self.topic, partition=partition)
+        fut = await self._bounded(self.producer.send_batch(batch, self.topic, partition=partition))
         self._futures.append((fut, first))
         if len(self._futures) > 64:
             for f, _ in self._futures:
@@ -181,8 +190,16 @@ class BatchSender:
         for p in list(self._batches):
             await self._send(p)
         for f, _ in self._futures:
-            await f
+            await self._bounded(asyncio.shield(f))
         self._futures = []
+
+    async def _bounded(self, aw: Any) -> Any:
+        try:
+            return await asyncio.wait_for(aw, self.ack_timeout_s)
+        except TimeoutError:
+            raise KafkaTimeoutError(
+                f"no answer from the broker in {self.ack_timeout_s:.0f} s"
+            ) from None
 
     def acknowledged(self) -> int:
         """How many records, counted from the first one added, the broker acknowledged
@@ -225,13 +242,15 @@ async def replay_files(
     try:
         await producer.start()
         partitions = await producer.partitions_for(topic)
-        sender = BatchSender(producer, topic, sorted(partitions))
+        timeout_s = 2 * connection.get("request_timeout_ms", 40_000) / 1000 + 5
+        sender = BatchSender(producer, topic, sorted(partitions), ack_timeout_s=timeout_s)
         try:
             await _send_lines(sender, files, skip, rate, on_error, t0)
         except KafkaError as e:
             raise ReplayFailed(skip + sender.acknowledged(), skip + sender.records, e) from e
     finally:
-        await producer.stop()
+        with contextlib.suppress(TimeoutError):  # a producer stuck on a gone broker is left
+            await asyncio.wait_for(producer.stop(), 30)
     return ReplayResult(
         records=sender.records,
         bytes=sender.bytes,
