@@ -99,6 +99,29 @@ def stop_broker(port: int = DEFAULT_PORT, *, timeout: float = 120.0) -> None:
             )
 
 
+def halt_broker(port: int = DEFAULT_PORT, *, timeout: float = 120.0) -> None:
+    """Stop the broker on ``port`` but keep its data, for an outage that `resume_broker`
+    ends; the session still counts it as started (same address afterwards)."""
+    proc = _dev_broker("stop", "--port", str(port), timeout=timeout)
+    if proc.returncode != 0:
+        raise BrokerError(f"dev-broker stop --port {port} failed:\n{proc.stderr.strip()}")
+
+
+def resume_broker(port: int = DEFAULT_PORT, *, timeout: float = 300.0) -> str:
+    """Start the broker on ``port`` again on the data it had (no ``--fresh``): topics,
+    committed offsets and groups survive, as after a real outage."""
+    proc = _dev_broker("start", "--port", str(port), timeout=timeout)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise BrokerError(
+            f"dev-broker start --port {port} (keeping data) failed (exit {proc.returncode}):\n"
+            f"{proc.stderr.strip()}\nbroker log: {broker_log(port)}"
+        )
+    with _lock:
+        _started[port] = lines[-1].strip()
+    return _started[port]
+
+
 def broker_running(port: int = DEFAULT_PORT) -> bool:
     """True if dev-broker reports a broker running on ``port``."""
     return _dev_broker("status", "--port", str(port), timeout=60.0).returncode == 0

@@ -113,10 +113,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from rankwatch.cli_inputs import find_inputs, say
     from rankwatch.daemon.config import check_topic_name
     from rankwatch.daemon.kafka_clients import connection_kwargs
-    from rankwatch.daemon.replay import replay_files
+    from rankwatch.daemon.replay import ReplayFailed, replay_files
 
     if args.rate is not None and not 0 < args.rate < float("inf"):
         return _error("--rate must be a positive number of lines per second", EXIT_USAGE)
+    if args.skip_records < 0:
+        return _error("--skip-records must be 0 or more", EXIT_USAGE)
     try:
         check_topic_name(args.topic, "--topic")
         cfg = _connection_config(args)
@@ -127,14 +129,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         result = asyncio.run(
             replay_files(
-                files, args.topic, connection_kwargs(cfg), rate=args.rate, on_error=say("skipped")
+                files,
+                args.topic,
+                connection_kwargs(cfg),
+                rate=args.rate,
+                on_error=say("skipped"),
+                skip=args.skip_records,
             )
+        )
+    except ReplayFailed as e:
+        return _error(
+            f"replay to {args.topic} at {cfg.bootstrap_servers} failed after {e.sent:,} "
+            f"records: {e.cause!r}; the first {e.acknowledged:,} are on the topic: run again "
+            f"with --skip-records {e.acknowledged} to send the rest without duplicates",
+            EXIT_FAILURE,
         )
     except KafkaError as e:
         return _error(f"replay to {args.topic} at {cfg.bootstrap_servers} failed: {e}", 1)
+    skipped = f" (skipped the first {result.skipped:,})" if result.skipped else ""
     print(
         f"sent {result.records:,} records ({result.bytes:,} bytes) from {result.files} file(s) "
-        f"of {result.jobs} job(s) to {args.topic} in {result.seconds:.2f} s"
+        f"of {result.jobs} job(s) to {args.topic} in {result.seconds:.2f} s{skipped}"
     )
     return EXIT_OK
 
@@ -142,15 +157,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
 # --- stats ----------------------------------------------------------------------------------
 
 
+class NoSuchTopic(Exception):
+    """The diagnoses topic is not there: no statistics rather than an empty fleet."""
+
+
 async def _fleet(
     cfg: DaemonConfig, topic: str, since_ms: int | None, buckets: int
 ) -> dict[str, Any]:
     from rankwatch.daemon.kafka_clients import reader_consumer
     from rankwatch.daemon.stats import fleet_stats, read_ledger
+    from rankwatch.daemon.tail import topic_partitions
 
     reader = reader_consumer(cfg)
     try:
         await reader.start()
+        if not await topic_partitions(reader, topic):
+            raise NoSuchTopic(f"topic {topic} does not exist at {cfg.bootstrap_servers}")
         ledger = await read_ledger(reader, topic)
     finally:
         await reader.stop()
@@ -173,6 +195,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     quiet_kafka()
     try:
         stats = asyncio.run(_fleet(cfg, topic, since_ms, args.buckets))
+    except NoSuchTopic as e:
+        return _error(f"error: {e}", EXIT_FAILURE)
     except KafkaError as e:
         return _error(f"reading {topic} at {cfg.bootstrap_servers} failed: {e}", EXIT_FAILURE)
     if args.json:
@@ -218,6 +242,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--topic", required=True, help="topic to write to")
     p.add_argument("--job", help="treat all inputs as one job with this name")
     p.add_argument("--rate", type=float, metavar="LINES_PER_S", help="send at most this fast")
+    p.add_argument(
+        "--skip-records",
+        type=int,
+        default=0,
+        metavar="N",
+        help="do not send the first N records: after a failed run, the N it reported as "
+        "acknowledged (the order is the same for the same files), so nothing is sent twice",
+    )
     p.add_argument(
         "--rank-pattern",
         metavar="REGEX",

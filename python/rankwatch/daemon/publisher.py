@@ -4,14 +4,24 @@ dead-letter topic, and the checkpoint that makes both durable before offsets mov
 At-least-once mode: every send future is kept; a checkpoint awaits them all (the broker
 acknowledged every diagnosis and dead-letter copy derived from the records before the offsets)
 and only then commits the offsets through the consumer. Transactional mode: sends happen inside
-a transaction; a checkpoint adds the offsets with `send_offsets_to_transaction` and commits the
-transaction, so diagnoses and offsets become visible together."""
+a transaction; a checkpoint awaits them, adds the offsets with `send_offsets_to_transaction` and
+commits the transaction, so diagnoses and offsets become visible together.
+
+A record the broker refuses for itself (too large for the topic, corrupt) is logged with its
+source offset, counted and skipped. The refusal also breaks the idempotent producer: it had
+already numbered the refused batch, so every later batch to that partition fails with
+OutOfOrderSequenceNumber. So after a refusal the producer is replaced (a new producer id, or the
+same transactional id under a new epoch) and what failed after the refused record is sent again;
+in a transaction, the transaction is aborted and everything else in it is sent again in a new
+one, so no other record is lost or written twice."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -49,17 +59,45 @@ RECORD_ERRORS = (
     CorruptRecordException,
 )
 REQUEST_MARGIN = 1024  # kept free below max_request_size for what the estimate may miss
+MAX_DIAGNOSIS_KEY_BYTES = 1024  # a longer job name is cut in the key, with its hash after it
 
 
 class PublishError(RuntimeError):
     """A diagnosis or dead-letter copy could not be delivered (offsets were not committed)."""
 
 
+@dataclass(eq=False)  # compared by identity: the same bytes may be sent twice on purpose
+class Sent:
+    """One record handed to the producer, kept until the broker answered for it."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | None
+    headers: list[tuple[str, bytes]]
+    what: str
+    future: asyncio.Future[Any]
+
+
+def _is_refusal(outcome: object) -> bool:
+    return isinstance(outcome, RECORD_ERRORS)
+
+
+def job_key(job: str) -> bytes:
+    """The record key of a job's diagnoses: the job name, or for a name longer than
+    MAX_DIAGNOSIS_KEY_BYTES its start, `#` and a hash of the whole name (still one key, and
+    one partition, per job; a shipper's runaway job field does not make runaway keys)."""
+    name = job.encode()
+    if len(name) <= MAX_DIAGNOSIS_KEY_BYTES:
+        return name
+    digest = hashlib.blake2b(name, digest_size=16).hexdigest().encode()
+    return name[: MAX_DIAGNOSIS_KEY_BYTES - len(digest) - 1] + b"#" + digest
+
+
 def diagnosis_record(diagnosis: dict[str, Any]) -> tuple[bytes, bytes]:
     """(key, value) of a diagnosis: keyed by job, the diagnosis as JSON with its schema."""
     if "schema" not in diagnosis:
         diagnosis = {"schema": DIAGNOSIS_SCHEMA, **diagnosis}
-    return str(diagnosis.get("job", "")).encode(), orjson.dumps(diagnosis)
+    return job_key(str(diagnosis.get("job", ""))), orjson.dumps(diagnosis)
 
 
 def _id_headers(diagnosis: dict[str, Any]) -> list[tuple[str, bytes]]:
@@ -86,7 +124,7 @@ class Publisher:
         self.producer = kafka_clients.producer(cfg)
         self.budget = kafka_clients.max_request_size(cfg) - REQUEST_MARGIN
         self.transactional = bool(cfg.transactional_id)
-        self._pending: list[tuple[asyncio.Future[Any], str]] = []
+        self._pending: list[Sent] = []
         self._in_txn = False
 
     async def start(self) -> None:
@@ -165,8 +203,12 @@ class Publisher:
             return False
         except KafkaError as e:
             raise PublishError(f"cannot send to {topic}: {e!r}") from e
-        self._pending.append((fut, what))
+        self._pending.append(Sent(topic, value, key, headers, what, fut))
         return True
+
+    async def _send_again(self, records: list[Sent]) -> None:
+        for r in records:
+            await self._send(r.topic, r.value, r.key, r.headers, r.what)
 
     def _skipped(self, what: str, reason: str, error: BaseException) -> None:
         log.error("skipped %s: %r", what, error)
@@ -175,26 +217,53 @@ class Publisher:
 
     @property
     def unacknowledged(self) -> int:
-        return sum(1 for f, _ in self._pending if not f.done())
+        return sum(1 for r in self._pending if not r.future.done())
+
+    async def _outcomes(self, sent: list[Sent]) -> tuple[list[Sent], list[Sent], BaseException]:
+        """Waits for the broker's answers: (refused records, which are logged, counted and
+        dropped; other failures; the first other error)."""
+        results = await asyncio.gather(*(r.future for r in sent), return_exceptions=True)
+        refused: list[Sent] = []
+        failed: list[Sent] = []
+        first: BaseException = PublishError("no error")
+        for r, outcome in zip(sent, results, strict=True):
+            if _is_refusal(outcome):
+                assert isinstance(outcome, BaseException)
+                self._skipped(r.what, "refused", outcome)
+                refused.append(r)
+            elif isinstance(outcome, BaseException):
+                if not failed:
+                    first = outcome
+                failed.append(r)
+        return refused, failed, first
+
+    async def _renew_producer(self) -> None:
+        """A new producer in place of one whose sequence numbers a refusal broke."""
+        old, self.producer = self.producer, kafka_clients.producer(self.cfg)
+        try:
+            await old.stop()
+        except Exception as e:  # replaced anyway
+            log.warning("closing the producer after a refused record failed: %r", e)
+        try:
+            await self.producer.start()
+        except KafkaError as e:
+            raise PublishError(f"cannot start a new producer: {e!r}") from e
+        log.warning("producer renewed after a refused record")
 
     async def flush(self) -> None:
-        """Waits until the broker acknowledged everything sent so far. A record the broker
-        refused for itself is logged and skipped (outside a transaction, which such a refusal
-        aborts); any other failure raises PublishError."""
+        """Waits until the broker acknowledged everything sent so far (not transactional).
+        Refused records are skipped; what failed after them is sent again by a new producer;
+        any other failure raises PublishError."""
         pending, self._pending = self._pending, []
-        if not pending:
-            return
-        results = await asyncio.gather(*(f for f, _ in pending), return_exceptions=True)
-        errors: list[BaseException] = []
-        for (_, what), r in zip(pending, results, strict=True):
-            if not isinstance(r, BaseException):
-                continue
-            if isinstance(r, RECORD_ERRORS) and not self.transactional:
-                self._skipped(what, "refused", r)
-            else:
-                errors.append(r)
-        if errors:
-            raise PublishError(f"{len(errors)} record(s) not delivered: {errors[0]!r}")
+        while pending:
+            refused, failed, error = await self._outcomes(pending)
+            if not failed:
+                return
+            if not refused:
+                raise PublishError(f"{len(failed)} record(s) not delivered: {error!r}")
+            await self._renew_producer()
+            await self._send_again(failed)
+            pending, self._pending = self._pending, []
 
     async def checkpoint(self, offsets: Mapping[Any, int], consumer: Any) -> None:
         """Makes everything sent so far durable, then commits `offsets` (next offset to read
@@ -209,6 +278,7 @@ class Publisher:
             return
         await self._begin()
         try:
+            await self._settle_transaction()
             if offsets:
                 await self.producer.send_offsets_to_transaction(dict(offsets), self.cfg.group_id)
             await self.producer.commit_transaction()
@@ -217,6 +287,23 @@ class Publisher:
             raise
         self._in_txn = False
         self._pending.clear()
+
+    async def _settle_transaction(self) -> None:
+        """Waits for every record of the open transaction. After a refusal the transaction
+        is aborted and the rest of it sent again in a new one, until none is refused."""
+        while True:
+            sent = list(self._pending)
+            refused, failed, error = await self._outcomes(sent)
+            if not refused and not failed:
+                return
+            if not refused:
+                raise PublishError(f"{len(failed)} record(s) not delivered: {error!r}")
+            gone = set(map(id, refused))
+            rest = [r for r in sent if id(r) not in gone]
+            await self._abort()
+            await self._renew_producer()
+            await self._begin()
+            await self._send_again(rest)
 
     async def _abort(self) -> None:
         try:

@@ -12,6 +12,7 @@ from, a temporary folder say), or `rank:N`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 from aiokafka.partitioner import murmur2
 
 from rankwatch.inputs import LogFile
@@ -38,6 +40,18 @@ class ReplayResult:
     files: int
     jobs: int
     seconds: float
+    skipped: int = 0
+
+
+class ReplayFailed(Exception):
+    """Delivery failed. The first `acknowledged` records of the send order (which is the same
+    for the same files) are on the topic, so a rerun that skips them sends no duplicate."""
+
+    def __init__(self, acknowledged: int, sent: int, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.acknowledged = acknowledged
+        self.sent = sent
+        self.cause = cause
 
 
 def stream_names(files: Sequence[LogFile]) -> list[str]:
@@ -104,12 +118,21 @@ class BatchSender:
     """Produces records in per-partition batches (the partition of a key as the Java client
     and aiokafka choose it), keeping the futures so that `flush` can check delivery."""
 
-    def __init__(self, producer: Any, topic: str, partitions: Sequence[int]) -> None:
+    def __init__(
+        self,
+        producer: Any,
+        topic: str,
+        partitions: Sequence[int],
+        ack_timeout_s: float | None = None,
+    ) -> None:
         self.producer = producer
+        # the client can wait for a broker that is gone without ever failing: bound each wait
+        self.ack_timeout_s = ack_timeout_s
         self.topic = topic
         self.partitions = sorted(partitions)
         self._batches: dict[int, Any] = {}
-        self._futures: list[asyncio.Future[Any]] = []
+        self._first: dict[int, int] = {}  # partition -> number of its open batch's first record
+        self._futures: list[tuple[asyncio.Future[Any], int]] = []  # (delivery, first record)
         self._key_partition: dict[bytes, int] = {}
         self._rr = 0
         self.records = 0
@@ -136,33 +159,58 @@ class BatchSender:
         p = self.partition_of(key)
         batch = self._batches.get(p)
         if batch is None:
-            batch = self._batches[p] = self.producer.create_batch()
+            batch = self._open(p)
         hdrs = list(headers)
         if batch.append(timestamp=timestamp_ms, key=key, value=value, headers=hdrs) is None:
             await self._send(p)
-            batch = self._batches[p] = self.producer.create_batch()
+            batch = self._open(p)
             if batch.append(timestamp=timestamp_ms, key=key, value=value, headers=hdrs) is None:
                 raise ValueError(f"record of {len(value)} bytes does not fit in a batch")
         self.records += 1
         self.bytes += len(value)
 
+    def _open(self, partition: int) -> Any:
+        self._first[partition] = self.records
+        batch = self._batches[partition] = self.producer.create_batch()
+        return batch
+
     async def _send(self, partition: int) -> None:
         batch = self._batches.pop(partition)
+        first = self._first.pop(partition)
         batch.close()
-        fut = await self.producer.send_batch(batch, self.topic, partition=partition)
-        self._futures.append(fut)
+        fut = await self._bounded(self.producer.send_batch(batch, self.topic, partition=partition))
+        self._futures.append((fut, first))
         if len(self._futures) > 64:
-            done = [f for f in self._futures if f.done()]
-            for f in done:
-                f.result()
-            self._futures = [f for f in self._futures if not f.done()]
+            for f, _ in self._futures:
+                if f.done():
+                    f.result()  # a failure stays listed: `acknowledged` must not pass it
+            self._futures = [(f, i) for f, i in self._futures if not f.done()]
 
     async def flush(self) -> None:
         for p in list(self._batches):
             await self._send(p)
-        futures, self._futures = self._futures, []
-        for f in futures:
-            await f
+        for f, _ in self._futures:
+            await self._bounded(asyncio.shield(f))
+        self._futures = []
+
+    async def _bounded(self, aw: Any) -> Any:
+        try:
+            return await asyncio.wait_for(aw, self.ack_timeout_s)
+        except TimeoutError:
+            raise KafkaTimeoutError(
+                f"no answer from the broker in {self.ack_timeout_s:.0f} s"
+            ) from None
+
+    def acknowledged(self) -> int:
+        """How many records, counted from the first one added, the broker acknowledged
+        without a gap (every record belongs to one batch: open, in flight, failed or done)."""
+        waiting = list(self._first.values())
+        waiting += [i for f, i in self._futures if not _delivered(f)]
+        return min(waiting, default=self.records)
+
+
+def _delivered(f: asyncio.Future[Any]) -> bool:
+    return f.done() and not f.cancelled() and f.exception() is None
 
 
 def new_producer(connection: dict[str, Any]) -> Any:
@@ -183,31 +231,53 @@ async def replay_files(
     *,
     rate: float | None = None,
     on_error: Callable[[str], None] | None = None,
+    skip: int = 0,
 ) -> ReplayResult:
-    """Sends every line of `files` to `topic`; `rate` caps lines per second; files that
-    cannot be read (or only in part) are reported to `on_error`."""
+    """Sends every line of `files` to `topic`, but the first `skip` records (what an earlier
+    run reported as acknowledged); `rate` caps lines per second; files that cannot be read
+    (or only in part) are reported to `on_error`. Raises ReplayFailed if delivery fails
+    after it began."""
     t0 = time.monotonic()
     producer = new_producer(connection)
     try:
         await producer.start()
         partitions = await producer.partitions_for(topic)
-        sender = BatchSender(producer, topic, sorted(partitions))
-        check_every = max(1, int(rate / 50)) if rate else 0
-        sources = {id(f): name for f, name in zip(files, stream_names(files), strict=True)}
-        for f, line in interleave(files, on_error):
-            await sender.add(f.job.encode(), canonical_record(f, line, sources[id(f)]))
-            if rate and sender.records % check_every == 0:
-                ahead = sender.records / rate - (time.monotonic() - t0)
-                if ahead > 0:
-                    await sender.flush()
-                    await asyncio.sleep(ahead)
-        await sender.flush()
+        timeout_s = 2 * connection.get("request_timeout_ms", 40_000) / 1000 + 5
+        sender = BatchSender(producer, topic, sorted(partitions), ack_timeout_s=timeout_s)
+        try:
+            await _send_lines(sender, files, skip, rate, on_error, t0)
+        except KafkaError as e:
+            raise ReplayFailed(skip + sender.acknowledged(), skip + sender.records, e) from e
     finally:
-        await producer.stop()
+        with contextlib.suppress(TimeoutError):  # a producer stuck on a gone broker is left
+            await asyncio.wait_for(producer.stop(), 30)
     return ReplayResult(
         records=sender.records,
         bytes=sender.bytes,
         files=len(files),
         jobs=len({f.job for f in files}),
         seconds=time.monotonic() - t0,
+        skipped=skip,
     )
+
+
+async def _send_lines(
+    sender: BatchSender,
+    files: Sequence[LogFile],
+    skip: int,
+    rate: float | None,
+    on_error: Callable[[str], None] | None,
+    t0: float,
+) -> None:
+    check_every = max(1, int(rate / 50)) if rate else 0
+    sources = {id(f): name for f, name in zip(files, stream_names(files), strict=True)}
+    for n, (f, line) in enumerate(interleave(files, on_error)):
+        if n < skip:
+            continue
+        await sender.add(f.job.encode(), canonical_record(f, line, sources[id(f)]))
+        if rate and sender.records % check_every == 0:
+            ahead = sender.records / rate - (time.monotonic() - t0)
+            if ahead > 0:
+                await sender.flush()
+                await asyncio.sleep(ahead)
+    await sender.flush()

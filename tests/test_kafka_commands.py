@@ -1,0 +1,127 @@
+"""`rankwatch stats` and `rankwatch replay` against the real broker where they used to mislead
+(issue 9): statistics of a topic that does not exist, and a replay the broker dropped."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+
+from daemon_fixtures import PORT, ROOT, end_offsets, read_topic, wait_for
+from kafka_broker import halt_broker, resume_broker
+from rankwatch.daemon.replay import canonical_record, interleave, stream_names
+from rankwatch.local import discover
+from rankwatch.simulate import fleetgen
+
+
+def rankwatch(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rankwatch.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_stats_of_a_topic_that_does_not_exist_is_an_error_not_a_healthy_fleet(
+    daemon_kafka: str, fresh_topics: Callable[..., str]
+) -> None:
+    r = rankwatch("stats", "--bootstrap-servers", daemon_kafka, "--topic", "no.such.topic")
+    assert r.returncode == 1, r.stdout
+    assert r.stdout == ""
+    assert "topic no.such.topic does not exist" in r.stderr and "Traceback" not in r.stderr
+    # an empty topic that exists is an empty fleet
+    empty = fresh_topics("diagnoses")
+    r = rankwatch("stats", "--bootstrap-servers", daemon_kafka, "--topic", empty, "--json")
+    assert r.returncode == 0, r.stderr
+    assert '"incidents": 0' in r.stdout
+
+
+def expected_values(folder: Path) -> Counter[bytes]:
+    """The records `rankwatch replay FOLDER` sends, as a multiset."""
+    files, _ = discover([folder])
+    names = {id(f): n for f, n in zip(files, stream_names(files), strict=True)}
+    return Counter(canonical_record(f, line, names[id(f)]) for f, line in interleave(files))
+
+
+def test_a_replay_the_broker_drops_says_what_arrived_and_a_rerun_sends_the_rest_once(
+    tmp_path: Path, daemon_kafka: str, fresh_topics: Callable[..., str]
+) -> None:
+    """The broker stops while `replay` sends a 64-rank job at 400 lines/s: replay exits 1
+    saying how many records at the start are on the topic; after the broker is back, a rerun
+    with --skip-records that number completes the topic, every line exactly once."""
+    folder = tmp_path / "job"
+    fleetgen.generate("cuda_error", folder, ranks=64, layout="per-rank", seed=7, job="rp")
+    want = expected_values(folder)
+    topic = fresh_topics("replayed", 2)
+    args = ["replay", str(folder), "--topic", topic, "--bootstrap-servers", daemon_kafka]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rankwatch.cli",
+            *args,
+            "--rate",
+            "400",
+            "--request-timeout-ms",
+            "4000",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        wait_for(
+            "replay to be under way", lambda: sum(end_offsets(daemon_kafka, topic).values()) >= 600
+        )
+        halt_broker(PORT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        resume_broker(PORT)
+    assert proc.returncode == 1, (out, err)
+    assert "Traceback" not in err
+    found = re.search(r"run again with --skip-records (\d+)", err)
+    assert found is not None, err
+    acknowledged = int(found.group(1))
+    assert 600 <= acknowledged < sum(want.values()), err
+    t0 = time.monotonic()
+    rerun = rankwatch(*args, "--skip-records", str(acknowledged))
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"(skipped the first {acknowledged:,})" in rerun.stdout
+    got = Counter(r.value for r in read_topic(daemon_kafka, topic))
+    assert got == want, (sum(got.values()), sum(want.values()), time.monotonic() - t0)
+
+
+def test_a_huge_job_name_makes_a_bounded_key_that_still_names_one_job() -> None:
+    """Issue 9: a 100 KB job name became a 100 KB record key."""
+    from rankwatch.daemon.publisher import MAX_DIAGNOSIS_KEY_BYTES, diagnosis_record
+
+    one, other = "j" * 100_000, "j" * 99_999 + "k"
+    key, value = diagnosis_record({"id": "rw-1", "job": one})
+    assert len(key) <= MAX_DIAGNOSIS_KEY_BYTES and key.startswith(b"jjjj")
+    assert diagnosis_record({"id": "rw-2", "job": one})[0] == key  # same job, same key
+    assert diagnosis_record({"id": "rw-3", "job": other})[0] != key
+    assert orjson.loads(value)["job"] == one  # the diagnosis still names the whole job
+    assert diagnosis_record({"id": "rw-4", "job": "llm7b"})[0] == b"llm7b"
+
+
+def test_run_help_documents_how_keys_name_jobs() -> None:
+    """Issue 9: the job/rank key convention was documented neither in `run --help` nor in
+    the README."""
+    r = rankwatch("run", "--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "the whole key is the job name" in text and "--key-format {job,job/rank}" in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert 'key_format = "job/rank"' in readme
