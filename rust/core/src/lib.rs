@@ -14,6 +14,7 @@ pub mod dbcache;
 pub mod engine;
 pub mod fieldre;
 pub mod job;
+pub mod jsonfields;
 pub mod matcher;
 pub mod prefix;
 pub mod records;
