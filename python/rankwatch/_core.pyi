@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 class CatalogError(ValueError): ...
 
 class Catalog:
@@ -38,6 +40,9 @@ class Engine:
         keys: list[bytes | None],
         headers: list[bytes | None],
         timestamps: list[int | None],
+    ) -> list[tuple[int, str]]: ...
+    def feed_consumer_records(
+        self, decoder: Decoder, origin: str, records: list[Any], job_header: str
     ) -> list[tuple[int, str]]: ...
     def close_stream(self, stream: int) -> None: ...
     def poll(self, now_ms: int) -> bytes: ...

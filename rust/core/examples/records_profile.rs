@@ -1,9 +1,11 @@
 //! Profiling aid for the daemon's path: decodes and feeds Kafka record values (one JSON value
 //! per line of a file) through `Engine::feed_records` in batches, and separately times the
 //! decoding alone. Prints records/s of each.
-//! `cargo run --release -p rankwatch-core --example records_profile -- CATALOG_DIR RECORDS [ROUNDS]`
+//! `cargo run --release -p rankwatch-core --example records_profile -- CATALOG_DIR RECORDS [ROUNDS] [MODE]`
+//! MODE `decode` or `reference`: only the decoding, by the fast path or by the full parse (for
+//! `perf stat` instruction counts without the engine).
 use rankwatch_core::engine::RawRecord;
-use rankwatch_core::records::{DecoderConfig, Format, RecordDecoder};
+use rankwatch_core::records::{decode_reference, DecoderConfig, Format, RecordDecoder};
 use rankwatch_core::{Catalog, Config, Engine};
 use std::path::Path;
 use std::sync::Arc;
@@ -33,7 +35,6 @@ fn catalog(dir: &Path) -> Catalog {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let catalog = Arc::new(catalog(Path::new(&args[1])));
     let data = std::fs::read(&args[2]).unwrap();
     let values: Vec<&[u8]> = data
         .split(|b| *b == b'\n')
@@ -53,14 +54,26 @@ fn main() {
         .collect();
     let cfg = DecoderConfig::preset(Format::Canonical);
     let rounds: usize = args.get(3).map_or(5, |s| s.parse().unwrap());
+    let mode = args.get(4).map_or("", String::as_str);
+    let catalog = (mode.is_empty()).then(|| Arc::new(catalog(Path::new(&args[1]))));
     for _ in 0..rounds {
         let t = Instant::now();
         let decoder = RecordDecoder::new(&cfg);
         let ok = records
             .iter()
-            .filter(|(v, k, h, _)| decoder.decode(v, *k, *h).is_ok())
+            .filter(|(v, k, h, _)| match mode {
+                "reference" => decode_reference(&cfg, v, *k, *h).is_ok(),
+                _ => decoder.decode(v, *k, *h).is_ok(),
+            })
             .count();
         let decode_s = t.elapsed().as_secs_f64();
+        let Some(catalog) = &catalog else {
+            println!(
+                "decode {:.0} records/s ({ok} ok)",
+                records.len() as f64 / decode_s
+            );
+            continue;
+        };
         let t = Instant::now();
         let mut engine = Engine::new(catalog.clone(), Config::default());
         for batch in records.chunks(BATCH) {

@@ -97,21 +97,28 @@ impl FieldPaths {
         }
     }
 
+    /// How many output slots [`FieldPaths::extract`] fills.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
     /// Parses `json` (the whole input must be one JSON value) and returns whether it is an
-    /// object, with the values at the wanted paths.
+    /// object; `out` (at least [`FieldPaths::slots`] long, all `Missing`) receives the values
+    /// at the wanted paths.
     pub fn extract<'a>(
         &self,
-        json: &'a [u8],
-    ) -> Result<(bool, Vec<Scalar<'a>>), serde_json::Error> {
-        let mut out = vec![Scalar::Missing; self.slots];
-        let mut de = serde_json::Deserializer::from_slice(json);
+        json: &'a str,
+        out: &mut [Scalar<'a>],
+    ) -> Result<bool, serde_json::Error> {
+        // From a `str`, the parser takes strings as valid UTF-8 without checking each again.
+        let mut de = serde_json::Deserializer::from_str(json);
         let is_object = NodeSeed {
             node: &self.root,
-            out: &mut out,
+            out,
         }
         .deserialize(&mut de)?;
         de.end()?;
-        Ok((is_object, out))
+        Ok(is_object)
     }
 }
 
@@ -238,7 +245,10 @@ mod tests {
 
     fn extract<'a>(paths: &[Vec<String>], json: &'a str) -> (bool, Vec<Scalar<'a>>) {
         let refs: Vec<Option<&[String]>> = paths.iter().map(|p| Some(p.as_slice())).collect();
-        FieldPaths::new(&refs).extract(json.as_bytes()).unwrap()
+        let fp = FieldPaths::new(&refs);
+        let mut out = vec![Scalar::Missing; fp.slots()];
+        let is_object = fp.extract(json, &mut out).unwrap();
+        (is_object, out)
     }
 
     #[test]
@@ -288,7 +298,8 @@ mod tests {
             "",
             r#"{"x":tru}"#,
         ] {
-            assert!(fp.extract(bad.as_bytes()).is_err(), "{bad}");
+            let mut out = [Scalar::Missing];
+            assert!(fp.extract(bad, &mut out).is_err(), "{bad}");
         }
     }
 }

@@ -196,6 +196,7 @@ const HOST: usize = 2;
 const TS: usize = 3;
 const LINE: usize = 4;
 const SOURCE: usize = 5;
+const SLOTS: usize = 6;
 
 /// A topic's decoder with its field paths compiled.
 #[derive(Debug)]
@@ -239,17 +240,20 @@ impl<'c> RecordDecoder<'c> {
         let env = envelope(cfg, value, key, job_header)?;
         match cfg.format {
             Format::Text | Format::Cri => text_record(value, env),
-            _ => match self.paths.extract(value) {
-                // Skipped strings are not checked for UTF-8 by the parser: check the whole
-                // value (cheap), and let the full parse name the reason of any failure.
-                Ok((is_object, fields)) if std::str::from_utf8(value).is_ok() => {
-                    if !is_object {
-                        return Err("not_an_object");
-                    }
-                    json_record(cfg, fields, env)
+            _ => {
+                // The whole value is checked for UTF-8 once (the parser does not check the
+                // strings it skips); whatever fails is left to the full parse, which names
+                // the reason.
+                let Ok(text) = std::str::from_utf8(value) else {
+                    return decode_value(cfg, value, env);
+                };
+                let mut fields: [Scalar<'a>; SLOTS] = Default::default();
+                match self.paths.extract(text, &mut fields) {
+                    Ok(true) => json_record(cfg, fields, env),
+                    Ok(false) => Err("not_an_object"),
+                    Err(_) => decode_value(cfg, value, env),
                 }
-                _ => decode_value(cfg, value, env),
-            },
+            }
         }
     }
 }
@@ -345,7 +349,7 @@ fn number_time_ms(f: f64) -> Option<i64> {
 
 fn json_record<'a>(
     cfg: &DecoderConfig,
-    mut fields: Vec<Scalar<'a>>,
+    mut fields: [Scalar<'a>; SLOTS],
     env: Envelope<'a>,
 ) -> Result<Decoded<'a>, &'static str> {
     let text = match std::mem::take(&mut fields[LINE]) {
@@ -420,7 +424,7 @@ fn decode_value<'a>(
         return Err("not_an_object");
     }
     let get = |p: &Option<Vec<String>>| value_scalar(p.as_deref().and_then(|p| lookup(&v, p)));
-    let fields = vec![
+    let fields = [
         get(&cfg.job_path),
         get(&cfg.rank_path),
         get(&cfg.host_path),
