@@ -324,6 +324,7 @@ async def latency_run(
     failing: list[Job],
     samples: int,
     rate: float,
+    tag: str,
 ) -> tuple[Latency, int]:
     producer = new_producer({"bootstrap_servers": bootstrap})
     await producer.start()
@@ -347,7 +348,7 @@ async def latency_run(
         i = 0
         while not stop.is_set():
             job = background[i % len(background)]
-            name = f"bg-live-{i}"
+            name = f"bg-live-{tag}-{i}"
             for value in renamed(job, name):
                 await sender.add(name.encode(), value)
                 sent_bg += 1
@@ -393,7 +394,7 @@ async def latency_run(
     sender = BatchSender(producer, topic, partitions)
     for i in range(samples):
         job = failing[i % len(failing)]
-        name = f"lat-{i}-{job.name}"
+        name = f"lat-{tag}-{i}-{job.name}"
         truth_line = job.truth.root_cause["line"].encode()
         key = name.encode()
         t_sent = 0.0
@@ -482,7 +483,7 @@ def main() -> int:
                 if r % 2:
                     order.reverse()  # alternate who runs first
                 for name, python in order:
-                    for size in sizes:
+                    for size in sizes if python == sys.executable else [1]:
                         daemons = [
                             start_daemon(
                                 bootstrap,
@@ -506,15 +507,44 @@ def main() -> int:
                                 "memory_bytes": m.get("rankwatch_ring_memory_bytes", 0),
                             }
                             log(f"round {r + 1}: {name} x{size}: {n / secs:,.0f} records/s")
-                            if r == args.repeats - 1 and size == 1:
-                                results.setdefault("latency", {})[name] = run_latency(
-                                    args, bootstrap, topic, out, healthy, failing, n / secs
-                                )
                         finally:
                             for d in daemons:
                                 d.stop()
                 rounds.append(row)
             results["rounds"] = rounds
+            # the same background load for every build: a third of the slowest one's rate
+            slowest = min(
+                statistics.median(x[f"{name} x1"]["records_per_s"] for x in rounds)
+                for name in variants
+            )
+            rate = args.background_rate or round(slowest / 3, -3)
+            results["latency"] = {}
+            for name, python in variants.items():
+                daemon = start_daemon(
+                    bootstrap,
+                    topic,
+                    out,
+                    work,
+                    [*args.daemon_arg, "--initial-offset", "latest"],
+                    python=python,
+                    group=f"bench-{os.getpid()}-latency-{name.replace(' ', '-')}",
+                    name=f"daemon-latency-{name.replace(' ', '-')}",
+                )
+                try:
+                    wait_assigned(daemon, args.partitions)
+                    results["latency"][name] = run_latency(
+                        bootstrap,
+                        topic,
+                        out,
+                        healthy,
+                        failing,
+                        args.latency_samples,
+                        rate,
+                        tag=name.replace(" ", "-"),
+                    )
+                    log(f"latency {name}: {results['latency'][name]}")
+                finally:
+                    daemon.stop()
     finally:
         if not args.keep_broker:
             subprocess.run(
@@ -551,18 +581,32 @@ def load_corpus(
     return healthy, failing, n
 
 
+def wait_assigned(daemon: DaemonProc, partitions: int, timeout_s: float = 120.0) -> None:
+    """Until the daemon holds every partition (it starts at the end of the topic: no backlog)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if daemon.proc.poll() is not None:
+            raise SystemExit(f"daemon exited: {daemon.log_path.read_text()[-3000:]}")
+        m = daemon.metrics()
+        if m.get("rankwatch_partitions_assigned", 0) >= partitions:
+            return
+        time.sleep(SCRAPE_S)
+    raise SystemExit("the latency daemon was not assigned its partitions in time")
+
+
 def run_latency(
-    args: argparse.Namespace,
     bootstrap: str,
     topic: str,
     out: str,
     healthy: list[Job],
     failing: list[Job],
-    measured_rate: float,
+    samples: int,
+    rate: float,
+    tag: str,
 ) -> dict[str, Any]:
-    rate = args.background_rate or round(measured_rate / 3, -3)
+    """Job names carry `tag`: a diagnosis id another run already published would be skipped."""
     lat, bg_sent = asyncio.run(
-        latency_run(bootstrap, topic, out, healthy, failing, args.latency_samples, rate)
+        latency_run(bootstrap, topic, out, healthy, failing, samples, rate, tag)
     )
     return {
         "background_records_per_s": rate,
@@ -644,7 +688,9 @@ def render(r: dict[str, Any]) -> str:
             + ", ".join(f"{k} {v * 1000:,.0f}" for k, v in lat["correct_by_scenario_p50_s"].items())
         )
     rows.append(
-        "\nFailing jobs are injected one at a time under background load. An incident is "
+        "\nEach build's latency is taken by a fresh daemon that starts at the end of the topic "
+        "(no backlog), under the same background load. "
+        "Failing jobs are injected one at a time under background load. An incident is "
         "diagnosed once the job's event time passes its start + settle_ms (5,000 ms), once the "
         "job has sent nothing for settle_ms of wall time (its logs ended), or at the latest "
         "after max_wait_ms (30,000 ms)."
