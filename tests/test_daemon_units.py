@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import TopicPartition
+from aiokafka.structs import ConsumerRecord
 from prometheus_client import CollectorRegistry, Gauge
 
 from daemon_fixtures import parse_metrics
@@ -495,6 +496,10 @@ def test_kafka_client_chatter_is_rate_limited(capsys: pytest.CaptureFixture[str]
     assert "one" in err and "two" in err
 
 
+def consumer_record(offset: int, value: bytes) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord("logs", 0, offset, 1_000, 0, None, value, None, -1, len(value), ())
+
+
 def test_jobs_named_only_in_values_are_mapped_to_their_partition(catalog: Any) -> None:
     from rankwatch.daemon.engine_worker import EngineWorker
     from rankwatch.engine import Decoder, Engine
@@ -502,10 +507,11 @@ def test_jobs_named_only_in_values_are_mapped_to_their_partition(catalog: Any) -
     worker = EngineWorker(Engine(catalog))
     try:
         dec = Decoder("canonical")
-        recs = [orjson.dumps({"job": f"value-only-{i}", "line": "INFO ok"}) for i in range(3)]
+        values = [orjson.dumps({"job": f"value-only-{i}", "line": "INFO ok"}) for i in range(3)]
+        recs = [consumer_record(i, v) for i, v in enumerate(values)]
         batches = [
-            (dec, "logs/1", recs[:2], [None] * 2, [None] * 2, [None] * 2),
-            (dec, "logs/3", recs[2:] + recs[:1], [None] * 2, [None] * 2, [None] * 2),
+            (dec, "logs/1", recs[:2], "job"),
+            (dec, "logs/3", recs[2:] + recs[:1], "job"),
         ]
         worker._feed_many(batches)
         seen = worker.take_new_jobs()

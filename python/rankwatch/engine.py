@@ -167,6 +167,13 @@ class Engine:
         fed, problems, timing = self._core.feed_files(files, threads, progress)
         return FedFiles(fed, problems, dict(timing))
 
+    def feed_consumer_records(
+        self, decoder: Decoder, origin: str, records: list[Any], job_header: str
+    ) -> list[tuple[int, str]]:
+        """`feed_records` for a partition batch of aiokafka `ConsumerRecord`s: value (None
+        is empty), key, timestamp and the first `job_header` header are read in Rust."""
+        return self._core.feed_consumer_records(decoder._core, origin, records, job_header)
+
     def close_stream(self, stream: int) -> None:
         self._core.close_stream(stream)
 

@@ -10,12 +10,10 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from rankwatch.engine import Decoder, Diagnosis, Engine
+from rankwatch.daemon.feeding import FeedArgs
+from rankwatch.engine import Diagnosis, Engine
 
 _T = TypeVar("_T")
-FeedArgs = tuple[
-    Decoder, str, list[bytes], list[bytes | None], list[bytes | None], list[int | None]
-]
 
 
 class EngineWorker:
@@ -33,25 +31,11 @@ class EngineWorker:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
 
-    async def feed(
-        self,
-        decoder: Decoder,
-        origin: str,
-        values: list[bytes],
-        keys: list[bytes | None],
-        headers: list[bytes | None],
-        timestamps: list[int | None],
-    ) -> list[tuple[int, str]]:
-        """One `feed_records` call for a whole partition batch."""
-        return await self._call(
-            self.engine.feed_records, decoder, origin, values, keys, headers, timestamps
-        )
-
     def submit_feed_many(
         self, batches: Sequence[FeedArgs]
     ) -> asyncio.Future[list[list[tuple[int, str]]]]:
-        """Starts one `feed_records` call per partition batch, all in one trip to the engine
-        thread, right now (not when the event loop next runs), and returns its future."""
+        """Starts one engine call per partition batch, all in one trip to the engine thread,
+        right now (not when the event loop next runs), and returns its future."""
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(self._pool, self._feed_many, list(batches))
 
@@ -59,7 +43,7 @@ class EngineWorker:
         known = set(self.engine.jobs())
         out = []
         for args in batches:
-            out.append(self.engine.feed_records(*args))
+            out.append(self.engine.feed_consumer_records(*args))
             now = set(self.engine.jobs())
             if now - known:
                 self._new_jobs.append((args[1], sorted(now - known)))

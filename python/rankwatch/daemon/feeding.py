@@ -1,4 +1,5 @@
-"""Turning a fetched partition batch into the parallel lists `Engine.feed_records` takes."""
+"""A fetched partition batch as engine input: the aiokafka records themselves go to
+`Engine.feed_consumer_records`, which reads value, key, timestamp and job header in Rust."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from aiokafka import TopicPartition
 
 from rankwatch.engine import Decoder
 
+# (decoder, origin, records, job header name): one `feed_consumer_records` call
+FeedArgs = tuple[Decoder, str, list[Any], str]
+
 
 def header(headers: Sequence[tuple[str, bytes]], name: str) -> bytes | None:
     for k, v in headers:
@@ -21,15 +25,12 @@ def header(headers: Sequence[tuple[str, bytes]], name: str) -> bytes | None:
 
 @dataclass
 class PartitionBatch:
-    """The records of one partition from one fetch, ready for one `feed_records` call."""
+    """The records of one partition from one fetch, ready for one engine call."""
 
     tp: TopicPartition
     records: list[Any]  # aiokafka ConsumerRecords, in offset order
     decoder: Decoder
-    values: list[bytes]
-    keys: list[bytes | None]
-    headers: list[bytes | None]
-    timestamps: list[int | None]
+    job_header: str
     replayed: int  # how many leading records are re-reads below the replay end
 
     @property
@@ -41,10 +42,18 @@ class PartitionBatch:
         """The offset after the last record."""
         return int(self.records[-1].offset) + 1
 
-    def feed_args(
-        self,
-    ) -> tuple[Decoder, str, list[bytes], list[bytes | None], list[bytes | None], list[int | None]]:
-        return self.decoder, self.origin, self.values, self.keys, self.headers, self.timestamps
+    @property
+    def keys(self) -> set[bytes | None]:
+        """The distinct record keys."""
+        return {r.key for r in self.records}
+
+    @property
+    def headers(self) -> set[bytes | None]:
+        """The distinct values of the job header (records without headers skipped)."""
+        return {header(r.headers, self.job_header) for r in self.records if r.headers}
+
+    def feed_args(self) -> FeedArgs:
+        return self.decoder, self.origin, self.records, self.job_header
 
 
 def prepare(
@@ -59,12 +68,5 @@ def prepare(
     else:
         replayed = 0
     return PartitionBatch(
-        tp=tp,
-        records=records,
-        decoder=decoder,
-        values=[r.value if r.value is not None else b"" for r in records],
-        keys=[r.key for r in records],
-        headers=[header(r.headers, job_header) if r.headers else None for r in records],
-        timestamps=[r.timestamp for r in records],
-        replayed=replayed,
+        tp=tp, records=records, decoder=decoder, job_header=job_header, replayed=replayed
     )

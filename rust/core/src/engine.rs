@@ -13,7 +13,7 @@ use crate::baseline::Baseline;
 use crate::catalog::{Catalog, Role};
 use crate::correlate::{self, Diagnosis};
 use crate::job::{Hit, Job, SourceKey, SyncObs};
-use crate::records::{decode, DecoderConfig};
+use crate::records::{DecoderConfig, RecordDecoder};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -283,11 +283,12 @@ impl Engine {
         origin: &str,
         records: &[RawRecord<'_>],
     ) -> Vec<(usize, &'static str)> {
+        let decoder = RecordDecoder::new(cfg);
         let mut rejected = Vec::new();
         let mut current: Option<Job> = None;
         for (i, (value, key, header, broker_ms)) in records.iter().enumerate() {
             self.stats.records += 1;
-            let d = match decode(cfg, value, *key, *header) {
+            let d = match decoder.decode(value, *key, *header) {
                 Ok(d) => d,
                 Err(reason) => {
                     *self.stats.rejected.entry(reason).or_default() += 1;
@@ -297,24 +298,24 @@ impl Engine {
             };
             let known = self
                 .record_streams
-                .get(&d.job)
-                .and_then(|m| m.get(&d.source))
+                .get(d.job.as_ref())
+                .and_then(|m| m.get(d.source.as_ref()))
                 .copied()
                 .filter(|id| self.streams.contains_key(id));
             let id = match known {
                 Some(id) => id,
                 None => {
                     let hints = StreamHints {
-                        source_key: Some(d.source.clone()),
+                        source_key: Some(d.source.to_string()),
                         rank: d.rank,
                         local_rank: None,
-                        host: d.host.clone(),
+                        host: d.host.as_deref().map(str::to_string),
                     };
                     let id = self.open_stream(&d.job, &format!("{origin}/{}", d.source), hints);
                     self.record_streams
-                        .entry(d.job.clone())
+                        .entry(d.job.to_string())
                         .or_default()
-                        .insert(d.source.clone(), id);
+                        .insert(d.source.to_string(), id);
                     id
                 }
             };

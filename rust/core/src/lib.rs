@@ -16,6 +16,7 @@ pub mod engine;
 pub mod fieldre;
 pub mod files;
 pub mod job;
+pub mod jsonfields;
 pub mod matcher;
 pub mod prefix;
 pub mod records;

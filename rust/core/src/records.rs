@@ -2,9 +2,11 @@
 //! Vector, docker json-file, CRI lines, plain text), with configurable field paths and the job
 //! taken from a field, the key or a header. See shared/reference/log-formats.md §1.
 
+use crate::jsonfields::{FieldPaths, Scalar};
 use crate::timefmt::iso_datetime;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Number, Value};
+use std::borrow::Cow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -130,56 +132,21 @@ impl DecoderConfig {
     }
 }
 
-/// One decoded record.
+/// One decoded record; its strings borrow from the record where they can.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Decoded {
-    pub job: String,
+pub struct Decoded<'a> {
+    pub job: Cow<'a, str>,
     pub rank: Option<u32>,
-    pub host: Option<String>,
+    pub host: Option<Cow<'a, str>>,
     /// Identity of the producing stream within the job (pod, rank, host), for multi-line state.
-    pub source: String,
+    pub source: Cow<'a, str>,
     pub event_ms: Option<i64>,
-    pub text: String,
+    pub text: Cow<'a, str>,
     /// The text is a chunk that may end mid-line (docker/Fluent Bit keep the `\n`).
     pub chunked: bool,
 }
 
-fn lookup<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
-    let mut cur = v;
-    for k in path {
-        cur = cur.as_object()?.get(k)?;
-    }
-    Some(cur)
-}
-
-fn as_text(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-fn as_time_ms(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => {
-            let f = n.as_f64()?;
-            if !f.is_finite() || f <= 0.0 {
-                return None;
-            }
-            // Seconds (Fluent Bit's epoch double) or milliseconds.
-            Some(if f < 1e11 {
-                (f * 1000.0) as i64
-            } else {
-                f as i64
-            })
-        }
-        Value::String(s) => iso_datetime(s.as_bytes()).map(|(t, _)| t),
-        _ => None,
-    }
-}
-
-fn split_key(key: Option<&[u8]>, format: KeyFormat) -> (Option<String>, Option<u32>) {
+fn split_key(key: Option<&[u8]>, format: KeyFormat) -> (Option<&str>, Option<u32>) {
     let Some(k) = key.and_then(|k| std::str::from_utf8(k).ok()) else {
         return (None, None);
     };
@@ -188,16 +155,16 @@ fn split_key(key: Option<&[u8]>, format: KeyFormat) -> (Option<String>, Option<u
         return (None, None);
     }
     if format == KeyFormat::Job {
-        return (Some(k.to_string()), None);
+        return (Some(k), None);
     }
     if let Some((job, rank)) = k.rsplit_once('/') {
         if let Ok(r) = rank.parse::<u32>() {
             if !job.is_empty() {
-                return (Some(job.to_string()), Some(r));
+                return (Some(job), Some(r));
             }
         }
     }
-    (Some(k.to_string()), None)
+    (Some(k), None)
 }
 
 /// Why a record was rejected; the names are metric label values.
@@ -211,13 +178,93 @@ pub const REASONS: &[&str] = &[
     "binary",
 ];
 
-/// Decodes one record. `Err` carries a reason from [`REASONS`].
-pub fn decode(
+/// Decodes one record. `Err` carries a reason from [`REASONS`]. For many records of one
+/// topic, build a [`RecordDecoder`] once.
+pub fn decode<'a>(
+    cfg: &DecoderConfig,
+    value: &'a [u8],
+    key: Option<&'a [u8]>,
+    job_header: Option<&'a [u8]>,
+) -> Result<Decoded<'a>, &'static str> {
+    RecordDecoder::new(cfg).decode(value, key, job_header)
+}
+
+/// Output slots of [`FieldPaths`] for the configured paths.
+const JOB: usize = 0;
+const RANK: usize = 1;
+const HOST: usize = 2;
+const TS: usize = 3;
+const LINE: usize = 4;
+const SOURCE: usize = 5;
+const SLOTS: usize = 6;
+
+/// A topic's decoder with its field paths compiled.
+#[derive(Debug)]
+pub struct RecordDecoder<'c> {
+    cfg: &'c DecoderConfig,
+    paths: FieldPaths,
+}
+
+/// The key and header of a record, and what they say about the job.
+struct Envelope<'a> {
+    key_job: Option<&'a str>,
+    key_rank: Option<u32>,
+    header_job: Option<&'a str>,
+}
+
+impl<'c> RecordDecoder<'c> {
+    pub fn new(cfg: &'c DecoderConfig) -> RecordDecoder<'c> {
+        let paths = [
+            &cfg.job_path,
+            &cfg.rank_path,
+            &cfg.host_path,
+            &cfg.ts_path,
+            &cfg.line_path,
+            &cfg.source_path,
+        ]
+        .map(|p| p.as_deref());
+        RecordDecoder {
+            cfg,
+            paths: FieldPaths::new(&paths),
+        }
+    }
+
+    /// Decodes one record. `Err` carries a reason from [`REASONS`].
+    pub fn decode<'a>(
+        &self,
+        value: &'a [u8],
+        key: Option<&'a [u8]>,
+        job_header: Option<&'a [u8]>,
+    ) -> Result<Decoded<'a>, &'static str> {
+        let cfg = self.cfg;
+        let env = envelope(cfg, value, key, job_header)?;
+        match cfg.format {
+            Format::Text | Format::Cri => text_record(value, env),
+            _ => {
+                // The whole value is checked for UTF-8 once (the parser does not check the
+                // strings it skips); whatever fails is left to the full parse, which names
+                // the reason.
+                let Ok(text) = std::str::from_utf8(value) else {
+                    return decode_value(cfg, value, env);
+                };
+                let mut fields: [Scalar<'a>; SLOTS] = Default::default();
+                match self.paths.extract(text, &mut fields) {
+                    Ok(true) => json_record(cfg, fields, env),
+                    Ok(false) => Err("not_an_object"),
+                    Err(_) => decode_value(cfg, value, env),
+                }
+            }
+        }
+    }
+}
+
+/// The key and header read, after the size check every format makes first.
+fn envelope<'a>(
     cfg: &DecoderConfig,
     value: &[u8],
-    key: Option<&[u8]>,
-    job_header: Option<&[u8]>,
-) -> Result<Decoded, &'static str> {
+    key: Option<&'a [u8]>,
+    job_header: Option<&'a [u8]>,
+) -> Result<Envelope<'a>, &'static str> {
     if value.len() > cfg.max_record_bytes {
         return Err("oversized");
     }
@@ -225,80 +272,181 @@ pub fn decode(
     let header_job = job_header
         .and_then(|h| std::str::from_utf8(h).ok())
         .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string);
-    let text_value = || -> Result<String, &'static str> {
-        let s = std::str::from_utf8(value).map_err(|_| "not_utf8")?;
-        if s.bytes()
-            .filter(|b| *b < 0x09 || (*b > 0x0d && *b < 0x20))
-            .count()
-            * 10
-            > s.len()
-            && !s.is_empty()
-        {
-            return Err("binary");
-        }
-        Ok(s.to_string())
+        .filter(|s| !s.is_empty());
+    Ok(Envelope {
+        key_job,
+        key_rank,
+        header_job,
+    })
+}
+
+fn text_record<'a>(value: &'a [u8], env: Envelope<'a>) -> Result<Decoded<'a>, &'static str> {
+    let text = std::str::from_utf8(value).map_err(|_| "not_utf8")?;
+    let controls = text
+        .bytes()
+        .filter(|b| *b < 0x09 || (*b > 0x0d && *b < 0x20))
+        .count();
+    if controls * 10 > text.len() && !text.is_empty() {
+        return Err("binary");
+    }
+    let job = env.header_job.or(env.key_job).ok_or("no_job")?;
+    Ok(Decoded {
+        job: Cow::Borrowed(job),
+        rank: env.key_rank,
+        host: None,
+        source: rank_source(env.key_rank).unwrap_or(Cow::Borrowed("-")),
+        event_ms: None,
+        text: Cow::Borrowed(text),
+        chunked: false,
+    })
+}
+
+fn rank_source<'a>(rank: Option<u32>) -> Option<Cow<'a, str>> {
+    rank.map(|r| Cow::Owned(format!("rank:{r}")))
+}
+
+fn scalar_text<'a>(v: &Scalar<'a>) -> Option<Cow<'a, str>> {
+    let n = match v {
+        Scalar::Str(s) => return Some(s.clone()),
+        Scalar::U64(n) => Number::from(*n),
+        Scalar::I64(n) => Number::from(*n),
+        Scalar::F64(f) => Number::from_f64(*f)?,
+        Scalar::Missing | Scalar::Other => return None,
     };
-    match cfg.format {
-        Format::Text | Format::Cri => {
-            let text = text_value()?;
-            let job = header_job.or(key_job).ok_or("no_job")?;
-            let source = key_rank.map_or_else(|| "-".to_string(), |r| format!("rank:{r}"));
-            Ok(Decoded {
-                job,
-                rank: key_rank,
-                host: None,
-                source,
-                event_ms: None,
-                text,
-                chunked: false,
-            })
-        }
-        _ => {
-            let v: Value = serde_json::from_slice(value).map_err(|e| {
-                if e.is_syntax() && std::str::from_utf8(value).is_err() {
-                    "not_utf8"
-                } else {
-                    "bad_json"
-                }
-            })?;
-            if !v.is_object() {
-                return Err("not_an_object");
+    Some(Cow::Owned(n.to_string()))
+}
+
+fn scalar_rank(v: &Scalar<'_>) -> Option<u32> {
+    let r = match v {
+        Scalar::U64(n) => *n,
+        Scalar::Str(s) => s.parse::<u64>().ok()?,
+        _ => return None,
+    };
+    u32::try_from(r).ok() // a rank past u32 is no rank, not rank 0
+}
+
+fn scalar_time_ms(v: &Scalar<'_>) -> Option<i64> {
+    match v {
+        Scalar::U64(n) => number_time_ms(*n as f64),
+        Scalar::I64(n) => number_time_ms(*n as f64),
+        Scalar::F64(f) => number_time_ms(*f),
+        Scalar::Str(s) => iso_datetime(s.as_bytes()).map(|(t, _)| t),
+        Scalar::Missing | Scalar::Other => None,
+    }
+}
+
+fn number_time_ms(f: f64) -> Option<i64> {
+    if !f.is_finite() || f <= 0.0 {
+        return None;
+    }
+    // Seconds (Fluent Bit's epoch double) or milliseconds.
+    Some(if f < 1e11 {
+        (f * 1000.0) as i64
+    } else {
+        f as i64
+    })
+}
+
+fn json_record<'a>(
+    cfg: &DecoderConfig,
+    mut fields: [Scalar<'a>; SLOTS],
+    env: Envelope<'a>,
+) -> Result<Decoded<'a>, &'static str> {
+    let text = match std::mem::take(&mut fields[LINE]) {
+        Scalar::Str(s) => s,
+        _ => return Err("no_line"),
+    };
+    let job = scalar_text(&fields[JOB])
+        .filter(|s| !s.is_empty())
+        .or(env.header_job.map(Cow::Borrowed))
+        .or(env.key_job.map(Cow::Borrowed))
+        .ok_or("no_job")?;
+    let rank = scalar_rank(&fields[RANK]).or(env.key_rank);
+    let host = scalar_text(&fields[HOST]);
+    let source = scalar_text(&fields[SOURCE])
+        .or_else(|| rank_source(rank))
+        .or_else(|| host.clone())
+        .unwrap_or(Cow::Borrowed("-"));
+    Ok(Decoded {
+        job,
+        rank,
+        host,
+        source,
+        event_ms: scalar_time_ms(&fields[TS]),
+        text,
+        chunked: matches!(cfg.format, Format::Docker | Format::FluentBit),
+    })
+}
+
+// --- the reference decoder: the record parsed whole into a `serde_json::Value` ------------
+//
+// It names the reason of every value the fast path cannot read (its errors differ with where
+// the parse stopped), and the tests hold the fast path to its results.
+
+fn lookup<'v>(v: &'v Value, path: &[String]) -> Option<&'v Value> {
+    let mut cur = v;
+    for k in path {
+        cur = cur.as_object()?.get(k)?;
+    }
+    Some(cur)
+}
+
+fn value_scalar(v: Option<&Value>) -> Scalar<'static> {
+    match v {
+        None => Scalar::Missing,
+        Some(Value::String(s)) => Scalar::Str(Cow::Owned(s.clone())),
+        Some(Value::Number(n)) => {
+            if let Some(u) = n.as_u64() {
+                Scalar::U64(u)
+            } else if let Some(i) = n.as_i64() {
+                Scalar::I64(i)
+            } else {
+                n.as_f64().map_or(Scalar::Other, Scalar::F64)
             }
-            let get = |p: &Option<Vec<String>>| p.as_deref().and_then(|p| lookup(&v, p));
-            let text = get(&cfg.line_path)
-                .and_then(Value::as_str)
-                .ok_or("no_line")?
-                .to_string();
-            let job = get(&cfg.job_path)
-                .and_then(as_text)
-                .filter(|s| !s.is_empty())
-                .or(header_job)
-                .or(key_job)
-                .ok_or("no_job")?;
-            let rank = get(&cfg.rank_path)
-                .and_then(|r| r.as_u64().or_else(|| r.as_str()?.parse().ok()))
-                .and_then(|r| u32::try_from(r).ok()) // a rank past u32 is no rank, not rank 0
-                .or(key_rank);
-            let host = get(&cfg.host_path).and_then(as_text);
-            let source = get(&cfg.source_path)
-                .and_then(as_text)
-                .or_else(|| rank.map(|r| format!("rank:{r}")))
-                .or_else(|| host.clone())
-                .unwrap_or_else(|| "-".into());
-            let event_ms = get(&cfg.ts_path).and_then(as_time_ms);
-            let chunked = matches!(cfg.format, Format::Docker | Format::FluentBit);
-            Ok(Decoded {
-                job,
-                rank,
-                host,
-                source,
-                event_ms,
-                text,
-                chunked,
-            })
         }
+        Some(_) => Scalar::Other,
+    }
+}
+
+fn decode_value<'a>(
+    cfg: &DecoderConfig,
+    value: &'a [u8],
+    env: Envelope<'a>,
+) -> Result<Decoded<'a>, &'static str> {
+    let v: Value = serde_json::from_slice(value).map_err(|e| {
+        if e.is_syntax() && std::str::from_utf8(value).is_err() {
+            "not_utf8"
+        } else {
+            "bad_json"
+        }
+    })?;
+    if !v.is_object() {
+        return Err("not_an_object");
+    }
+    let get = |p: &Option<Vec<String>>| value_scalar(p.as_deref().and_then(|p| lookup(&v, p)));
+    let fields = [
+        get(&cfg.job_path),
+        get(&cfg.rank_path),
+        get(&cfg.host_path),
+        get(&cfg.ts_path),
+        get(&cfg.line_path),
+        get(&cfg.source_path),
+    ];
+    json_record(cfg, fields, env)
+}
+
+/// [`decode`] through the reference path only (for tests that compare the two).
+#[doc(hidden)]
+pub fn decode_reference<'a>(
+    cfg: &DecoderConfig,
+    value: &'a [u8],
+    key: Option<&'a [u8]>,
+    job_header: Option<&'a [u8]>,
+) -> Result<Decoded<'a>, &'static str> {
+    let env = envelope(cfg, value, key, job_header)?;
+    match cfg.format {
+        Format::Text | Format::Cri => text_record(value, env),
+        _ => decode_value(cfg, value, env),
     }
 }
 
@@ -333,19 +481,19 @@ mod tests {
         assert_eq!(d.event_ms, Some(1773479525412));
         let ve = DecoderConfig::preset(Format::Vector);
         let d = decode(&ve, br#"{"message":"m","timestamp":"2026-03-14T09:12:45.003118020Z","kubernetes":{"pod_name":"p","pod_node_name":"node-07","pod_labels":{"training.kubeflow.org/job-name":"llm7b"}}}"#, None, None).unwrap();
-        assert_eq!((d.job.as_str(), d.text.as_str()), ("llm7b", "m"));
+        assert_eq!((d.job.as_ref(), d.text.as_ref()), ("llm7b", "m"));
     }
 
     #[test]
     fn job_from_key_or_header_and_rejections() {
         let mut t = DecoderConfig::preset(Format::Text);
         let d = decode(&t, b"hello", Some(b"1234/7"), None).unwrap();
-        assert_eq!((d.job.as_str(), d.rank), ("1234/7", None));
+        assert_eq!((d.job.as_ref(), d.rank), ("1234/7", None));
         t.key_format = KeyFormat::JobRank;
         let d = decode(&t, b"hello", Some(b"jobA/7"), None).unwrap();
-        assert_eq!((d.job.as_str(), d.rank), ("jobA", Some(7)));
+        assert_eq!((d.job.as_ref(), d.rank), ("jobA", Some(7)));
         let d = decode(&t, b"hello", Some(b"sweep/b"), None).unwrap();
-        assert_eq!((d.job.as_str(), d.rank), ("sweep/b", None));
+        assert_eq!((d.job.as_ref(), d.rank), ("sweep/b", None));
         let d = decode(&t, b"hello", None, Some(b"jobB")).unwrap();
         assert_eq!(d.job, "jobB");
         assert_eq!(decode(&t, b"hello", None, None), Err("no_job"));

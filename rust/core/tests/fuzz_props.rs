@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use rankwatch_core::engine::RawRecord;
 use rankwatch_core::prefix::peel;
-use rankwatch_core::records::{decode, DecoderConfig, Format, REASONS};
+use rankwatch_core::records::{decode, decode_reference, DecoderConfig, Format, REASONS};
 use rankwatch_core::{Catalog, Config, Engine, StreamHints};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -243,6 +243,34 @@ fn record_value() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// A record value with damage: a byte overwritten (often an invalid UTF-8 byte or a quote),
+/// or the value cut short.
+fn damaged_record_value() -> impl Strategy<Value = Vec<u8>> {
+    (
+        record_value(),
+        any::<usize>(),
+        prop_oneof![
+            Just(0xffu8),
+            Just(b'"'),
+            Just(b'\\'),
+            Just(b'}'),
+            any::<u8>()
+        ],
+        any::<bool>(),
+    )
+        .prop_map(|(mut v, at, byte, cut)| {
+            if !v.is_empty() {
+                let i = at % v.len();
+                if cut {
+                    v.truncate(i);
+                } else {
+                    v[i] = byte;
+                }
+            }
+            v
+        })
+}
+
 fn opt_bytes() -> impl Strategy<Value = Option<Vec<u8>>> {
     let text = prop_oneof![
         "\\PC{0,12}".prop_map(String::into_bytes),
@@ -286,6 +314,24 @@ proptest! {
         format in proptest::sample::select(&FORMATS[..]),
     ) {
         check_decode(&DecoderConfig::preset(format), &value, key.as_deref(), header.as_deref())?;
+    }
+
+    #[test]
+    fn fast_decode_matches_the_full_parse(
+        value in prop_oneof![record_value(), damaged_record_value()],
+        key in opt_bytes(),
+        header in opt_bytes(),
+        format in proptest::sample::select(&FORMATS[..]),
+        overlapping_paths in any::<bool>(),
+    ) {
+        let mut cfg = DecoderConfig::preset(format);
+        if overlapping_paths {
+            // two fields on one path, and one path the prefix of another
+            cfg.source_path = cfg.line_path.clone();
+            cfg.host_path = cfg.job_path.as_ref().map(|p| p[..p.len().min(1)].to_vec());
+        }
+        let (k, h) = (key.as_deref(), header.as_deref());
+        prop_assert_eq!(decode(&cfg, &value, k, h), decode_reference(&cfg, &value, k, h));
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use rankwatch_core::catalog::Role;
@@ -12,7 +13,7 @@ use rankwatch_core::dbcache::{DbCache, DbOrigin};
 use rankwatch_core::engine::RawRecord;
 use rankwatch_core::files::ReadError;
 use rankwatch_core::prefix::peel;
-use rankwatch_core::records::{decode, DecoderConfig};
+use rankwatch_core::records::{DecoderConfig, RecordDecoder};
 use rankwatch_core::{Catalog, Config, Engine, FileInput, StreamHints};
 use serde_json::{json, Value};
 use std::ffi::OsString;
@@ -298,13 +299,14 @@ impl PyDecoder {
             .iter()
             .map(|h| h.as_ref().map(|b| b.as_bytes()))
             .collect();
-        let cfg = &self.inner;
+        let decoder = RecordDecoder::new(&self.inner);
         let jobs: Vec<Option<String>> = py.detach(|| {
             (0..n)
                 .map(|i| {
-                    decode(cfg, values[i], keys[i], job_headers[i])
+                    decoder
+                        .decode(values[i], keys[i], job_headers[i])
                         .ok()
-                        .map(|d| d.job)
+                        .map(|d| d.job.into_owned())
                 })
                 .collect()
         });
@@ -312,6 +314,54 @@ impl PyDecoder {
             .into_iter()
             .map(|j| j.map(|j| PyBytes::new(py, j.as_bytes())))
             .collect())
+    }
+}
+
+/// What the engine reads of one aiokafka `ConsumerRecord`, held (not copied) while it runs.
+struct RecordFields<'py> {
+    value: Option<Bound<'py, PyBytes>>,
+    key: Option<Bound<'py, PyBytes>>,
+    header: Option<Bound<'py, PyBytes>>,
+    timestamp: Option<i64>,
+}
+
+fn opt_bytes<'py>(v: Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        Ok(Some(v.cast_into::<PyBytes>()?))
+    }
+}
+
+impl<'py> RecordFields<'py> {
+    fn read(r: &Bound<'py, PyAny>, job_header: &str) -> PyResult<Self> {
+        let py = r.py();
+        let headers = r.getattr(intern!(py, "headers"))?;
+        let mut header = None;
+        if headers.is_truthy()? {
+            for h in headers.try_iter()? {
+                let (name, value): (Bound<'py, PyAny>, Bound<'py, PyAny>) = h?.extract()?;
+                if name.eq(job_header)? {
+                    header = opt_bytes(value)?;
+                    break;
+                }
+            }
+        }
+        Ok(RecordFields {
+            value: opt_bytes(r.getattr(intern!(py, "value"))?)?,
+            key: opt_bytes(r.getattr(intern!(py, "key"))?)?,
+            header,
+            timestamp: r.getattr(intern!(py, "timestamp"))?.extract()?,
+        })
+    }
+
+    fn raw(&self) -> RawRecord<'_> {
+        (
+            self.value.as_ref().map_or(&b""[..], |v| v.as_bytes()),
+            self.key.as_ref().map(|k| k.as_bytes()),
+            self.header.as_ref().map(|h| h.as_bytes()),
+            self.timestamp,
+        )
     }
 }
 
@@ -457,6 +507,28 @@ impl PyEngine {
             ("wait", report.wait_s),
         ];
         (report.bytes, problems, timing)
+    }
+
+    /// Decodes and feeds a partition batch of aiokafka `ConsumerRecord`s in one call: value
+    /// (None is empty), key, broker timestamp and the first header named `job_header` are
+    /// read from each record here, so that no per-record lists are built in Python. Returns
+    /// (index, reason) for each rejected record.
+    fn feed_consumer_records(
+        &mut self,
+        py: Python<'_>,
+        decoder: &PyDecoder,
+        origin: &str,
+        records: &Bound<'_, PyList>,
+        job_header: &str,
+    ) -> PyResult<Vec<(usize, &'static str)>> {
+        let fields: Vec<RecordFields<'_>> = records
+            .iter()
+            .map(|r| RecordFields::read(&r, job_header))
+            .collect::<PyResult<_>>()?;
+        let raw: Vec<RawRecord<'_>> = fields.iter().map(RecordFields::raw).collect();
+        let engine = &mut self.inner;
+        let cfg = &decoder.inner;
+        Ok(py.detach(|| engine.feed_records(cfg, origin, &raw)))
     }
 
     fn close_stream(&mut self, py: Python<'_>, stream: u64) {
