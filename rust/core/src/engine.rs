@@ -4,8 +4,9 @@
 use crate::baseline::Baseline;
 use crate::catalog::{Catalog, Role, Sync};
 use crate::correlate::{self, Diagnosis};
-use crate::job::{ContextObs, Hit, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
+use crate::job::{ContextObs, Hit, Incident, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
 use crate::matcher::Scratch;
+use crate::memsize;
 use crate::prefix::{peel, Level, Producer};
 use crate::records::{decode, DecoderConfig};
 use std::collections::HashMap;
@@ -28,6 +29,9 @@ pub struct Config {
     /// A job quiet for this long (wall time, as seen by `poll`) gets its final diagnoses and
     /// its state released. 0 keeps jobs until evicted or dropped.
     pub release_quiet_ms: i64,
+    /// Processes (sources) tracked per job; lines of further ones share one overflow source
+    /// and are counted in the diagnosis. The budget may lower it (a quarter of the budget).
+    pub max_sources_per_job: usize,
 }
 
 impl Default for Config {
@@ -46,6 +50,7 @@ impl Default for Config {
             default_year: 2026,
             clock_uncertainty_ms: 1_500,
             release_quiet_ms: 60 * 60_000,
+            max_sources_per_job: 100_000,
         }
     }
 }
@@ -69,8 +74,8 @@ pub struct Stats {
     pub records: u64,
     pub rejected: HashMap<&'static str, u64>,
     pub compacted_hits: u64,
-    /// Lines whose process was new when its job already had as many sources as the budget
-    /// allows (routed to their stream's source).
+    /// Lines whose process was new when its job already had as many sources as the cap
+    /// allows (routed to the job's overflow source).
     pub sources_capped: u64,
     /// Jobs whose state was released after their final diagnoses (quiet for
     /// `release_quiet_ms`).
@@ -97,6 +102,8 @@ struct RouteCache {
 }
 
 struct Stream {
+    /// Bytes this stream was last accounted at (`Stream::heap_bytes` then).
+    accounted: usize,
     cache: RouteCache,
     job: String,
     origin: Arc<str>,
@@ -129,6 +136,37 @@ pub struct Engine {
     /// job -> source -> stream id, for record-fed streams.
     record_streams: HashMap<String, HashMap<String, u64>>,
     baseline: Baseline,
+    /// Accounted bytes of all jobs (the sum of their `mem_bytes`, taken out or not).
+    jobs_bytes: usize,
+    /// Accounted bytes of all streams and the record-stream index.
+    streams_bytes: usize,
+}
+
+impl Stream {
+    /// Heap the stream owns (its slot in the streams table is counted with the table).
+    fn heap_bytes(&self) -> usize {
+        use memsize::{arc_str, string, vec};
+        let key = match &self.key {
+            Some(SourceKey::Hint(k)) => arc_str(k.len()),
+            _ => 0,
+        };
+        string(&self.job)
+            + arc_str(self.origin.len())
+            + self.hints.source_key.as_ref().map_or(0, string)
+            + self.hints.host.as_ref().map_or(0, string)
+            + key
+            + vec(&self.partial)
+            + string(&self.cri_buf)
+            + vec(&self.cache.local)
+            + self.cache.host.as_ref().map_or(0, |(h, _)| string(h))
+    }
+}
+
+/// What the record-stream index holds for one job (its table, its key and the source names).
+fn index_bytes(job: &String, sources: &HashMap<String, u64>) -> usize {
+    memsize::string(job)
+        + memsize::map(sources)
+        + sources.keys().map(memsize::string).sum::<usize>()
 }
 
 /// `raw` cut to at most `max` bytes, not inside a UTF-8 character (`raw` is longer).
@@ -148,7 +186,11 @@ pub type RawRecord<'a> = (&'a [u8], Option<&'a [u8]>, Option<&'a [u8]>, Option<i
 const CAUSE_RECORD_LINES: usize = 40;
 const SYMPTOM_RECORD_LINES: usize = 0;
 /// What a source costs besides its ring's lines: the struct, its key and index entries.
-const SOURCE_BYTES: usize = std::mem::size_of::<crate::job::Source>() + 256;
+const SOURCE_BYTES: usize = std::mem::size_of::<crate::job::Source>() + 320;
+/// The record source that the lines of sources over a job's cap are fed through.
+const OVERFLOW_SOURCE: &str = "\u{0}sources over the cap";
+/// Lines a ring keeps at least when the budget halves rings.
+const MIN_RING_LINES: usize = 4;
 /// Sources a job may always have, whatever the budget.
 const MIN_SOURCES: usize = 1024;
 
@@ -221,7 +263,63 @@ impl Engine {
             wall_ms: 0,
             record_streams: HashMap::new(),
             baseline: Baseline::default(),
+            jobs_bytes: 0,
+            streams_bytes: 0,
         }
+    }
+
+    /// Brings a job's accounted bytes, and the engine's total, up to date after it changed.
+    fn settle(&mut self, job: &mut Job) {
+        if job.tables_dirty {
+            job.tables_cache = job.tables_bytes();
+            job.tables_dirty = false;
+        }
+        let now = job.tables_cache + job.content_bytes;
+        self.jobs_bytes = (self.jobs_bytes + now).saturating_sub(job.mem_bytes);
+        job.mem_bytes = now;
+        self.settle_total();
+    }
+
+    /// Re-accounts a stream after it changed (taken out of the streams table or not).
+    fn settle_stream(&mut self, st: &mut Stream) {
+        let now = st.heap_bytes();
+        self.streams_bytes = (self.streams_bytes + now).saturating_sub(st.accounted);
+        st.accounted = now;
+    }
+
+    /// The total: jobs, streams and the engine's own tables.
+    fn settle_total(&mut self) {
+        self.stats.memory_bytes = self.jobs_bytes
+            + self.streams_bytes
+            + memsize::map(&self.jobs)
+            + memsize::map(&self.streams)
+            + memsize::map(&self.record_streams);
+        self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
+    }
+
+    /// Forgets a job's accounted bytes (it was removed from the engine).
+    fn forget_job_bytes(&mut self, job: &Job) {
+        self.jobs_bytes = self.jobs_bytes.saturating_sub(job.mem_bytes);
+    }
+
+    /// Removes the streams that records opened for a job, and their index.
+    fn forget_record_streams(&mut self, name: &str) {
+        if let Some((key, streams)) = self.record_streams.remove_entry(name) {
+            let index = index_bytes(&key, &streams);
+            self.streams_bytes = self.streams_bytes.saturating_sub(index);
+            for id in streams.values() {
+                if let Some(st) = self.streams.remove(id) {
+                    self.streams_bytes = self.streams_bytes.saturating_sub(st.accounted);
+                }
+            }
+        }
+    }
+
+    /// Sources a job may track: the configured cap, lowered so that sources alone take at
+    /// most a quarter of the budget.
+    fn max_sources(&self) -> usize {
+        let by_budget = (self.cfg.memory_budget_bytes / 4 / SOURCE_BYTES).max(MIN_SOURCES);
+        self.cfg.max_sources_per_job.min(by_budget).max(1)
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -238,24 +336,25 @@ impl Engine {
         } else {
             hints.rank.map(SourceKey::Rank)
         };
-        self.streams.insert(
-            id,
-            Stream {
-                cache: RouteCache::default(),
-                job: job.to_string(),
-                origin: Arc::from(origin),
-                hints,
-                key,
-                partial: Vec::new(),
-                cri_buf: String::new(),
-                line_no: 0,
-                last_source: None,
-                after_last_error: false,
-                in_traceback: false,
-                record_start: 0,
-                open_hit: None,
-            },
-        );
+        let mut st = Stream {
+            accounted: 0,
+            cache: RouteCache::default(),
+            job: job.to_string(),
+            origin: Arc::from(origin),
+            hints,
+            key,
+            partial: Vec::new(),
+            cri_buf: String::new(),
+            line_no: 0,
+            last_source: None,
+            after_last_error: false,
+            in_traceback: false,
+            record_start: 0,
+            open_hit: None,
+        };
+        self.settle_stream(&mut st);
+        self.streams.insert(id, st);
+        self.settle_total();
         id
     }
 
@@ -277,6 +376,7 @@ impl Engine {
         };
         let mut job = self.take_job(&st.job);
         self.chunk_into(&mut job, &mut st, data, ingest_ms, event_ms);
+        self.settle_stream(&mut st);
         self.put_back(job, st, stream_id);
         true
     }
@@ -363,29 +463,7 @@ impl Engine {
                     continue;
                 }
             };
-            let known = self
-                .record_streams
-                .get(&d.job)
-                .and_then(|m| m.get(&d.source))
-                .copied()
-                .filter(|id| self.streams.contains_key(id));
-            let id = match known {
-                Some(id) => id,
-                None => {
-                    let hints = StreamHints {
-                        source_key: Some(d.source.clone()),
-                        rank: d.rank,
-                        local_rank: None,
-                        host: d.host.clone(),
-                    };
-                    let id = self.open_stream(&d.job, &format!("{origin}/{}", d.source), hints);
-                    self.record_streams
-                        .entry(d.job.clone())
-                        .or_default()
-                        .insert(d.source.clone(), id);
-                    id
-                }
-            };
+            let id = self.record_stream(origin, &d.job, &d.source, d.rank, &d.host);
             let Some(mut st) = self.streams.remove(&id) else {
                 continue;
             };
@@ -404,6 +482,7 @@ impl Engine {
             } else {
                 self.lines_into(&mut job, &mut st, d.text.as_bytes(), d.event_ms, *broker_ms);
             }
+            self.settle_stream(&mut st);
             self.streams.insert(id, st);
             current = Some(job);
         }
@@ -411,31 +490,93 @@ impl Engine {
             let name = j.name.clone();
             self.jobs.insert(name, j);
         }
+        self.settle_total();
         rejected
     }
 
-    /// The source of `key`, created if new and counted against the memory budget. Sources
-    /// take at most a quarter of the budget: past that, a new process's lines go to the
-    /// stream's own source (counted in `sources_capped`), so that a million distinct
-    /// `[rankN]:` prefixes cannot outgrow the budget.
+    /// The stream that feeds the records of `source` in `job`, opened if new. A job's sources
+    /// beyond its cap share one overflow stream (and source), so that a shipper that puts a
+    /// pid or a pod hash in the rank field cannot grow the engine without bound.
+    fn record_stream(
+        &mut self,
+        origin: &str,
+        job: &str,
+        source: &str,
+        rank: Option<u32>,
+        host: &Option<String>,
+    ) -> u64 {
+        let index = self.record_streams.get(job);
+        let known = index
+            .and_then(|m| m.get(source))
+            .copied()
+            .filter(|id| self.streams.contains_key(id));
+        if let Some(id) = known {
+            return id;
+        }
+        let full = index.is_some_and(|m| m.len() >= self.max_sources());
+        let (source, hints) = if full {
+            let overflow = index
+                .and_then(|m| m.get(OVERFLOW_SOURCE))
+                .copied()
+                .filter(|id| self.streams.contains_key(id));
+            if let Some(id) = overflow {
+                return id;
+            }
+            let hints = StreamHints {
+                source_key: Some(OVERFLOW_SOURCE.to_string()),
+                ..StreamHints::default()
+            };
+            (OVERFLOW_SOURCE, hints)
+        } else {
+            let hints = StreamHints {
+                source_key: Some(source.to_string()),
+                rank,
+                local_rank: None,
+                host: host.clone(),
+            };
+            (source, hints)
+        };
+        let name = if full {
+            "(sources over the cap)"
+        } else {
+            source
+        };
+        let id = self.open_stream(job, &format!("{origin}/{name}"), hints);
+        let before = self.record_streams.get(job).map_or(0, memsize::map);
+        let new_job = !self.record_streams.contains_key(job);
+        let m = self.record_streams.entry(job.to_string()).or_default();
+        let old = m.insert(source.to_string(), id);
+        let mut added = memsize::map(m) - before;
+        if new_job {
+            added += memsize::block(job.len());
+        }
+        if old.is_none() {
+            added += memsize::block(source.len());
+        }
+        self.streams_bytes += added;
+        self.settle_total();
+        id
+    }
+
+    /// The source of `key`, created if new. Past the job's source cap (or when the budget is
+    /// spent and the job already has `MIN_SOURCES`), a new process's lines go to the job's
+    /// one overflow source and are counted (`sources_capped`, and in the diagnosis), so that
+    /// a million distinct `[rankN]:` prefixes cannot outgrow the budget.
     fn route(&mut self, job: &mut Job, key: SourceKey, origin: &Arc<str>) -> u32 {
         if let Some(&i) = job.source_keys.get(&key) {
             return i;
         }
-        let max_sources = (self.cfg.memory_budget_bytes / 4 / SOURCE_BYTES).max(MIN_SOURCES);
-        let key = if job.sources.len() >= max_sources && !matches!(key, SourceKey::Stream(_)) {
+        let spent = self.stats.memory_bytes > self.cfg.memory_budget_bytes
+            && job.sources.len() >= MIN_SOURCES;
+        let overflow_stream = matches!(&key, SourceKey::Hint(k) if k.ends_with(OVERFLOW_SOURCE));
+        let key = if job.sources.len() >= self.max_sources() || spent || overflow_stream {
             self.stats.sources_capped += 1;
-            SourceKey::Stream(origin.clone())
+            job.lines_over_source_cap += 1;
+            SourceKey::Overflow
         } else {
             key
         };
-        let before = job.sources.len();
-        let src = job.source_for(key, origin);
-        if job.sources.len() > before {
-            job.mem_bytes += SOURCE_BYTES;
-            self.stats.memory_bytes += SOURCE_BYTES;
-        }
-        src
+        job.source_for(key, origin)
     }
 
     /// Processes the line that waited in `st.partial`, cut (and counted) first when it grew
@@ -480,10 +621,12 @@ impl Engine {
         let name = st.job.clone();
         self.streams.insert(id, st);
         self.jobs.insert(name, job);
+        self.settle_total();
     }
 
     pub fn close_stream(&mut self, stream_id: u64) {
         if let Some(mut st) = self.streams.remove(&stream_id) {
+            self.streams_bytes = self.streams_bytes.saturating_sub(st.accounted);
             if !st.partial.is_empty() || !st.cri_buf.is_empty() {
                 let mut job = self.take_job(&st.job);
                 if !st.partial.is_empty() {
@@ -495,6 +638,7 @@ impl Engine {
                 }
                 self.jobs.insert(st.job.clone(), job);
             }
+            self.settle_total();
         }
     }
 
@@ -610,6 +754,7 @@ impl Engine {
         if let (Some(h), Some(_), false) = (host, meta.host, st.cache.host_noted) {
             if matches!(meta.producer, Producer::Nccl) {
                 job.stream_hosts.entry(st.origin.clone()).or_insert(h);
+                job.tables_dirty = true;
                 st.cache.host_noted = true;
             }
         }
@@ -720,9 +865,12 @@ impl Engine {
                         SYMPTOM_RECORD_LINES
                     };
                     if hit.record.len() < cap {
-                        hit.record.push(line.to_string());
-                        job.mem_bytes += line.len() + 24;
-                        self.stats.memory_bytes += line.len() + 24;
+                        let before = memsize::vec(&hit.record);
+                        let line = line.to_string();
+                        let added = memsize::string(&line);
+                        hit.record.push(line);
+                        job.content_bytes = (job.content_bytes + added + memsize::vec(&hit.record))
+                            .saturating_sub(before);
                     }
                 }
             }
@@ -735,12 +883,10 @@ impl Engine {
         {
             let ring_lines = job.ring_lines;
             let s = &mut job.sources[src as usize];
-            let before = s.ring.bytes();
+            let before = s.ring.heap_bytes();
             s.ring
                 .push(seq, ts, continuation, line, ring_lines, self.cfg.ring_bytes);
-            let after = s.ring.bytes();
-            job.mem_bytes = (job.mem_bytes + after).saturating_sub(before);
-            self.stats.memory_bytes = (self.stats.memory_bytes + after).saturating_sub(before);
+            job.content_bytes = (job.content_bytes + s.ring.heap_bytes()).saturating_sub(before);
         }
 
         // Classify.
@@ -751,6 +897,7 @@ impl Engine {
             .scan_into(msg.as_bytes(), &mut self.scratch, &mut self.expr_buf);
         let mut opened = false;
         if !self.expr_buf.is_empty() {
+            job.tables_dirty = true;
             let mut sigs = std::mem::take(&mut self.sig_buf);
             catalog.signatures_for(&self.expr_buf, &mut sigs);
             for &sig in &sigs {
@@ -831,10 +978,10 @@ impl Engine {
                 st.open_hit = Some(self.add_hit(job, hit, false));
             }
         }
+        self.settle(job);
         if self.stats.memory_bytes > self.cfg.memory_budget_bytes {
             self.relieve_memory(job);
         }
-        self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -857,7 +1004,11 @@ impl Engine {
                 job.sources[src as usize].cuda_dev = Some(d);
             }
             if let Some(b) = get("bus_id") {
-                job.sources[src as usize].bus_id = Some(b.trim_start_matches("0x").to_lowercase());
+                let b = b.trim_start_matches("0x").to_lowercase();
+                let s = &mut job.sources[src as usize];
+                let old = s.bus_id.as_ref().map_or(0, memsize::string);
+                job.content_bytes = (job.content_bytes + memsize::string(&b)).saturating_sub(old);
+                s.bus_id = Some(b);
             }
             if let (Some(r), Some(n)) = (
                 get("rank").and_then(|v| v.parse::<u32>().ok()),
@@ -869,7 +1020,10 @@ impl Engine {
             for &f in CONTEXT_FIELDS {
                 let Some(v) = get(f) else { continue };
                 if let (Some(h), "ip") = (host, f) {
-                    job.ip_host.entry(v.to_string()).or_insert(h);
+                    if !job.ip_host.contains_key(v) {
+                        job.content_bytes += memsize::block(v.len());
+                        job.ip_host.insert(v.to_string(), h);
+                    }
                 }
                 let weight = spec.weight;
                 let replace = match job.context.get(&(f, src)) {
@@ -877,22 +1031,20 @@ impl Engine {
                     Some(o) => self.catalog.signatures[o.sig as usize].weight < weight,
                 };
                 if replace {
-                    let added = line.len() + v.len() + 160;
-                    job.mem_bytes += added;
-                    self.stats.memory_bytes += added;
-                    job.context.insert(
-                        (f, src),
-                        ContextObs {
-                            value: v.to_string(),
-                            source: src,
-                            seq,
-                            ts_ms: ts,
-                            line: line.to_string(),
-                            origin: st.origin.clone(),
-                            line_no: st.line_no,
-                            sig,
-                        },
-                    );
+                    let obs = ContextObs {
+                        value: v.to_string(),
+                        source: src,
+                        seq,
+                        ts_ms: ts,
+                        line: line.to_string(),
+                        origin: st.origin.clone(),
+                        line_no: st.line_no,
+                        sig,
+                    };
+                    job.content_bytes += obs.heap_bytes();
+                    if let Some(old) = job.context.insert((f, src), obs) {
+                        job.content_bytes = job.content_bytes.saturating_sub(old.heap_bytes());
+                    }
                 }
             }
         }
@@ -903,8 +1055,7 @@ impl Engine {
                 Sync::Init => Some(0),
             };
             if let (Some(key), true) = (key, job.sync.len() < 200_000) {
-                job.mem_bytes += std::mem::size_of::<SyncObs>();
-                self.stats.memory_bytes += std::mem::size_of::<SyncObs>();
+                job.tables_dirty = true;
                 job.sync.push(SyncObs {
                     sig,
                     key,
@@ -917,6 +1068,7 @@ impl Engine {
 
     /// Counts a hit of `sig` from `source` and says whether it is kept (per-process caps).
     fn admit(&mut self, job: &mut Job, source: u32, sig: Option<u16>, is_cause: bool) -> bool {
+        job.tables_dirty = true;
         let count = job.hit_counts.entry((source, sig)).or_default();
         *count += 1;
         let cap = if is_cause {
@@ -936,16 +1088,16 @@ impl Engine {
             let snap = job.sources[hit.source as usize]
                 .ring
                 .before(hit.seq, self.cfg.preceding_lines);
-            let bytes: usize = snap.iter().map(|l| l.text.len() + 48).sum();
-            job.mem_bytes += bytes;
-            self.stats.memory_bytes += bytes;
+            job.content_bytes += crate::job::snapshot_bytes(&snap);
             job.sources[hit.source as usize].snapshot = Some(snap);
         }
         let idx = job.hits.len();
-        let bytes = hit.approx_bytes();
-        job.mem_bytes += bytes;
-        self.stats.memory_bytes += bytes;
+        let incidents = |j: &Job| j.incidents.iter().map(Incident::heap_bytes).sum::<usize>();
+        let before = incidents(job);
         correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
+        job.content_bytes =
+            (job.content_bytes + incidents(job) + hit.heap_bytes()).saturating_sub(before);
+        job.tables_dirty = true;
         job.hits.push(hit);
         idx
     }
@@ -980,30 +1132,30 @@ impl Engine {
                         true,
                     );
                     self.pending.extend(diags);
-                    self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(job.mem_bytes);
+                    self.forget_job_bytes(&job);
+                    self.forget_record_streams(&name);
                     self.stats.jobs_evicted += 1;
-                    self.record_streams.remove(&name);
+                    self.settle_total();
                 }
             }
         }
-        while self.stats.memory_bytes > budget && active.ring_lines > 16 {
+        while self.stats.memory_bytes > budget && active.ring_lines > MIN_RING_LINES {
             active.ring_lines /= 2;
             self.stats.ring_shrinks += 1;
-            let mut freed = 0usize;
             for s in &mut active.sources {
-                let before = s.ring.bytes();
+                let before = s.ring.heap_bytes();
                 s.ring.shrink_to(active.ring_lines);
-                freed += before - s.ring.bytes();
+                active.content_bytes =
+                    (active.content_bytes + s.ring.heap_bytes()).saturating_sub(before);
             }
-            active.mem_bytes = active.mem_bytes.saturating_sub(freed);
-            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(freed);
+            self.settle(active);
         }
         if self.stats.memory_bytes > budget {
             // Last resort: symptom lines beyond the first few per signature keep their
             // signature, source, time and fields (enough for collateral and sequence analysis)
             // but give up their text.
             let mut freed = 0usize;
-            let start = active.compacted_upto;
+            let start = active.compacted_upto.min(active.hits.len());
             active.compacted_upto = active.hits.len();
             for hit in &mut active.hits[start..] {
                 let is_cause = hit
@@ -1014,13 +1166,15 @@ impl Engine {
                 if is_cause || *n <= 16 || hit.text.is_empty() {
                     continue;
                 }
-                freed += hit.text.len() + hit.record.iter().map(|l| l.len() + 24).sum::<usize>();
+                let before = hit.heap_bytes();
                 hit.text = String::new();
                 hit.record = Vec::new();
+                freed += before - hit.heap_bytes();
                 self.stats.compacted_hits += 1;
             }
-            active.mem_bytes = active.mem_bytes.saturating_sub(freed);
-            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(freed);
+            active.content_bytes = active.content_bytes.saturating_sub(freed);
+            active.tables_dirty = true;
+            self.settle(active);
         }
     }
 
@@ -1109,15 +1263,12 @@ impl Engine {
     /// Forgets a job's state and the streams records opened for it. Streams a caller opened
     /// stay usable: feeding one again starts a new instance of the job.
     fn release_job(&mut self, name: &str) {
-        if let Some(streams) = self.record_streams.remove(name) {
-            for id in streams.values() {
-                self.streams.remove(id);
-            }
-        }
+        self.forget_record_streams(name);
         if let Some(j) = self.jobs.remove(name) {
-            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(j.mem_bytes);
+            self.forget_job_bytes(&j);
             self.stats.jobs_released += 1;
         }
+        self.settle_total();
     }
 
     /// Every incident of every job, diagnosed now (end of input).
@@ -1156,34 +1307,66 @@ impl Engine {
             .filter(|(_, s)| s.job == name)
             .map(|(id, _)| *id)
             .collect();
+        self.forget_record_streams(name);
         for id in streams {
-            self.streams.remove(&id);
+            if let Some(st) = self.streams.remove(&id) {
+                self.streams_bytes = self.streams_bytes.saturating_sub(st.accounted);
+            }
         }
-        self.record_streams.remove(name);
         if let Some(j) = self.jobs.remove(name) {
-            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(j.mem_bytes);
+            self.forget_job_bytes(&j);
         }
+        self.settle_total();
     }
 
-    /// Where the accounted memory is: (rings, hits, snapshots, context, sync) in bytes.
-    pub fn memory_breakdown(&self) -> [usize; 5] {
-        let mut out = [0usize; 5];
+    /// Where the accounted memory is, in bytes, counted from scratch: rings, hits (with
+    /// their incidents), snapshots, context, sources (their slots, keys and identity
+    /// tables), streams (with the record-stream index and the engine's tables), other (the
+    /// remaining job tables: sync points, hit counters, names). Sums to `memory_bytes`.
+    pub fn memory_breakdown(&self) -> [usize; 7] {
+        use memsize::{map, string, vec};
+        let mut out = [0usize; 7];
         for j in self.jobs.values() {
-            for s in &j.sources {
-                out[0] += s.ring.bytes();
-                out[2] += s
-                    .snapshot
-                    .as_ref()
-                    .map_or(0, |v| v.iter().map(|l| l.text.len() + 48).sum());
-            }
-            out[1] += j.hits.iter().map(Hit::approx_bytes).sum::<usize>();
-            out[3] += j
-                .context
-                .iter()
-                .map(|((_, _), o)| o.line.len() + o.value.len() + 160)
-                .sum::<usize>();
-            out[4] += j.sync.len() * std::mem::size_of::<SyncObs>();
+            let rings: usize = j.sources.iter().map(|s| s.ring.heap_bytes()).sum();
+            let snaps: usize = j.sources.iter().map(|s| s.heap_bytes()).sum::<usize>() - rings;
+            let hits = vec(&j.hits)
+                + j.hits.iter().map(Hit::heap_bytes).sum::<usize>()
+                + vec(&j.incidents)
+                + j.incidents.iter().map(Incident::heap_bytes).sum::<usize>();
+            let context = map(&j.context)
+                + j.context
+                    .values()
+                    .map(ContextObs::heap_bytes)
+                    .sum::<usize>();
+            let sources = vec(&j.sources)
+                + map(&j.source_keys)
+                + map(&j.stream_hosts)
+                + map(&j.by_host_pid)
+                + map(&j.by_host_local)
+                + map(&j.by_host_bus)
+                + j.by_host_bus.keys().map(|(_, b)| string(b)).sum::<usize>()
+                + map(&j.ip_host)
+                + j.ip_host.keys().map(string).sum::<usize>()
+                + vec(&j.hosts)
+                + map(&j.host_ids)
+                + 2 * j.hosts.iter().map(string).sum::<usize>();
+            let total = j.heap_bytes();
+            out[0] += rings;
+            out[1] += hits;
+            out[2] += snaps;
+            out[3] += context;
+            out[4] += sources;
+            out[6] += total - rings - hits - snaps - context - sources;
         }
+        out[5] = self.streams.values().map(Stream::heap_bytes).sum::<usize>()
+            + self
+                .record_streams
+                .iter()
+                .map(|(k, m)| index_bytes(k, m))
+                .sum::<usize>()
+            + map(&self.jobs)
+            + map(&self.streams)
+            + map(&self.record_streams);
         out
     }
 
@@ -1239,7 +1422,7 @@ mod tests {
         let last = e.poll(61_000);
         assert_eq!(e.job_count(), 0);
         assert_eq!(e.stats.jobs_released, 1);
-        assert_eq!(e.stats.memory_bytes, 0);
+        assert_eq!(e.stats.memory_bytes, e.empty_tables_bytes());
         assert!(last.iter().any(|d| d.is_final && d.json["job"] == "a"));
     }
 
@@ -1255,8 +1438,82 @@ mod tests {
         assert!(e.job_count() <= 7, "{} jobs held", e.job_count());
         e.poll(now + 60_000);
         assert_eq!((e.job_count(), e.stats.jobs_released), (0, 300));
-        assert_eq!((e.stats.jobs_evicted, e.stats.memory_bytes), (0, 0));
+        assert_eq!(e.stats.jobs_evicted, 0);
+        assert_eq!(e.stats.memory_bytes, e.empty_tables_bytes());
         assert!(e.streams.is_empty() && e.record_streams.is_empty());
+    }
+
+    impl Engine {
+        /// What an engine without jobs or streams still holds: its tables' buckets.
+        fn empty_tables_bytes(&self) -> usize {
+            assert_eq!((self.jobs_bytes, self.streams_bytes), (0, 0));
+            memsize::map(&self.jobs)
+                + memsize::map(&self.streams)
+                + memsize::map(&self.record_streams)
+        }
+    }
+
+    #[test]
+    fn accounted_bytes_equal_a_recount_from_scratch() {
+        let mut e = engine(60_000);
+        e.poll(1_000);
+        let mut mixed = String::new();
+        for r in 0..300 {
+            mixed.push_str(&format!("[rank{r}]: step 1 loss 2.5\n"));
+            mixed.push_str(&format!(
+                "node{}:{}:{} [{}] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.{}<0>\n",
+                r / 8,
+                100 + r,
+                100 + r,
+                r % 8,
+                r / 8
+            ));
+        }
+        let a = e.open_stream("mixed", "all.log", StreamHints::default());
+        e.feed(a, mixed.as_bytes(), Some(1_000));
+        e.feed(a, b"[rank3]: partial line without its newline", Some(1_000));
+        let b = e.open_stream("mixed", "rank9.log", StreamHints::default());
+        for _ in 0..50 {
+            e.feed(b, CAUSE, Some(2_000));
+        }
+        let cfg = crate::records::DecoderConfig::preset(crate::records::Format::Canonical);
+        let values: Vec<String> = (0..200)
+            .map(|r| format!(r#"{{"job":"rec","rank":{r},"host":"h{r}","line":"step {r}"}}"#))
+            .collect();
+        let records: Vec<RawRecord<'_>> = values
+            .iter()
+            .map(|v| (v.as_bytes(), None, None, Some(1_000)))
+            .collect();
+        e.feed_records(&cfg, "t/0", &records);
+        e.poll(30_000);
+        for j in e.jobs.values() {
+            assert_eq!(j.mem_bytes, j.heap_bytes(), "job {}", j.name);
+        }
+        let b = e.memory_breakdown();
+        let tables =
+            memsize::map(&e.jobs) + memsize::map(&e.streams) + memsize::map(&e.record_streams);
+        assert_eq!(b[5], e.streams_bytes + tables);
+        assert_eq!(e.stats.memory_bytes, b.iter().sum::<usize>());
+        e.close_stream(a);
+        e.drop_job("rec");
+        let recount: usize = e.memory_breakdown().iter().sum();
+        assert_eq!(e.stats.memory_bytes, recount);
+    }
+
+    #[test]
+    fn sources_past_the_cap_share_one_overflow_source() {
+        let mut e = engine(60_000);
+        e.cfg.max_sources_per_job = 10;
+        let mut text = String::new();
+        for r in 0..100 {
+            text.push_str(&format!("[rank{r}]: step 1\n"));
+        }
+        let s = e.open_stream("wide", "all.log", StreamHints::default());
+        e.feed(s, text.as_bytes(), Some(1_000));
+        let job = &e.jobs["wide"];
+        assert_eq!(job.sources.len(), 11);
+        assert_eq!(job.lines_over_source_cap, 90);
+        assert_eq!(e.stats.sources_capped, 90);
     }
 
     #[test]

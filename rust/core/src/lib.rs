@@ -15,6 +15,7 @@ pub mod engine;
 pub mod fieldre;
 pub mod job;
 pub mod matcher;
+pub mod memsize;
 pub mod prefix;
 pub mod records;
 pub mod ring;
