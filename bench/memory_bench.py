@@ -77,7 +77,8 @@ def engine_child(kind: str, n: int, budget: int) -> dict[str, Any]:
     from rankwatch import Catalog, Engine, EngineConfig
     from rankwatch.engine import Decoder
 
-    engine = Engine(Catalog(), EngineConfig(memory_budget_bytes=budget, release_quiet_ms=QUIET_MS))
+    quiet = 0 if kind == "kept" else QUIET_MS
+    engine = Engine(Catalog(), EngineConfig(memory_budget_bytes=budget, release_quiet_ms=quiet))
     decoder = Decoder("canonical")
     engine.poll(1_000)
     base = proc_kib("self", "VmRSS")
@@ -120,7 +121,7 @@ def engine_child(kind: str, n: int, budget: int) -> dict[str, Any]:
 
 def daemon_run(kind: str, n: int, budget: int, port: int) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "bench"))
-    from daemon_bench import create_topics, free_port, produce
+    from daemon_bench import create_topics, free_port
 
     bootstrap = f"127.0.0.1:{port}"
     tag = f"mem-{kind}-{n}-{budget}-{os.getpid()}-{int(time.time())}"
@@ -148,12 +149,10 @@ def daemon_run(kind: str, n: int, budget: int, port: int) -> dict[str, Any]:
         time.sleep(3)
         base = proc_kib(proc.pid, "VmRSS")
         if kind == "ranks":
-            records = list(rank_records(n))
-            batches = [("wide", records)]
+            keyed = (("wide", rec) for rec in rank_records(n))
         else:
-            batches = [(f"job-{i}", list(job_records(i))) for i in range(n)]
-        total = sum(len(r) for _, r in batches)
-        asyncio.run(produce(bootstrap, topic, batches))
+            keyed = ((f"job-{i}", rec) for i in range(n) for rec in job_records(i))
+        total = asyncio.run(produce(bootstrap, topic, keyed))
         peak_acc, m = 0.0, {}
         while True:
             if proc.poll() is not None:
@@ -180,6 +179,25 @@ def daemon_run(kind: str, n: int, budget: int, port: int) -> dict[str, Any]:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+async def produce(bootstrap: str, topic: str, keyed: Iterator[tuple[str, bytes]]) -> int:
+    """Sends (job, value) records keyed by job, flushing every 20,000 so that the producer's
+    own memory stays small; returns how many were sent."""
+    from rankwatch.daemon.replay import BatchSender, new_producer
+
+    producer = new_producer({"bootstrap_servers": bootstrap})
+    await producer.start()
+    try:
+        sender = BatchSender(producer, topic, sorted(await producer.partitions_for(topic)))
+        for job, value in keyed:
+            await sender.add(job.encode(), value)
+            if sender.records % 20_000 == 0:
+                await sender.flush()
+        await sender.flush()
+        return sender.records
+    finally:
+        await producer.stop()
 
 
 # --- driver ----------------------------------------------------------------------------------
@@ -213,6 +231,8 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=10_000)
     p.add_argument("--budgets-mib", type=int, nargs="+", default=[50, 256])
     p.add_argument("--daemon", action="store_true", help="also run `rankwatch run` on a broker")
+    p.add_argument("--daemon-only", action="store_true", help="only `rankwatch run`")
+    p.add_argument("--kept", action="store_true", help="also jobs never released (engine)")
     p.add_argument(
         "--port", type=int, default=int(os.environ.get("RANKWATCH_TEST_KAFKA_PORT", 19392))
     )
@@ -229,8 +249,11 @@ def main() -> None:
     scenarios = [("ranks", r, f"one job, {r:,} distinct ranks") for r in a.ranks]
     if a.jobs:
         scenarios.append(("jobs", a.jobs, f"{a.jobs:,} successive 8-rank jobs"))
-    wheres = ["engine"]
-    if a.daemon:
+    if a.jobs and a.kept:
+        title = f"{a.jobs:,} successive jobs, never released (evicted under the budget)"
+        scenarios.append(("kept", a.jobs, title))
+    wheres = [] if a.daemon_only else ["engine"]
+    if a.daemon or a.daemon_only:
         subprocess.run(
             [str(ROOT / "deploy/kafka/dev-broker"), "start", "--port", str(a.port), "--fresh"],
             check=True,
@@ -245,6 +268,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for where in wheres:
         for kind, n, title in scenarios:
+            if where == "daemon" and kind == "kept":
+                continue
             for b in a.budgets_mib:
                 budget = b << 20
                 r = run_child([where, kind, str(n), str(budget)], a.port)

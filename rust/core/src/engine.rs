@@ -140,6 +140,10 @@ pub struct Engine {
     jobs_bytes: usize,
     /// Accounted bytes of all streams and the record-stream index.
     streams_bytes: usize,
+    /// Bytes of jobs released, evicted or dropped since free pages were last handed back.
+    freed_since_trim: usize,
+    /// Bytes of the diagnoses in `pending` (of evicted jobs, until the next poll).
+    pending_bytes: usize,
 }
 
 impl Stream {
@@ -265,6 +269,8 @@ impl Engine {
             baseline: Baseline::default(),
             jobs_bytes: 0,
             streams_bytes: 0,
+            freed_since_trim: 0,
+            pending_bytes: 0,
         }
     }
 
@@ -291,15 +297,35 @@ impl Engine {
     fn settle_total(&mut self) {
         self.stats.memory_bytes = self.jobs_bytes
             + self.streams_bytes
+            + self.pending_bytes
+            + memsize::vec(&self.pending)
             + memsize::map(&self.jobs)
             + memsize::map(&self.streams)
             + memsize::map(&self.record_streams);
         self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
     }
 
+    /// The diagnoses of evicted jobs, handed out (no longer counted).
+    fn take_pending(&mut self) -> Vec<Diagnosis> {
+        self.pending_bytes = 0;
+        let out = std::mem::take(&mut self.pending);
+        self.settle_total();
+        out
+    }
+
     /// Forgets a job's accounted bytes (it was removed from the engine).
     fn forget_job_bytes(&mut self, job: &Job) {
         self.jobs_bytes = self.jobs_bytes.saturating_sub(job.mem_bytes);
+        self.freed_since_trim += job.mem_bytes;
+    }
+
+    /// Hands free pages back to the system once the jobs freed since the last time add up to
+    /// a sixteenth of the budget (so that released and evicted jobs do not stay resident).
+    fn trim_if_freed(&mut self) {
+        if self.freed_since_trim >= (self.cfg.memory_budget_bytes / 16).max(1 << 20) {
+            self.freed_since_trim = 0;
+            memsize::return_free_memory();
+        }
     }
 
     /// Removes the streams that records opened for a job, and their index.
@@ -979,7 +1005,7 @@ impl Engine {
             }
         }
         self.settle(job);
-        if self.stats.memory_bytes > self.cfg.memory_budget_bytes {
+        if self.stats.memory_bytes > self.cfg.memory_budget_bytes + self.pending_bytes {
             self.relieve_memory(job);
         }
     }
@@ -1111,7 +1137,9 @@ impl Engine {
     /// active job's rings are halved.
     fn relieve_memory(&mut self, active: &mut Job) {
         // Free down to 90% of the budget so relief is not needed again on the next line.
-        let budget = self.cfg.memory_budget_bytes / 10 * 9;
+        // Diagnoses waiting for the next poll are not chased: evicting more jobs would only
+        // add to them (they are counted, and handed out at the next poll).
+        let budget = (self.cfg.memory_budget_bytes / 10 * 9) + self.pending_bytes;
         if self.stats.memory_bytes > budget {
             let mut order: Vec<(u64, String)> = self
                 .jobs
@@ -1131,6 +1159,14 @@ impl Engine {
                         i64::MAX,
                         true,
                     );
+                    self.pending_bytes += diags
+                        .iter()
+                        .map(|d| {
+                            memsize::json(&d.json)
+                                + memsize::string(&d.id)
+                                + memsize::string(&d.job)
+                        })
+                        .sum::<usize>();
                     self.pending.extend(diags);
                     self.forget_job_bytes(&job);
                     self.forget_record_streams(&name);
@@ -1138,6 +1174,7 @@ impl Engine {
                     self.settle_total();
                 }
             }
+            self.trim_if_freed();
         }
         while self.stats.memory_bytes > budget && active.ring_lines > MIN_RING_LINES {
             active.ring_lines /= 2;
@@ -1212,7 +1249,7 @@ impl Engine {
     /// waited `max_wait_ms` of wall time) and new or changed since last published.
     pub fn poll(&mut self, now_wall_ms: i64) -> Vec<Diagnosis> {
         self.wall_ms = now_wall_ms;
-        let mut out = std::mem::take(&mut self.pending);
+        let mut out = self.take_pending();
         for job in self.jobs.values_mut() {
             out.extend(correlate::diagnose_ready(
                 job,
@@ -1257,6 +1294,7 @@ impl Engine {
             }
             self.release_job(&name);
         }
+        self.trim_if_freed();
         out
     }
 
@@ -1277,7 +1315,7 @@ impl Engine {
         for id in ids {
             self.close_stream(id);
         }
-        let mut out = std::mem::take(&mut self.pending);
+        let mut out = self.take_pending();
         let mut names: Vec<String> = self.jobs.keys().cloned().collect();
         names.sort();
         for n in names {
@@ -1317,12 +1355,14 @@ impl Engine {
             self.forget_job_bytes(&j);
         }
         self.settle_total();
+        self.trim_if_freed();
     }
 
     /// Where the accounted memory is, in bytes, counted from scratch: rings, hits (with
     /// their incidents), snapshots, context, sources (their slots, keys and identity
     /// tables), streams (with the record-stream index and the engine's tables), other (the
-    /// remaining job tables: sync points, hit counters, names). Sums to `memory_bytes`.
+    /// remaining job tables: sync points, hit counters, names; diagnoses of evicted jobs
+    /// waiting for the next poll). Sums to `memory_bytes`.
     pub fn memory_breakdown(&self) -> [usize; 7] {
         use memsize::{map, string, vec};
         let mut out = [0usize; 7];
@@ -1358,6 +1398,7 @@ impl Engine {
             out[4] += sources;
             out[6] += total - rings - hits - snaps - context - sources;
         }
+        out[6] += self.pending_bytes + vec(&self.pending);
         out[5] = self.streams.values().map(Stream::heap_bytes).sum::<usize>()
             + self
                 .record_streams

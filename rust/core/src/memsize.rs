@@ -66,6 +66,39 @@ pub fn map_entry<K, V>() -> usize {
     (size_of::<(K, V)>() + 1) * 8 / 5
 }
 
+/// Bytes a JSON value holds: strings by capacity, arrays by slots, objects by B-tree nodes
+/// (a leaf holds up to 11 entries, and even a one-key object has a whole one).
+pub fn json(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    const SLOT: usize = size_of::<Value>();
+    const NODE: usize = 16 + 11 * (size_of::<String>() + SLOT);
+    match v {
+        Value::String(s) => string(s),
+        Value::Array(a) => block(a.capacity() * SLOT) + a.iter().map(json).sum::<usize>(),
+        Value::Object(m) if !m.is_empty() => {
+            m.len().div_ceil(8) * block(NODE)
+                + m.iter().map(|(k, v)| string(k) + json(v)).sum::<usize>()
+        }
+        _ => 0,
+    }
+}
+
+/// Hands free heap pages back to the system. glibc keeps freed blocks inside its arenas, so
+/// after jobs are released or evicted their pages stay resident (and scattered, so the top of
+/// the heap rarely shrinks); `malloc_trim` returns every whole free page. A no-op elsewhere.
+pub fn return_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: malloc_trim only releases pages of free chunks; it is thread-safe.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -250,3 +250,47 @@ fn many_record_ranks_stay_within_a_small_budget() {
         "allocator holds {held} under a budget of {budget}"
     );
 }
+
+#[test]
+fn accounted_bytes_track_the_allocator_when_jobs_are_evicted() {
+    let cfg = Config {
+        memory_budget_bytes: 4 << 20,
+        release_quiet_ms: 0,
+        ..Config::default()
+    };
+    let mut evicted = 0;
+    let (held, accounted, peak) = measure(cfg, |e| {
+        successive_jobs(e, 600);
+        evicted = e.stats.jobs_evicted;
+    });
+    assert!(evicted > 0, "no job was evicted");
+    assert!(peak <= (4 << 20) + (256 << 10), "peak {peak}");
+    assert_tracks("600 jobs evicted under 4 MiB", held, accounted);
+}
+
+#[test]
+fn diagnoses_of_evicted_jobs_are_counted_until_polled() {
+    let cfg = Config {
+        memory_budget_bytes: 4 << 20,
+        release_quiet_ms: 0,
+        ..Config::default()
+    };
+    let cat = catalog();
+    let mut e = Engine::new(cat, cfg);
+    drop(e.poll(1_000));
+    let start = live();
+    // Fed without polls: evicted jobs' diagnoses wait in the engine.
+    for j in 0..400 {
+        let s = e.open_stream(&format!("job-{j}"), "rank0.log", StreamHints::default());
+        let mut text = String::new();
+        for step in 0..100 {
+            text.push_str(&format!("step {step} loss 2.{step} lr 3e-4\n"));
+        }
+        text.push_str(&format!("node1:812:812 [3] misc/socket.cc:484 {CAUSE}\n"));
+        e.feed(s, text.as_bytes(), Some(1_000));
+        e.close_stream(s);
+    }
+    let held = live() - start;
+    assert!(e.stats.jobs_evicted > 0);
+    assert_tracks("400 jobs evicted, not polled", held, e.stats.memory_bytes);
+}
