@@ -305,6 +305,11 @@ impl Engine {
         self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
     }
 
+    /// Accounted bytes less the diagnoses waiting for the next poll.
+    fn state_bytes(&self) -> usize {
+        self.stats.memory_bytes.saturating_sub(self.pending_bytes)
+    }
+
     /// The diagnoses of evicted jobs, handed out (no longer counted).
     fn take_pending(&mut self) -> Vec<Diagnosis> {
         self.pending_bytes = 0;
@@ -1139,8 +1144,8 @@ impl Engine {
         // Free down to 90% of the budget so relief is not needed again on the next line.
         // Diagnoses waiting for the next poll are not chased: evicting more jobs would only
         // add to them (they are counted, and handed out at the next poll).
-        let budget = (self.cfg.memory_budget_bytes / 10 * 9) + self.pending_bytes;
-        if self.stats.memory_bytes > budget {
+        let budget = self.cfg.memory_budget_bytes / 10 * 9;
+        if self.state_bytes() > budget {
             let mut order: Vec<(u64, String)> = self
                 .jobs
                 .iter()
@@ -1148,7 +1153,7 @@ impl Engine {
                 .collect();
             order.sort();
             for (_, name) in order {
-                if self.stats.memory_bytes <= budget {
+                if self.state_bytes() <= budget {
                     break;
                 }
                 if let Some(mut job) = self.jobs.remove(&name) {
@@ -1176,7 +1181,7 @@ impl Engine {
             }
             self.trim_if_freed();
         }
-        while self.stats.memory_bytes > budget && active.ring_lines > MIN_RING_LINES {
+        while self.state_bytes() > budget && active.ring_lines > MIN_RING_LINES {
             active.ring_lines /= 2;
             self.stats.ring_shrinks += 1;
             for s in &mut active.sources {
@@ -1187,7 +1192,7 @@ impl Engine {
             }
             self.settle(active);
         }
-        if self.stats.memory_bytes > budget {
+        if self.state_bytes() > budget {
             // Last resort: symptom lines beyond the first few per signature keep their
             // signature, source, time and fields (enough for collateral and sequence analysis)
             // but give up their text.
