@@ -36,6 +36,7 @@ class EngineConfig:
     max_hits_per_job: int = 200_000
     clock_uncertainty_ms: int = 1_500
     release_quiet_ms: int = 60 * 60_000
+    max_sources_per_job: int = 100_000
     default_year: int = field(default_factory=_this_year)
 
     def to_json(self) -> str:

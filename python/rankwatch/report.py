@@ -137,6 +137,17 @@ def _collateral(d: Diagnosis, st: Style) -> list[str]:
     return out
 
 
+def _sources_over_cap(d: Diagnosis, st: Style) -> list[str]:
+    over = d.get("sources_over_cap")
+    if not over:
+        return []
+    return [
+        st.yellow("Untracked   ")
+        + f"{over['lines']} lines came from processes beyond the {over['sources_tracked']} "
+        "this job tracks (memory cap); they share one source and no rank"
+    ]
+
+
 def _suspects(d: Diagnosis, st: Style) -> list[str]:
     suspects = d.get("suspects") or []
     if len(suspects) <= 1:
@@ -184,6 +195,7 @@ def render_diagnosis(d: Diagnosis, st: Style, context_lines: int = 20) -> str:
         _first_warning(d, st, context_lines),
         _context(d, st),
         _collateral(d, st),
+        _sources_over_cap(d, st),
         _suspects(d, st),
         _preceding(d, st, context_lines),
         _advice(d, st),

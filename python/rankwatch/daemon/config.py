@@ -290,6 +290,13 @@ class DaemonConfig:
     clock_uncertainty_ms: int = _opt(
         _ENGINE.clock_uncertainty_ms, "events closer than this are ties", kind=INT, minimum=0
     )
+    max_sources_per_job: int = _opt(
+        _ENGINE.max_sources_per_job,
+        "processes tracked per job; lines of further ones share one source and are counted in"
+        " the diagnosis (the budget may lower it)",
+        kind=INT,
+        minimum=1,
+    )
     release_quiet_ms: int = _opt(
         _ENGINE.release_quiet_ms,
         "a job quiet this long gets its final diagnoses and its state released (0: never)",

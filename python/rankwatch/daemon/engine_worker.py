@@ -63,7 +63,14 @@ class EngineWorker:
         return diagnoses
 
     async def stats(self) -> dict[str, Any]:
-        return await self._call(self.engine.stats)
+        """Engine statistics; also forgets the diagnosed ids of jobs the engine released or
+        evicted, so that this map stays as small as the engine's state."""
+        stats, held = await self._call(self._stats_and_jobs)
+        self._diagnosed = {job: ids for job, ids in self._diagnosed.items() if job in held}
+        return stats
+
+    def _stats_and_jobs(self) -> tuple[dict[str, Any], set[str]]:
+        return self.engine.stats(), set(self.engine.jobs())
 
     async def drop_jobs(self, jobs: Iterable[str]) -> None:
         names = list(jobs)

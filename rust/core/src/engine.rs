@@ -12,7 +12,8 @@ use lines::{Batch, LineDecoder, LineState, Times};
 use crate::baseline::Baseline;
 use crate::catalog::{Catalog, Role};
 use crate::correlate::{self, Diagnosis};
-use crate::job::{Hit, Job, SourceKey, SyncObs};
+use crate::job::{ContextObs, Hit, Incident, Job, SourceKey};
+use crate::memsize;
 use crate::records::{DecoderConfig, RecordDecoder};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,6 +35,9 @@ pub struct Config {
     /// A job quiet for this long (wall time, as seen by `poll`) gets its final diagnoses and
     /// its state released. 0 keeps jobs until evicted or dropped.
     pub release_quiet_ms: i64,
+    /// Processes (sources) tracked per job; lines of further ones share one overflow source
+    /// and are counted in the diagnosis. The budget may lower it (a quarter of the budget).
+    pub max_sources_per_job: usize,
 }
 
 impl Default for Config {
@@ -52,6 +56,7 @@ impl Default for Config {
             default_year: 2026,
             clock_uncertainty_ms: 1_500,
             release_quiet_ms: 60 * 60_000,
+            max_sources_per_job: 100_000,
         }
     }
 }
@@ -75,8 +80,8 @@ pub struct Stats {
     pub records: u64,
     pub rejected: HashMap<&'static str, u64>,
     pub compacted_hits: u64,
-    /// Lines whose process was new when its job already had as many sources as the budget
-    /// allows (routed to their stream's source).
+    /// Lines whose process was new when its job already had as many sources as the cap
+    /// allows (routed to the job's overflow source).
     pub sources_capped: u64,
     /// Jobs whose state was released after their final diagnoses (quiet for
     /// `release_quiet_ms`).
@@ -103,6 +108,8 @@ struct RouteCache {
 }
 
 struct Stream {
+    /// Bytes this stream was last accounted at (`Stream::heap_bytes` then).
+    accounted: usize,
     cache: RouteCache,
     job: String,
     origin: Arc<str>,
@@ -130,6 +137,40 @@ pub struct Engine {
     /// job -> source -> stream id, for record-fed streams.
     record_streams: HashMap<String, HashMap<String, u64>>,
     baseline: Baseline,
+    /// Accounted bytes of all jobs (the sum of their `mem_bytes`, taken out or not).
+    jobs_bytes: usize,
+    /// Accounted bytes of all streams and the record-stream index.
+    streams_bytes: usize,
+    /// Bytes of jobs released, evicted or dropped since free pages were last handed back.
+    freed_since_trim: usize,
+    /// Bytes of the diagnoses in `pending` (of evicted jobs, until the next poll).
+    pending_bytes: usize,
+}
+
+impl Stream {
+    /// Heap the stream owns (its slot in the streams table is counted with the table).
+    fn heap_bytes(&self) -> usize {
+        use memsize::{arc_str, string, vec};
+        let key = match &self.key {
+            Some(SourceKey::Hint(k)) => arc_str(k.len()),
+            _ => 0,
+        };
+        string(&self.job)
+            + arc_str(self.origin.len())
+            + self.hints.source_key.as_ref().map_or(0, string)
+            + self.hints.host.as_ref().map_or(0, string)
+            + key
+            + self.lines.heap_bytes()
+            + vec(&self.cache.local)
+            + self.cache.host.as_ref().map_or(0, |(h, _)| string(h))
+    }
+}
+
+/// What the record-stream index holds for one job (its table, its key and the source names).
+fn index_bytes(job: &String, sources: &HashMap<String, u64>) -> usize {
+    memsize::string(job)
+        + memsize::map(sources)
+        + sources.keys().map(memsize::string).sum::<usize>()
 }
 
 /// A Kafka record as handed over: value, key, job header, broker time in ms.
@@ -140,7 +181,11 @@ pub type RawRecord<'a> = (&'a [u8], Option<&'a [u8]>, Option<&'a [u8]>, Option<i
 const CAUSE_RECORD_LINES: usize = 40;
 const SYMPTOM_RECORD_LINES: usize = 0;
 /// What a source costs besides its ring's lines: the struct, its key and index entries.
-const SOURCE_BYTES: usize = std::mem::size_of::<crate::job::Source>() + 256;
+const SOURCE_BYTES: usize = std::mem::size_of::<crate::job::Source>() + 320;
+/// The record source that the lines of sources over a job's cap are fed through.
+const OVERFLOW_SOURCE: &str = "\u{0}sources over the cap";
+/// Lines a ring keeps at least when the budget halves rings.
+const MIN_RING_LINES: usize = 4;
 /// Sources a job may always have, whatever the budget.
 const MIN_SOURCES: usize = 1024;
 /// The most bytes of a chunk decoded before its lines are applied (see `chunk_into`).
@@ -176,7 +221,90 @@ impl Engine {
             wall_ms: 0,
             record_streams: HashMap::new(),
             baseline: Baseline::default(),
+            jobs_bytes: 0,
+            streams_bytes: 0,
+            freed_since_trim: 0,
+            pending_bytes: 0,
         }
+    }
+
+    /// Brings a job's accounted bytes, and the engine's total, up to date after it changed.
+    fn settle(&mut self, job: &mut Job) {
+        if job.tables_dirty {
+            job.tables_cache = job.tables_bytes();
+            job.tables_dirty = false;
+        }
+        let now = job.tables_cache + job.content_bytes;
+        self.jobs_bytes = (self.jobs_bytes + now).saturating_sub(job.mem_bytes);
+        job.mem_bytes = now;
+        self.settle_total();
+    }
+
+    /// Re-accounts a stream after it changed (taken out of the streams table or not).
+    fn settle_stream(&mut self, st: &mut Stream) {
+        let now = st.heap_bytes();
+        self.streams_bytes = (self.streams_bytes + now).saturating_sub(st.accounted);
+        st.accounted = now;
+    }
+
+    /// The total: jobs, streams and the engine's own tables.
+    fn settle_total(&mut self) {
+        self.stats.memory_bytes = self.jobs_bytes
+            + self.streams_bytes
+            + self.pending_bytes
+            + memsize::vec(&self.pending)
+            + memsize::map(&self.jobs)
+            + memsize::map(&self.streams)
+            + memsize::map(&self.record_streams);
+        self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
+    }
+
+    /// Accounted bytes less the diagnoses waiting for the next poll.
+    fn state_bytes(&self) -> usize {
+        self.stats.memory_bytes.saturating_sub(self.pending_bytes)
+    }
+
+    /// The diagnoses of evicted jobs, handed out (no longer counted).
+    fn take_pending(&mut self) -> Vec<Diagnosis> {
+        self.pending_bytes = 0;
+        let out = std::mem::take(&mut self.pending);
+        self.settle_total();
+        out
+    }
+
+    /// Forgets a job's accounted bytes (it was removed from the engine).
+    fn forget_job_bytes(&mut self, job: &Job) {
+        self.jobs_bytes = self.jobs_bytes.saturating_sub(job.mem_bytes);
+        self.freed_since_trim += job.mem_bytes;
+    }
+
+    /// Hands free pages back to the system once the jobs freed since the last time add up to
+    /// a sixteenth of the budget (so that released and evicted jobs do not stay resident).
+    fn trim_if_freed(&mut self) {
+        if self.freed_since_trim >= (self.cfg.memory_budget_bytes / 16).max(1 << 20) {
+            self.freed_since_trim = 0;
+            memsize::return_free_memory();
+        }
+    }
+
+    /// Removes the streams that records opened for a job, and their index.
+    fn forget_record_streams(&mut self, name: &str) {
+        if let Some((key, streams)) = self.record_streams.remove_entry(name) {
+            let index = index_bytes(&key, &streams);
+            self.streams_bytes = self.streams_bytes.saturating_sub(index);
+            for id in streams.values() {
+                if let Some(st) = self.streams.remove(id) {
+                    self.streams_bytes = self.streams_bytes.saturating_sub(st.accounted);
+                }
+            }
+        }
+    }
+
+    /// Sources a job may track: the configured cap, lowered so that sources alone take at
+    /// most a quarter of the budget.
+    fn max_sources(&self) -> usize {
+        let by_budget = (self.cfg.memory_budget_bytes / 4 / SOURCE_BYTES).max(MIN_SOURCES);
+        self.cfg.max_sources_per_job.min(by_budget).max(1)
     }
 
     pub fn catalog(&self) -> &Catalog {
@@ -193,20 +321,21 @@ impl Engine {
         } else {
             hints.rank.map(SourceKey::Rank)
         };
-        self.streams.insert(
-            id,
-            Stream {
-                cache: RouteCache::default(),
-                job: job.to_string(),
-                origin: Arc::from(origin),
-                hints,
-                key,
-                lines: LineState::default(),
-                last_source: None,
-                record_start: 0,
-                open_hit: None,
-            },
-        );
+        let mut st = Stream {
+            accounted: 0,
+            cache: RouteCache::default(),
+            job: job.to_string(),
+            origin: Arc::from(origin),
+            hints,
+            key,
+            lines: LineState::default(),
+            last_source: None,
+            record_start: 0,
+            open_hit: None,
+        };
+        self.settle_stream(&mut st);
+        self.streams.insert(id, st);
+        self.settle_total();
         id
     }
 
@@ -232,6 +361,7 @@ impl Engine {
             event_ms,
         };
         self.chunk_into(&mut job, &mut st, data, t);
+        self.settle_stream(&mut st);
         self.put_back(job, st, stream_id);
         true
     }
@@ -296,29 +426,7 @@ impl Engine {
                     continue;
                 }
             };
-            let known = self
-                .record_streams
-                .get(d.job.as_ref())
-                .and_then(|m| m.get(d.source.as_ref()))
-                .copied()
-                .filter(|id| self.streams.contains_key(id));
-            let id = match known {
-                Some(id) => id,
-                None => {
-                    let hints = StreamHints {
-                        source_key: Some(d.source.to_string()),
-                        rank: d.rank,
-                        local_rank: None,
-                        host: d.host.as_deref().map(str::to_string),
-                    };
-                    let id = self.open_stream(&d.job, &format!("{origin}/{}", d.source), hints);
-                    self.record_streams
-                        .entry(d.job.to_string())
-                        .or_default()
-                        .insert(d.source.to_string(), id);
-                    id
-                }
-            };
+            let id = self.record_stream(origin, &d.job, &d.source, d.rank, d.host.as_deref());
             let Some(mut st) = self.streams.remove(&id) else {
                 continue;
             };
@@ -341,6 +449,7 @@ impl Engine {
             } else {
                 self.lines_into(&mut job, &mut st, d.text.as_bytes(), t);
             }
+            self.settle_stream(&mut st);
             self.streams.insert(id, st);
             current = Some(job);
         }
@@ -348,31 +457,93 @@ impl Engine {
             let name = j.name.clone();
             self.jobs.insert(name, j);
         }
+        self.settle_total();
         rejected
     }
 
-    /// The source of `key`, created if new and counted against the memory budget. Sources
-    /// take at most a quarter of the budget: past that, a new process's lines go to the
-    /// stream's own source (counted in `sources_capped`), so that a million distinct
-    /// `[rankN]:` prefixes cannot outgrow the budget.
+    /// The stream that feeds the records of `source` in `job`, opened if new. A job's sources
+    /// beyond its cap share one overflow stream (and source), so that a shipper that puts a
+    /// pid or a pod hash in the rank field cannot grow the engine without bound.
+    fn record_stream(
+        &mut self,
+        origin: &str,
+        job: &str,
+        source: &str,
+        rank: Option<u32>,
+        host: Option<&str>,
+    ) -> u64 {
+        let index = self.record_streams.get(job);
+        let known = index
+            .and_then(|m| m.get(source))
+            .copied()
+            .filter(|id| self.streams.contains_key(id));
+        if let Some(id) = known {
+            return id;
+        }
+        let full = index.is_some_and(|m| m.len() >= self.max_sources());
+        let (source, hints) = if full {
+            let overflow = index
+                .and_then(|m| m.get(OVERFLOW_SOURCE))
+                .copied()
+                .filter(|id| self.streams.contains_key(id));
+            if let Some(id) = overflow {
+                return id;
+            }
+            let hints = StreamHints {
+                source_key: Some(OVERFLOW_SOURCE.to_string()),
+                ..StreamHints::default()
+            };
+            (OVERFLOW_SOURCE, hints)
+        } else {
+            let hints = StreamHints {
+                source_key: Some(source.to_string()),
+                rank,
+                local_rank: None,
+                host: host.map(str::to_string),
+            };
+            (source, hints)
+        };
+        let name = if full {
+            "(sources over the cap)"
+        } else {
+            source
+        };
+        let id = self.open_stream(job, &format!("{origin}/{name}"), hints);
+        let before = self.record_streams.get(job).map_or(0, memsize::map);
+        let new_job = !self.record_streams.contains_key(job);
+        let m = self.record_streams.entry(job.to_string()).or_default();
+        let old = m.insert(source.to_string(), id);
+        let mut added = memsize::map(m) - before;
+        if new_job {
+            added += memsize::block(job.len());
+        }
+        if old.is_none() {
+            added += memsize::block(source.len());
+        }
+        self.streams_bytes += added;
+        self.settle_total();
+        id
+    }
+
+    /// The source of `key`, created if new. Past the job's source cap (or when the budget is
+    /// spent and the job already has `MIN_SOURCES`), a new process's lines go to the job's
+    /// one overflow source and are counted (`sources_capped`, and in the diagnosis), so that
+    /// a million distinct `[rankN]:` prefixes cannot outgrow the budget.
     fn route(&mut self, job: &mut Job, key: SourceKey, origin: &Arc<str>) -> u32 {
         if let Some(&i) = job.source_keys.get(&key) {
             return i;
         }
-        let max_sources = (self.cfg.memory_budget_bytes / 4 / SOURCE_BYTES).max(MIN_SOURCES);
-        let key = if job.sources.len() >= max_sources && !matches!(key, SourceKey::Stream(_)) {
+        let spent = self.stats.memory_bytes > self.cfg.memory_budget_bytes
+            && job.sources.len() >= MIN_SOURCES;
+        let overflow_stream = matches!(&key, SourceKey::Hint(k) if k.ends_with(OVERFLOW_SOURCE));
+        let key = if job.sources.len() >= self.max_sources() || spent || overflow_stream {
             self.stats.sources_capped += 1;
-            SourceKey::Stream(origin.clone())
+            job.lines_over_source_cap += 1;
+            SourceKey::Overflow
         } else {
             key
         };
-        let before = job.sources.len();
-        let src = job.source_for(key, origin);
-        if job.sources.len() > before {
-            job.mem_bytes += SOURCE_BYTES;
-            self.stats.memory_bytes += SOURCE_BYTES;
-        }
-        src
+        job.source_for(key, origin)
     }
 
     fn take_job(&mut self, name: &str) -> Job {
@@ -391,15 +562,18 @@ impl Engine {
         let name = st.job.clone();
         self.streams.insert(id, st);
         self.jobs.insert(name, job);
+        self.settle_total();
     }
 
     pub fn close_stream(&mut self, stream_id: u64) {
         if let Some(mut st) = self.streams.remove(&stream_id) {
+            self.streams_bytes = self.streams_bytes.saturating_sub(st.accounted);
             if !st.lines.is_idle() {
                 let mut job = self.take_job(&st.job);
                 self.finish_lines(&mut job, &mut st);
                 self.jobs.insert(st.job.clone(), job);
             }
+            self.settle_total();
         }
     }
 
@@ -412,8 +586,10 @@ impl Engine {
     /// active job's rings are halved.
     fn relieve_memory(&mut self, active: &mut Job) {
         // Free down to 90% of the budget so relief is not needed again on the next line.
+        // Diagnoses waiting for the next poll are not chased: evicting more jobs would only
+        // add to them (they are counted, and handed out at the next poll).
         let budget = self.cfg.memory_budget_bytes / 10 * 9;
-        if self.stats.memory_bytes > budget {
+        if self.state_bytes() > budget {
             let mut order: Vec<(u64, String)> = self
                 .jobs
                 .iter()
@@ -421,7 +597,7 @@ impl Engine {
                 .collect();
             order.sort();
             for (_, name) in order {
-                if self.stats.memory_bytes <= budget {
+                if self.state_bytes() <= budget {
                     break;
                 }
                 if let Some(mut job) = self.jobs.remove(&name) {
@@ -432,31 +608,40 @@ impl Engine {
                         i64::MAX,
                         true,
                     );
+                    self.pending_bytes += diags
+                        .iter()
+                        .map(|d| {
+                            memsize::json(&d.json)
+                                + memsize::string(&d.id)
+                                + memsize::string(&d.job)
+                        })
+                        .sum::<usize>();
                     self.pending.extend(diags);
-                    self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(job.mem_bytes);
+                    self.forget_job_bytes(&job);
+                    self.forget_record_streams(&name);
                     self.stats.jobs_evicted += 1;
-                    self.record_streams.remove(&name);
+                    self.settle_total();
                 }
             }
+            self.trim_if_freed();
         }
-        while self.stats.memory_bytes > budget && active.ring_lines > 16 {
+        while self.state_bytes() > budget && active.ring_lines > MIN_RING_LINES {
             active.ring_lines /= 2;
             self.stats.ring_shrinks += 1;
-            let mut freed = 0usize;
             for s in &mut active.sources {
-                let before = s.ring.bytes();
+                let before = s.ring.heap_bytes();
                 s.ring.shrink_to(active.ring_lines);
-                freed += before - s.ring.bytes();
+                active.content_bytes =
+                    (active.content_bytes + s.ring.heap_bytes()).saturating_sub(before);
             }
-            active.mem_bytes = active.mem_bytes.saturating_sub(freed);
-            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(freed);
+            self.settle(active);
         }
-        if self.stats.memory_bytes > budget {
+        if self.state_bytes() > budget {
             // Last resort: symptom lines beyond the first few per signature keep their
             // signature, source, time and fields (enough for collateral and sequence analysis)
             // but give up their text.
             let mut freed = 0usize;
-            let start = active.compacted_upto;
+            let start = active.compacted_upto.min(active.hits.len());
             active.compacted_upto = active.hits.len();
             for hit in &mut active.hits[start..] {
                 let is_cause = hit
@@ -467,13 +652,15 @@ impl Engine {
                 if is_cause || *n <= 16 || hit.text.is_empty() {
                     continue;
                 }
-                freed += hit.text.len() + hit.record.iter().map(|l| l.len() + 24).sum::<usize>();
+                let before = hit.heap_bytes();
                 hit.text = String::new();
                 hit.record = Vec::new();
+                freed += before - hit.heap_bytes();
                 self.stats.compacted_hits += 1;
             }
-            active.mem_bytes = active.mem_bytes.saturating_sub(freed);
-            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(freed);
+            active.content_bytes = active.content_bytes.saturating_sub(freed);
+            active.tables_dirty = true;
+            self.settle(active);
         }
     }
 
@@ -511,7 +698,7 @@ impl Engine {
     /// waited `max_wait_ms` of wall time) and new or changed since last published.
     pub fn poll(&mut self, now_wall_ms: i64) -> Vec<Diagnosis> {
         self.wall_ms = now_wall_ms;
-        let mut out = std::mem::take(&mut self.pending);
+        let mut out = self.take_pending();
         for job in self.jobs.values_mut() {
             out.extend(correlate::diagnose_ready(
                 job,
@@ -556,21 +743,19 @@ impl Engine {
             }
             self.release_job(&name);
         }
+        self.trim_if_freed();
         out
     }
 
     /// Forgets a job's state and the streams records opened for it. Streams a caller opened
     /// stay usable: feeding one again starts a new instance of the job.
     fn release_job(&mut self, name: &str) {
-        if let Some(streams) = self.record_streams.remove(name) {
-            for id in streams.values() {
-                self.streams.remove(id);
-            }
-        }
+        self.forget_record_streams(name);
         if let Some(j) = self.jobs.remove(name) {
-            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(j.mem_bytes);
+            self.forget_job_bytes(&j);
             self.stats.jobs_released += 1;
         }
+        self.settle_total();
     }
 
     /// Every incident of every job, diagnosed now (end of input).
@@ -579,7 +764,7 @@ impl Engine {
         for id in ids {
             self.close_stream(id);
         }
-        let mut out = std::mem::take(&mut self.pending);
+        let mut out = self.take_pending();
         let mut names: Vec<String> = self.jobs.keys().cloned().collect();
         names.sort();
         for n in names {
@@ -609,34 +794,69 @@ impl Engine {
             .filter(|(_, s)| s.job == name)
             .map(|(id, _)| *id)
             .collect();
+        self.forget_record_streams(name);
         for id in streams {
-            self.streams.remove(&id);
+            if let Some(st) = self.streams.remove(&id) {
+                self.streams_bytes = self.streams_bytes.saturating_sub(st.accounted);
+            }
         }
-        self.record_streams.remove(name);
         if let Some(j) = self.jobs.remove(name) {
-            self.stats.memory_bytes = self.stats.memory_bytes.saturating_sub(j.mem_bytes);
+            self.forget_job_bytes(&j);
         }
+        self.settle_total();
+        self.trim_if_freed();
     }
 
-    /// Where the accounted memory is: (rings, hits, snapshots, context, sync) in bytes.
-    pub fn memory_breakdown(&self) -> [usize; 5] {
-        let mut out = [0usize; 5];
+    /// Where the accounted memory is, in bytes, counted from scratch: rings, hits (with
+    /// their incidents), snapshots, context, sources (their slots, keys and identity
+    /// tables), streams (with the record-stream index and the engine's tables), other (the
+    /// remaining job tables: sync points, hit counters, names; diagnoses of evicted jobs
+    /// waiting for the next poll). Sums to `memory_bytes`.
+    pub fn memory_breakdown(&self) -> [usize; 7] {
+        use memsize::{map, string, vec};
+        let mut out = [0usize; 7];
         for j in self.jobs.values() {
-            for s in &j.sources {
-                out[0] += s.ring.bytes();
-                out[2] += s
-                    .snapshot
-                    .as_ref()
-                    .map_or(0, |v| v.iter().map(|l| l.text.len() + 48).sum());
-            }
-            out[1] += j.hits.iter().map(Hit::approx_bytes).sum::<usize>();
-            out[3] += j
-                .context
-                .iter()
-                .map(|((_, _), o)| o.line.len() + o.value.len() + 160)
-                .sum::<usize>();
-            out[4] += j.sync.len() * std::mem::size_of::<SyncObs>();
+            let rings: usize = j.sources.iter().map(|s| s.ring.heap_bytes()).sum();
+            let snaps: usize = j.sources.iter().map(|s| s.heap_bytes()).sum::<usize>() - rings;
+            let hits = vec(&j.hits)
+                + j.hits.iter().map(Hit::heap_bytes).sum::<usize>()
+                + vec(&j.incidents)
+                + j.incidents.iter().map(Incident::heap_bytes).sum::<usize>();
+            let context = map(&j.context)
+                + j.context
+                    .values()
+                    .map(ContextObs::heap_bytes)
+                    .sum::<usize>();
+            let sources = vec(&j.sources)
+                + map(&j.source_keys)
+                + map(&j.stream_hosts)
+                + map(&j.by_host_pid)
+                + map(&j.by_host_local)
+                + map(&j.by_host_bus)
+                + j.by_host_bus.keys().map(|(_, b)| string(b)).sum::<usize>()
+                + map(&j.ip_host)
+                + j.ip_host.keys().map(string).sum::<usize>()
+                + vec(&j.hosts)
+                + map(&j.host_ids)
+                + 2 * j.hosts.iter().map(string).sum::<usize>();
+            let total = j.heap_bytes();
+            out[0] += rings;
+            out[1] += hits;
+            out[2] += snaps;
+            out[3] += context;
+            out[4] += sources;
+            out[6] += total - rings - hits - snaps - context - sources;
         }
+        out[6] += self.pending_bytes + vec(&self.pending);
+        out[5] = self.streams.values().map(Stream::heap_bytes).sum::<usize>()
+            + self
+                .record_streams
+                .iter()
+                .map(|(k, m)| index_bytes(k, m))
+                .sum::<usize>()
+            + map(&self.jobs)
+            + map(&self.streams)
+            + map(&self.record_streams);
         out
     }
 
@@ -733,7 +953,7 @@ mod tests {
         let last = e.poll(61_000);
         assert_eq!(e.job_count(), 0);
         assert_eq!(e.stats.jobs_released, 1);
-        assert_eq!(e.stats.memory_bytes, 0);
+        assert_eq!(e.stats.memory_bytes, e.empty_tables_bytes());
         assert!(last.iter().any(|d| d.is_final && d.json["job"] == "a"));
     }
 
@@ -749,8 +969,82 @@ mod tests {
         assert!(e.job_count() <= 7, "{} jobs held", e.job_count());
         e.poll(now + 60_000);
         assert_eq!((e.job_count(), e.stats.jobs_released), (0, 300));
-        assert_eq!((e.stats.jobs_evicted, e.stats.memory_bytes), (0, 0));
+        assert_eq!(e.stats.jobs_evicted, 0);
+        assert_eq!(e.stats.memory_bytes, e.empty_tables_bytes());
         assert!(e.streams.is_empty() && e.record_streams.is_empty());
+    }
+
+    impl Engine {
+        /// What an engine without jobs or streams still holds: its tables' buckets.
+        fn empty_tables_bytes(&self) -> usize {
+            assert_eq!((self.jobs_bytes, self.streams_bytes), (0, 0));
+            memsize::map(&self.jobs)
+                + memsize::map(&self.streams)
+                + memsize::map(&self.record_streams)
+        }
+    }
+
+    #[test]
+    fn accounted_bytes_equal_a_recount_from_scratch() {
+        let mut e = engine(60_000);
+        e.poll(1_000);
+        let mut mixed = String::new();
+        for r in 0..300 {
+            mixed.push_str(&format!("[rank{r}]: step 1 loss 2.5\n"));
+            mixed.push_str(&format!(
+                "node{}:{}:{} [{}] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.{}<0>\n",
+                r / 8,
+                100 + r,
+                100 + r,
+                r % 8,
+                r / 8
+            ));
+        }
+        let a = e.open_stream("mixed", "all.log", StreamHints::default());
+        e.feed(a, mixed.as_bytes(), Some(1_000));
+        e.feed(a, b"[rank3]: partial line without its newline", Some(1_000));
+        let b = e.open_stream("mixed", "rank9.log", StreamHints::default());
+        for _ in 0..50 {
+            e.feed(b, CAUSE, Some(2_000));
+        }
+        let cfg = crate::records::DecoderConfig::preset(crate::records::Format::Canonical);
+        let values: Vec<String> = (0..200)
+            .map(|r| format!(r#"{{"job":"rec","rank":{r},"host":"h{r}","line":"step {r}"}}"#))
+            .collect();
+        let records: Vec<RawRecord<'_>> = values
+            .iter()
+            .map(|v| (v.as_bytes(), None, None, Some(1_000)))
+            .collect();
+        e.feed_records(&cfg, "t/0", &records);
+        e.poll(30_000);
+        for j in e.jobs.values() {
+            assert_eq!(j.mem_bytes, j.heap_bytes(), "job {}", j.name);
+        }
+        let b = e.memory_breakdown();
+        let tables =
+            memsize::map(&e.jobs) + memsize::map(&e.streams) + memsize::map(&e.record_streams);
+        assert_eq!(b[5], e.streams_bytes + tables);
+        assert_eq!(e.stats.memory_bytes, b.iter().sum::<usize>());
+        e.close_stream(a);
+        e.drop_job("rec");
+        let recount: usize = e.memory_breakdown().iter().sum();
+        assert_eq!(e.stats.memory_bytes, recount);
+    }
+
+    #[test]
+    fn sources_past_the_cap_share_one_overflow_source() {
+        let mut e = engine(60_000);
+        e.cfg.max_sources_per_job = 10;
+        let mut text = String::new();
+        for r in 0..100 {
+            text.push_str(&format!("[rank{r}]: step 1\n"));
+        }
+        let s = e.open_stream("wide", "all.log", StreamHints::default());
+        e.feed(s, text.as_bytes(), Some(1_000));
+        let job = &e.jobs["wide"];
+        assert_eq!(job.sources.len(), 11);
+        assert_eq!(job.lines_over_source_cap, 90);
+        assert_eq!(e.stats.sources_capped, 90);
     }
 
     #[test]

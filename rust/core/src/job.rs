@@ -2,6 +2,7 @@
 //! host+local rank -> rank, address -> host), context observations, clock-sync observations
 //! and the signature hits that correlation works from.
 
+use crate::memsize;
 use crate::ring::{Ring, RingLine};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +18,8 @@ pub enum SourceKey {
     StreamLocal(Arc<str>, u16),
     /// `[rankN]:` global rank prefix in a mixed stream.
     Rank(u32),
+    /// Every process beyond the job's source cap (their lines share one source).
+    Overflow,
     /// NCCL `host:pid` in a mixed stream.
     HostPid(HostId, u32),
     /// Lines of a stream that carry no identity of their own (agent output, plain text).
@@ -43,6 +46,13 @@ pub struct Source {
 }
 
 impl Source {
+    /// Heap this source owns (its slot in the job's table is counted with the table).
+    pub fn heap_bytes(&self) -> usize {
+        self.ring.heap_bytes()
+            + self.bus_id.as_ref().map_or(0, memsize::string)
+            + self.snapshot.as_ref().map_or(0, snapshot_bytes)
+    }
+
     pub fn stated_rank(&self) -> Option<u32> {
         self.rank.or(self.init_rank.map(|(r, _)| r))
     }
@@ -76,15 +86,27 @@ impl Hit {
             .map(|(_, v)| v.as_str())
     }
 
-    pub fn approx_bytes(&self) -> usize {
-        160 + self.text.len()
+    /// Heap this hit owns (its origin is shared with its stream).
+    pub fn heap_bytes(&self) -> usize {
+        memsize::string(&self.text)
+            + memsize::vec(&self.fields)
             + self
                 .fields
                 .iter()
-                .map(|(k, v)| k.len() + v.len() + 48)
+                .map(|(k, v)| memsize::string(k) + memsize::string(v))
                 .sum::<usize>()
-            + self.record.iter().map(|l| l.len() + 24).sum::<usize>()
+            + memsize::vec(&self.record)
+            + self.record.iter().map(memsize::string).sum::<usize>()
     }
+}
+
+/// Heap of a copy of ring lines (a snapshot of what preceded a cause).
+pub fn snapshot_bytes(lines: &Vec<RingLine>) -> usize {
+    memsize::vec(lines)
+        + lines
+            .iter()
+            .map(|l| memsize::string(&l.text))
+            .sum::<usize>()
 }
 
 /// First observation of a context field on a host, with the line that showed it.
@@ -98,6 +120,12 @@ pub struct ContextObs {
     pub origin: Arc<str>,
     pub line_no: u64,
     pub sig: u16,
+}
+
+impl ContextObs {
+    pub fn heap_bytes(&self) -> usize {
+        memsize::string(&self.value) + memsize::string(&self.line)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -124,6 +152,12 @@ pub struct Incident {
     pub dismissed: bool,
 }
 
+impl Incident {
+    pub fn heap_bytes(&self) -> usize {
+        memsize::string(&self.id) + memsize::vec(&self.hits)
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Job {
     pub name: String,
@@ -146,7 +180,17 @@ pub struct Job {
     /// Some line showed a failure outcome: an error or worse, a cause signature.
     pub failure_seen: bool,
     pub seq: u64,
+    /// Accounted bytes: `tables_bytes()` plus `content_bytes` when last settled by the engine.
     pub mem_bytes: usize,
+    /// Heap owned by the entries of the job's tables (rings, hits, strings), kept up to date
+    /// by the engine as they change; `heap_bytes()` recounts it from scratch.
+    pub content_bytes: usize,
+    /// `tables_bytes()` when last computed; recomputed when `tables_dirty`.
+    pub tables_cache: usize,
+    /// Some table may have grown since `tables_cache` was computed.
+    pub tables_dirty: bool,
+    /// Lines whose process was beyond the per-job source cap (routed to the overflow source).
+    pub lines_over_source_cap: u64,
     pub last_activity: u64,
     pub max_event_ms: Option<i64>,
     pub last_wall_ms: i64,
@@ -174,6 +218,7 @@ impl Job {
             name: name.to_string(),
             ring_lines,
             epoch,
+            tables_dirty: true,
             ..Default::default()
         }
     }
@@ -189,9 +234,61 @@ impl Job {
             return id;
         }
         let id = self.hosts.len() as HostId;
-        self.hosts.push(name.to_string());
-        self.host_ids.insert(name.to_string(), id);
+        let name = name.to_string();
+        self.content_bytes += 2 * memsize::string(&name);
+        self.tables_dirty = true;
+        self.hosts.push(name.clone());
+        self.host_ids.insert(name, id);
         id
+    }
+
+    /// The job's tables themselves (buckets and slots, not what their entries own): O(1).
+    pub fn tables_bytes(&self) -> usize {
+        use memsize::{map, string, vec};
+        // The name twice: the job's own and the engine's key for it.
+        2 * string(&self.name)
+            + vec(&self.hosts)
+            + map(&self.host_ids)
+            + vec(&self.sources)
+            + map(&self.source_keys)
+            + map(&self.stream_hosts)
+            + map(&self.by_host_pid)
+            + map(&self.by_host_local)
+            + map(&self.by_host_bus)
+            + map(&self.ip_host)
+            + map(&self.context)
+            + vec(&self.sync)
+            + vec(&self.hits)
+            + map(&self.hit_counts)
+            + vec(&self.incidents)
+            + map(&self.kept_text)
+    }
+
+    /// Everything the job holds on the heap, counted from scratch (what `content_bytes` plus
+    /// `tables_bytes()` must equal).
+    pub fn heap_bytes(&self) -> usize {
+        use memsize::string;
+        let content = self.hosts.iter().map(string).sum::<usize>()
+            + self.host_ids.keys().map(string).sum::<usize>()
+            + self.sources.iter().map(Source::heap_bytes).sum::<usize>()
+            + self
+                .by_host_bus
+                .keys()
+                .map(|(_, b)| string(b))
+                .sum::<usize>()
+            + self.ip_host.keys().map(string).sum::<usize>()
+            + self
+                .context
+                .values()
+                .map(ContextObs::heap_bytes)
+                .sum::<usize>()
+            + self.hits.iter().map(Hit::heap_bytes).sum::<usize>()
+            + self
+                .incidents
+                .iter()
+                .map(Incident::heap_bytes)
+                .sum::<usize>();
+        self.tables_bytes() + content
     }
 
     pub fn source_for(&mut self, key: SourceKey, origin: &Arc<str>) -> u32 {
@@ -214,6 +311,7 @@ impl Job {
         }
         self.sources.push(s);
         self.source_keys.insert(key, i);
+        self.tables_dirty = true;
         i
     }
 
@@ -257,6 +355,7 @@ impl Job {
     }
 
     pub fn index_rank(&mut self, src: u32, rank: u32) {
+        self.tables_dirty = true;
         let host = self.source_host(src);
         let s = &self.sources[src as usize];
         if let Some(h) = host {
@@ -267,7 +366,10 @@ impl Job {
                 self.by_host_local.insert((h, l), rank);
             }
             if let Some(b) = s.bus_id.clone() {
-                self.by_host_bus.insert((h, b), rank);
+                let key_bytes = memsize::string(&b);
+                if self.by_host_bus.insert((h, b), rank).is_none() {
+                    self.content_bytes += key_bytes;
+                }
             }
         }
     }

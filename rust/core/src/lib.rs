@@ -18,6 +18,7 @@ pub mod files;
 pub mod job;
 pub mod jsonfields;
 pub mod matcher;
+pub mod memsize;
 pub mod prefix;
 pub mod records;
 pub mod ring;

@@ -99,6 +99,11 @@ impl Ring {
         self.entries.shrink_to_fit();
     }
 
+    /// Heap the ring holds, by capacity (what the memory budget counts).
+    pub fn heap_bytes(&self) -> usize {
+        crate::memsize::deque(&self.entries) + crate::memsize::string(&self.arena)
+    }
+
     /// Memory held: live lines plus arena bytes not yet reclaimed.
     pub fn bytes(&self) -> usize {
         self.bytes + self.dead

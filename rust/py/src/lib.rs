@@ -225,6 +225,7 @@ fn config_from_json(text: Option<&str>) -> PyResult<Config> {
             "default_year" => cfg.default_year = n as i32,
             "clock_uncertainty_ms" => cfg.clock_uncertainty_ms = n,
             "release_quiet_ms" => cfg.release_quiet_ms = n,
+            "max_sources_per_job" => cfg.max_sources_per_job = u,
             _ => return Err(PyKeyError::new_err(format!("unknown engine option {k}"))),
         }
     }
@@ -576,8 +577,8 @@ impl PyEngine {
             .map(|(k, v)| (cat.signatures[*k as usize].id.clone(), json!(v)))
             .collect();
         let b = self.inner.memory_breakdown();
-        let breakdown =
-            json!({"rings": b[0], "hits": b[1], "snapshots": b[2], "context": b[3], "sync": b[4]});
+        let breakdown = json!({"rings": b[0], "hits": b[1], "snapshots": b[2], "context": b[3],
+                   "sources": b[4], "streams": b[5], "other": b[6]});
         let v = json!({
             "lines": s.lines, "bytes": s.bytes, "blank_lines": s.blank_lines,
             "truncated_lines": s.truncated_lines, "invalid_utf8_lines": s.invalid_utf8_lines,

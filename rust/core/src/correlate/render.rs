@@ -419,6 +419,7 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
             "ranks_affected": ranks_affected.len(),
             "world_size": v.world_size(),
         },
+        "sources_over_cap": sources_over_cap(v.job),
         "clock": {
             "culprit_host_offset_ms": top.host.and_then(|h| v.offsets.by_host.get(&h).copied()),
             "uncertainty_ms": unc,
@@ -430,6 +431,15 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
         json,
         confidence: conf,
     })
+}
+
+/// Lines of processes beyond the job's source cap (they share one source and no rank), or
+/// null when every process was tracked.
+fn sources_over_cap(job: &crate::job::Job) -> Value {
+    if job.lines_over_source_cap == 0 {
+        return Value::Null;
+    }
+    json!({"sources_tracked": job.sources.len() - 1, "lines": job.lines_over_source_cap})
 }
 
 /// Configuration notes, one per (host, field): the first rule to note it wins.

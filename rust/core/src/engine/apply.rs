@@ -5,7 +5,8 @@ use super::lines::{Batch, Decoded, SigHit};
 use super::{Engine, RouteCache, Stream, CAUSE_RECORD_LINES, SYMPTOM_RECORD_LINES};
 use crate::catalog::{Role, Sync};
 use crate::correlate;
-use crate::job::{ContextObs, Hit, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
+use crate::job::{ContextObs, Hit, Incident, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
+use crate::memsize;
 use crate::prefix::{Level, Producer};
 
 /// Where a line sits: its job sequence number, its number in its stream, its time.
@@ -76,6 +77,7 @@ impl Engine {
         if let (Some(h), Some(_), false) = (host, meta.host, st.cache.host_noted) {
             if matches!(meta.producer, Producer::Nccl) {
                 job.stream_hosts.entry(st.origin.clone()).or_insert(h);
+                job.tables_dirty = true;
                 st.cache.host_noted = true;
             }
         }
@@ -175,9 +177,12 @@ impl Engine {
                         SYMPTOM_RECORD_LINES
                     };
                     if hit.record.len() < cap {
-                        hit.record.push(line.to_string());
-                        job.mem_bytes += line.len() + 24;
-                        self.stats.memory_bytes += line.len() + 24;
+                        let before = memsize::vec(&hit.record);
+                        let line = line.to_string();
+                        let added = memsize::string(&line);
+                        hit.record.push(line);
+                        job.content_bytes = (job.content_bytes + added + memsize::vec(&hit.record))
+                            .saturating_sub(before);
                     }
                 }
             }
@@ -190,17 +195,18 @@ impl Engine {
         {
             let ring_lines = job.ring_lines;
             let s = &mut job.sources[src as usize];
-            let before = s.ring.bytes();
+            let before = s.ring.heap_bytes();
             s.ring
                 .push(seq, ts, continuation, line, ring_lines, self.cfg.ring_bytes);
-            let after = s.ring.bytes();
-            job.mem_bytes = (job.mem_bytes + after).saturating_sub(before);
-            self.stats.memory_bytes = (self.stats.memory_bytes + after).saturating_sub(before);
+            job.content_bytes = (job.content_bytes + s.ring.heap_bytes()).saturating_sub(before);
         }
 
         // Classify (the line stage scanned it).
         let catalog = self.catalog.clone();
         let mut opened = false;
+        if !sig_hits.is_empty() {
+            job.tables_dirty = true;
+        }
         {
             for sh in sig_hits {
                 let sig = sh.sig;
@@ -283,10 +289,10 @@ impl Engine {
                 st.open_hit = Some(self.add_hit(job, hit, false));
             }
         }
-        if self.stats.memory_bytes > self.cfg.memory_budget_bytes {
+        self.settle(job);
+        if self.stats.memory_bytes > self.cfg.memory_budget_bytes + self.pending_bytes {
             self.relieve_memory(job);
         }
-        self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -313,7 +319,11 @@ impl Engine {
                 job.sources[src as usize].cuda_dev = Some(d);
             }
             if let Some(b) = get("bus_id") {
-                job.sources[src as usize].bus_id = Some(b.trim_start_matches("0x").to_lowercase());
+                let b = b.trim_start_matches("0x").to_lowercase();
+                let s = &mut job.sources[src as usize];
+                let old = s.bus_id.as_ref().map_or(0, memsize::string);
+                job.content_bytes = (job.content_bytes + memsize::string(&b)).saturating_sub(old);
+                s.bus_id = Some(b);
             }
             if let (Some(r), Some(n)) = (
                 get("rank").and_then(|v| v.parse::<u32>().ok()),
@@ -325,7 +335,10 @@ impl Engine {
             for &f in CONTEXT_FIELDS {
                 let Some(v) = get(f) else { continue };
                 if let (Some(h), "ip") = (host, f) {
-                    job.ip_host.entry(v.to_string()).or_insert(h);
+                    if !job.ip_host.contains_key(v) {
+                        job.content_bytes += memsize::block(v.len());
+                        job.ip_host.insert(v.to_string(), h);
+                    }
                 }
                 let weight = spec.weight;
                 let replace = match job.context.get(&(f, src)) {
@@ -333,22 +346,20 @@ impl Engine {
                     Some(o) => self.catalog.signatures[o.sig as usize].weight < weight,
                 };
                 if replace {
-                    let added = line.len() + v.len() + 160;
-                    job.mem_bytes += added;
-                    self.stats.memory_bytes += added;
-                    job.context.insert(
-                        (f, src),
-                        ContextObs {
-                            value: v.to_string(),
-                            source: src,
-                            seq,
-                            ts_ms: ts,
-                            line: line.to_string(),
-                            origin: st.origin.clone(),
-                            line_no,
-                            sig,
-                        },
-                    );
+                    let obs = ContextObs {
+                        value: v.to_string(),
+                        source: src,
+                        seq,
+                        ts_ms: ts,
+                        line: line.to_string(),
+                        origin: st.origin.clone(),
+                        line_no,
+                        sig,
+                    };
+                    job.content_bytes += obs.heap_bytes();
+                    if let Some(old) = job.context.insert((f, src), obs) {
+                        job.content_bytes = job.content_bytes.saturating_sub(old.heap_bytes());
+                    }
                 }
             }
         }
@@ -359,8 +370,7 @@ impl Engine {
                 Sync::Init => Some(0),
             };
             if let (Some(key), true) = (key, job.sync.len() < 200_000) {
-                job.mem_bytes += std::mem::size_of::<SyncObs>();
-                self.stats.memory_bytes += std::mem::size_of::<SyncObs>();
+                job.tables_dirty = true;
                 job.sync.push(SyncObs {
                     sig,
                     key,
@@ -373,6 +383,7 @@ impl Engine {
 
     /// Counts a hit of `sig` from `source` and says whether it is kept (per-process caps).
     fn admit(&mut self, job: &mut Job, source: u32, sig: Option<u16>, is_cause: bool) -> bool {
+        job.tables_dirty = true;
         let count = job.hit_counts.entry((source, sig)).or_default();
         *count += 1;
         let cap = if is_cause {
@@ -392,16 +403,16 @@ impl Engine {
             let snap = job.sources[hit.source as usize]
                 .ring
                 .before(hit.seq, self.cfg.preceding_lines);
-            let bytes: usize = snap.iter().map(|l| l.text.len() + 48).sum();
-            job.mem_bytes += bytes;
-            self.stats.memory_bytes += bytes;
+            job.content_bytes += crate::job::snapshot_bytes(&snap);
             job.sources[hit.source as usize].snapshot = Some(snap);
         }
         let idx = job.hits.len();
-        let bytes = hit.approx_bytes();
-        job.mem_bytes += bytes;
-        self.stats.memory_bytes += bytes;
+        let incidents = |j: &Job| j.incidents.iter().map(Incident::heap_bytes).sum::<usize>();
+        let before = incidents(job);
         correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
+        job.content_bytes =
+            (job.content_bytes + incidents(job) + hit.heap_bytes()).saturating_sub(before);
+        job.tables_dirty = true;
         job.hits.push(hit);
         idx
     }

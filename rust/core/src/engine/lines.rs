@@ -95,6 +95,11 @@ impl LineState {
     pub(crate) fn is_idle(&self) -> bool {
         self.partial.is_empty() && self.cri_buf.is_empty()
     }
+
+    /// Heap the state owns: the waiting partial line and CRI pieces.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        crate::memsize::vec(&self.partial) + crate::memsize::string(&self.cri_buf)
+    }
 }
 
 /// Where a decoded line's text is: in the chunk it was cut from (most lines), or copied into

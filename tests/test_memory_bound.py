@@ -1,0 +1,129 @@
+"""Memory bounded in every dimension (issue 9): sources per job are capped and the excess is
+named in the diagnosis; one job with 500,000 distinct ranks stays within 1.3x the budget in
+resident memory (measured in a subprocess, above the process's baseline); the daemon's
+per-job bookkeeping forgets jobs the engine released."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+
+import orjson
+
+from rankwatch import Catalog, Engine, EngineConfig
+from rankwatch.daemon.engine_worker import EngineWorker
+from rankwatch.engine import Decoder
+from rankwatch.report import Style, render_diagnosis
+
+CAUSE = (
+    "node{r}:812:812 [3] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+    "172.17.0.1<39275> failed : Network is unreachable"
+)
+
+
+def records(job: str, ranks: range, cause_rank: int | None = None) -> list[bytes]:
+    out = []
+    for r in ranks:
+        line = CAUSE.format(r=r) if r == cause_rank else f"step 1 loss 2.5 tokens {r}"
+        out.append(
+            orjson.dumps({"job": job, "rank": r, "host": f"pod-{r}", "ts": 1_000, "line": line})
+        )
+    return out
+
+
+def feed(engine: Engine, values: list[bytes], now: int = 1_000) -> None:
+    n = len(values)
+    engine.feed_records(Decoder(), "in/0", values, [None] * n, [None] * n, [now] * n)
+
+
+def test_sources_over_the_cap_share_one_source_and_are_named_in_the_diagnosis() -> None:
+    engine = Engine(Catalog(), EngineConfig(max_sources_per_job=50))
+    feed(engine, records("wide", range(200), cause_rank=150))
+    [d] = engine.finish()
+    over = d["sources_over_cap"]
+    assert over is not None and over["lines"] >= 150, over
+    assert over["sources_tracked"] <= 50
+    stats = engine.stats()
+    assert stats["sources_capped"] == over["lines"]
+    assert "beyond the" in render_diagnosis(d, Style(color=False))
+
+
+def test_a_job_under_the_cap_reports_no_untracked_sources() -> None:
+    engine = Engine(Catalog(), EngineConfig(max_sources_per_job=500))
+    feed(engine, records("small", range(200), cause_rank=150))
+    [d] = engine.finish()
+    assert d["sources_over_cap"] is None
+    assert d["root_cause"]["rank"] == 150
+
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import orjson
+    from rankwatch import Catalog, Engine, EngineConfig
+    from rankwatch.engine import Decoder
+
+    def kib(field):
+        for line in open("/proc/self/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+
+    ranks, budget = int(sys.argv[1]), int(sys.argv[2])
+    engine = Engine(Catalog(), EngineConfig(memory_budget_bytes=budget))
+    decoder = Decoder()
+    engine.poll(1_000)
+    base = kib("VmRSS")
+    batch = []
+    for r in range(ranks):
+        line = f"step 1 loss 2.5 lr 3e-4 tokens {r * 7}"
+        batch.append(orjson.dumps(
+            {"job": "wide", "rank": r, "host": f"pod-{r:07d}", "ts": 1_000, "line": line}))
+        if len(batch) == 5_000 or r + 1 == ranks:
+            n = len(batch)
+            engine.feed_records(decoder, "in/0", batch, [None] * n, [None] * n, [1_000] * n)
+            batch = []
+    engine.poll(2_000)
+    s = engine.stats()
+    print(json.dumps({"base": base, "hwm": kib("VmHWM"), "peak": s["peak_memory_bytes"],
+                      "capped": s["sources_capped"]}))
+    """
+)
+
+
+def test_500k_distinct_ranks_stay_within_the_budget_in_resident_memory() -> None:
+    budget = 50 << 20
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, "500000", str(budget)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    r = json.loads(out.stdout)
+    assert r["capped"] > 0
+    assert r["peak"] <= budget, r
+    assert r["hwm"] - r["base"] <= 1.3 * budget, r
+
+
+def test_the_worker_forgets_jobs_the_engine_released() -> None:
+    async def run() -> int:
+        engine = Engine(Catalog(), EngineConfig(release_quiet_ms=10_000, max_wait_ms=1_000))
+        worker = EngineWorker(engine)
+        try:
+            await worker.poll(1_000)
+            for i in range(20):
+                values = records(f"job-{i}", range(4), cause_rank=2)
+                n = len(values)
+                await worker.feed(Decoder(), "in/0", values, [None] * n, [None] * n, [1_000] * n)
+            assert len({d["id"] for d in await worker.poll(100_000)}) == 20
+            await worker.poll(200_000)  # quiet for 100 s: released
+            stats = await worker.stats()
+            assert stats["jobs"] == 0 and stats["jobs_released"] == 20
+            return worker.diagnosed_count()
+        finally:
+            worker.close()
+
+    assert asyncio.run(run()) == 0
