@@ -165,6 +165,20 @@ def copies_by_source(bootstrap: str, internal: str) -> Counter[bytes]:
     return copies
 
 
+def not_copied(bootstrap: str, logs: str, copies: Counter[bytes]) -> list[str]:
+    """The input records without a copy, as `partition:first-last` ranges."""
+    gaps = []
+    for partition, end in sorted(end_offsets(bootstrap, logs).items()):
+        missing = [o for o in range(end) if f"{logs}/{partition}/{o}".encode() not in copies]
+        while missing:
+            run = 1
+            while run < len(missing) and missing[run] == missing[0] + run:
+                run += 1
+            gaps.append(f"{partition}:{missing[0]}-{missing[run - 1]}")
+            missing = missing[run:]
+    return gaps
+
+
 def test_unkeyed_input_with_two_daemons_gives_one_diagnosis_per_incident(
     tmp_path: Path,
     daemon_kafka: str,
@@ -309,7 +323,8 @@ def test_sigkill_of_the_repartitioning_member_loses_and_duplicates_nothing(
 
     check_diagnoses(read_topic(daemon_kafka, out), truths)
     copies = copies_by_source(daemon_kafka, internal)
-    assert len(copies) == len(values)  # every input record reached the internal topic
+    assert not_copied(daemon_kafka, logs, copies) == []  # every input record reached it
+    assert len(copies) == len(values)
     twice = sum(n - 1 for n in copies.values())
     dropped = sum(d.metric("rankwatch_repartition_copies_dropped_total") for d in (a, b))
     print(f"records forwarded twice after the kill: {twice}; second copies dropped: {dropped}")

@@ -174,6 +174,7 @@ class Repartitioner:
         self.lock = asyncio.Lock()
         self.stopping = asyncio.Event()
         self.generation = 0
+        self.rebalancing = False  # between a revocation and the next assignment
         self.owned: set[TopicPartition] = set()
         self.uncommitted: dict[TopicPartition, int] = {}  # forwarded, not yet committed
         self.forwarded: dict[TopicPartition, int] = {}  # next input offset to forward
@@ -314,14 +315,26 @@ class Repartitioner:
             )
             async with self.lock:
                 self.last_alive = time.monotonic()
-                if generation != self.generation:
-                    continue  # fetched before a rebalance: read again from the committed offsets
+                if self.rebalancing:
+                    continue  # of the old assignment: the new one reads from the committed offsets
                 assigned = self.consumer.assignment()
                 parts = {tp: rs for tp, rs in batch.items() if rs and tp in assigned}
                 if parts:
                     await self._forward(parts)
+                    if generation != self.generation:
+                        self._continue_after(parts)
                 await self._commit()
                 self._refresh_lag()
+
+    def _continue_after(self, parts: dict[TopicPartition, list[Any]]) -> None:
+        """After a rebalance during the fetch, the batch may come from either assignment; the
+        next fetch of each partition continues right after what was forwarded. (Dropping the
+        batch instead lost it whenever the new assignment had fetched it: its position had
+        already moved past it.) At worst this forwards a record twice, never skips one."""
+        assigned = self.consumer.assignment()
+        for tp, records in parts.items():
+            if tp in assigned:
+                self.consumer.seek(tp, records[-1].offset + 1)
 
     async def close(self) -> None:
         clients = (("consumer", self.consumer), ("producer", self.producer), ("admin", self.admin))
@@ -454,12 +467,14 @@ class Repartitioner:
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         self.generation += 1
+        self.rebalancing = True
         async with self.lock:
             await self._commit()
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.generation += 1
         async with self.lock:
+            self.rebalancing = False
             for tp in self.owned - assigned:
                 with contextlib.suppress(KeyError):
                     self.metrics.lag.remove(tp.topic, str(tp.partition))
