@@ -10,6 +10,12 @@ use crate::matcher::Scratch;
 use crate::prefix::{peel, Level, LineMeta};
 use std::sync::Arc;
 
+/// Lines peeled before their messages are scanned together. Between two scans, peeling,
+/// field regexes and bookkeeping would evict Hyperscan's code from the instruction cache, so
+/// each line's scan would start cold; peeling a run of lines first, then scanning them one
+/// after another, then reading signatures and fields keeps each stage's code hot.
+const SCAN_RUN: usize = 64;
+
 /// `raw` cut to at most `max` bytes, not inside a UTF-8 character (`raw` is longer).
 pub(super) fn cut_at_char(raw: &[u8], max: usize) -> &[u8] {
     let mut cut = max;
@@ -110,6 +116,19 @@ enum Span {
     Own(usize, usize),
 }
 
+impl Span {
+    /// The line's text: in `chunk`, the bytes it was decoded from, or in `own`, the batch's
+    /// own copy.
+    fn text<'a>(self, chunk: &'a [u8], own: &'a str) -> &'a str {
+        match self {
+            // SAFETY: a Chunk span was taken from a `&str` that borrowed `chunk` (see
+            // `LineDecoder::plain_line`), so it is valid UTF-8 on char boundaries.
+            Span::Chunk(a, b) => unsafe { std::str::from_utf8_unchecked(&chunk[a..b]) },
+            Span::Own(a, b) => &own[a..b],
+        }
+    }
+}
+
 /// One non-blank line, peeled and scanned, waiting to be applied to its job.
 #[derive(Debug)]
 pub(crate) struct Decoded {
@@ -151,6 +170,8 @@ pub(crate) struct Batch {
     pub lines: Vec<Decoded>,
     pub hits: Vec<SigHit>,
     pub counts: LineCounts,
+    /// `lines[..scanned]` are scanned; the rest wait for `LineDecoder::scan_pending`.
+    scanned: usize,
 }
 
 impl Batch {
@@ -159,6 +180,7 @@ impl Batch {
         self.lines.clear();
         self.hits.clear();
         self.counts = LineCounts::default();
+        self.scanned = 0;
     }
 
     /// The parts the apply stage needs at once: each line's text (from `chunk`, the bytes
@@ -172,12 +194,7 @@ impl Batch {
         &'a mut [SigHit],
     ) {
         let own = self.own.as_str();
-        let text = move |d: &Decoded| match d.span {
-            // SAFETY: a Chunk span was taken from a `&str` that borrowed `chunk` (see
-            // `LineDecoder::emit`), so it is valid UTF-8 on char boundaries.
-            Span::Chunk(a, b) => unsafe { std::str::from_utf8_unchecked(&chunk[a..b]) },
-            Span::Own(a, b) => &own[a..b],
-        };
+        let text = move |d: &Decoded| d.span.text(chunk, own);
         (text, &self.lines, &mut self.hits)
     }
 
@@ -193,6 +210,8 @@ pub(crate) struct LineDecoder {
     max_line_bytes: usize,
     year: i32,
     expr_buf: Vec<u32>,
+    /// Where each pending line's expression ids end in `expr_buf`.
+    expr_ends: Vec<usize>,
     sig_buf: Vec<u16>,
 }
 
@@ -237,6 +256,7 @@ impl LineDecoder {
             max_line_bytes,
             year,
             expr_buf: Vec::new(),
+            expr_ends: Vec::new(),
             sig_buf: Vec::new(),
         }
     }
@@ -244,6 +264,11 @@ impl LineDecoder {
     /// Decodes the complete lines of `data` into `out`; an unfinished last line waits in `st`
     /// for the next chunk (or `finish`).
     pub(crate) fn chunk(&mut self, st: &mut LineState, data: &[u8], t: Times, out: &mut Batch) {
+        self.chunk_lines(st, data, t, out);
+        self.scan_pending(data, out);
+    }
+
+    fn chunk_lines(&mut self, st: &mut LineState, data: &[u8], t: Times, out: &mut Batch) {
         out.counts.bytes += data.len() as u64;
         let origin = Origin::of(data);
         let mut start = 0;
@@ -276,6 +301,9 @@ impl LineDecoder {
                 self.raw_line(st, &rest[pos..nl], origin, t, out);
             }
             pos = nl + 1;
+            if out.lines.len() - out.scanned >= SCAN_RUN {
+                self.scan_pending(data, out);
+            }
         }
         if pos < rest.len() {
             self.keep_partial(st, &rest[pos..]);
@@ -294,7 +322,11 @@ impl LineDecoder {
         let origin = Origin::of(text);
         for part in text.split(|c| *c == b'\n') {
             self.raw_line(st, part, origin, t, out);
+            if out.lines.len() - out.scanned >= SCAN_RUN {
+                self.scan_pending(text, out);
+            }
         }
+        self.scan_pending(text, out);
     }
 
     /// The end of a stream: its unfinished last line and CRI pieces are lines now.
@@ -307,6 +339,7 @@ impl LineDecoder {
             let text = std::mem::take(&mut st.cri_buf);
             self.text_line(st, &text, none, Times::default(), out);
         }
+        self.scan_pending(&[], out);
     }
 
     /// Processes the line that waited in `st.partial`, cut (and counted) first when it grew
@@ -409,7 +442,6 @@ impl LineDecoder {
             level = level.max(Level::Error);
         }
         st.after_last_error = msg.trim_end() == "Last error:";
-        let hits = self.scan(msg, out);
         let span = match o.span(line) {
             Some((a, b)) => Span::Chunk(a, b),
             None => {
@@ -426,30 +458,49 @@ impl LineDecoder {
             continuation,
             ingest_ms: t.ingest_ms,
             event_ms: t.event_ms,
-            hits,
+            hits: 0..0,
         });
     }
 
-    /// Scans a message with the catalog; each signature that matched is added to `out.hits`
-    /// with its fields (for signatures that ingest fields).
-    fn scan(&mut self, msg: &str, out: &mut Batch) -> std::ops::Range<usize> {
-        let first = out.hits.len();
-        self.expr_buf.clear();
+    /// Scans the messages of the lines decoded since the last call (`chunk` holds the bytes
+    /// their `Chunk` spans point into): first Hyperscan over every message, then, for the
+    /// lines that matched, their signatures and fields (for signatures that ingest fields),
+    /// added to `out.hits` in line order.
+    fn scan_pending(&mut self, chunk: &[u8], out: &mut Batch) {
+        let from = out.scanned;
+        if from == out.lines.len() {
+            return;
+        }
         let catalog = &*self.catalog;
-        catalog
-            .matcher()
-            .scan_into(msg.as_bytes(), &mut self.scratch, &mut self.expr_buf);
-        if self.expr_buf.is_empty() {
-            return first..first;
+        let matcher = catalog.matcher();
+        self.expr_buf.clear();
+        self.expr_ends.clear();
+        for d in &out.lines[from..] {
+            let msg = d.meta.message(d.span.text(chunk, &out.own));
+            matcher.scan_into(msg.as_bytes(), &mut self.scratch, &mut self.expr_buf);
+            self.expr_ends.push(self.expr_buf.len());
         }
-        catalog.signatures_for(&self.expr_buf, &mut self.sig_buf);
-        for &sig in &self.sig_buf {
-            let mut fields = Vec::new();
-            if catalog.signatures[sig as usize].ingest_fields {
-                catalog.extract_fields(sig, msg, true, &mut fields);
+        let mut start = 0;
+        for (d, &end) in out.lines[from..].iter_mut().zip(&self.expr_ends) {
+            let first = out.hits.len();
+            if end > start {
+                catalog.signatures_for(&self.expr_buf[start..end], &mut self.sig_buf);
+                let msg = d.meta.message(d.span.text(chunk, &out.own));
+                for &sig in &self.sig_buf {
+                    let mut fields = Vec::new();
+                    if catalog.signatures[sig as usize].ingest_fields {
+                        catalog.extract_fields(sig, msg, true, &mut fields);
+                    }
+                    out.hits.push(SigHit { sig, fields });
+                }
             }
-            out.hits.push(SigHit { sig, fields });
+            d.hits = first..out.hits.len();
+            start = end;
         }
-        first..out.hits.len()
+        out.scanned = out.lines.len();
     }
 }
+
+#[cfg(test)]
+#[path = "lines_tests.rs"]
+mod tests;

@@ -1,0 +1,148 @@
+//! Lines are scanned in runs after peeling; each line must still get exactly the hits and
+//! fields that scanning its own message alone gives, whatever path decoded it (plain chunk,
+//! cleaned, CRI-joined, carried over between chunks, whole record text).
+
+use super::*;
+use crate::catalog::tests::small;
+
+const CAUSE: &str = "node-3:812:812 [3] misc/socket.cc:484 NCCL WARN socketStartConnect: \
+    Connect to 172.17.0.";
+const TIMEOUT: &str = "[rank3]:[E1201 10:00:00.000000 1 ProcessGroupNCCL.cpp:1] Watchdog \
+    caught collective operation timeout: WorkNCCL(SeqNum=";
+const USING: &str = "node-3:812:812 [3] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.";
+
+/// Line `i` of a mixed log: matches of every signature at irregular places, lines that
+/// match none, blank lines and prefix-only lines.
+fn line(i: usize) -> String {
+    match i % 23 {
+        0 | 7 => format!("{CAUSE}{}<{i}> failed : Network is unreachable", i % 250),
+        5 => format!("{TIMEOUT}{i}, OpType=ALLREDUCE) ran for 600000 milliseconds"),
+        11 | 12 => format!("{USING}{}<0>", i % 250),
+        13 => String::new(),
+        17 => "[default3]:".to_string(),
+        _ => format!("[default{}]:step {i} loss 0.{i}", i % 8),
+    }
+}
+
+/// What scanning `msg` alone gives: signatures and their fields, in the engine's order.
+fn reference(catalog: &Catalog, msg: &str) -> Vec<(u16, Vec<(String, String)>)> {
+    let mut scratch = catalog.matcher().scratch();
+    let (mut exprs, mut sigs) = (Vec::new(), Vec::new());
+    catalog
+        .matcher()
+        .scan_into(msg.as_bytes(), &mut scratch, &mut exprs);
+    catalog.signatures_for(&exprs, &mut sigs);
+    sigs.iter()
+        .map(|&sig| {
+            let mut fields = Vec::new();
+            if catalog.signatures[sig as usize].ingest_fields {
+                catalog.extract_fields(sig, msg, true, &mut fields);
+            }
+            (sig, fields)
+        })
+        .collect()
+}
+
+/// Checks every decoded line of `batch` (decoded from `chunk`) against `reference`;
+/// returns the lines' texts and the number of hits seen.
+fn check(catalog: &Catalog, chunk: &[u8], batch: &mut Batch) -> (Vec<String>, usize) {
+    let (text, lines, hits) = batch.parts(chunk);
+    let mut seen = 0;
+    let mut texts = Vec::new();
+    for d in lines {
+        let line = text(d);
+        let got: Vec<_> = hits[Batch::hits_of(d)]
+            .iter()
+            .map(|h| (h.sig, h.fields.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            reference(catalog, d.meta.message(line)),
+            "line {line:?}"
+        );
+        seen += got.len();
+        texts.push(line.to_string());
+    }
+    (texts, seen)
+}
+
+fn decoder() -> (Arc<Catalog>, LineDecoder) {
+    let catalog = Arc::new(small());
+    let decoder = LineDecoder::new(catalog.clone(), 4096, 2026);
+    (catalog, decoder)
+}
+
+#[test]
+fn runs_of_lines_get_each_lines_own_hits() {
+    let (catalog, mut dec) = decoder();
+    // Several runs' worth, not a multiple of the run length, cut into chunks at awkward
+    // places so that lines are carried over between chunks.
+    let n = 5 * SCAN_RUN + 19;
+    let text: String = (0..n).map(|i| line(i) + "\n").collect();
+    let bytes = text.as_bytes();
+    let mut st = LineState::default();
+    let (mut texts, mut hits) = (Vec::new(), 0);
+    let mut pos = 0;
+    for cut in [1, 97, 4000, 4001, 9000, bytes.len()] {
+        let chunk = &bytes[pos..cut.min(bytes.len())];
+        let mut batch = Batch::default();
+        dec.chunk(&mut st, chunk, Times::default(), &mut batch);
+        let (t, h) = check(&catalog, chunk, &mut batch);
+        texts.extend(t);
+        hits += h;
+        pos = cut.min(bytes.len());
+    }
+    let mut batch = Batch::default();
+    dec.finish(&mut st, &mut batch);
+    assert!(batch.lines.is_empty());
+    let expected: Vec<String> = (0..n)
+        .map(line)
+        .filter(|l| !l.is_empty() && l != "[default3]:")
+        .collect();
+    assert_eq!(texts, expected);
+    // 4 matching kinds of line out of 23 (the timeout line matches one signature).
+    assert!(hits >= 4 * (n / 23), "{hits} hits");
+}
+
+#[test]
+fn cleaned_and_joined_lines_get_their_own_hits() {
+    let (catalog, mut dec) = decoder();
+    let mut text = String::new();
+    for i in 0..3 * SCAN_RUN {
+        match i % 5 {
+            // CRLF and ANSI make the chunk take the per-line cleaning path.
+            0 => text += &format!("\x1b[31m{}\x1b[0m\r\n", line(i)),
+            // A CRI envelope split in two pieces, joined into one line.
+            1 => {
+                let l = line(i);
+                let (a, b) = l.split_at(l.len() / 2);
+                text += &format!("2026-12-01T10:00:00.000000000Z stderr P {a}\n");
+                text += &format!("2026-12-01T10:00:00.000000001Z stderr F {b}\n");
+            }
+            _ => text += &format!("{}\n", line(i)),
+        }
+    }
+    // No newline at the end: the last line waits for `finish`.
+    let bytes = text.trim_end_matches('\n').as_bytes();
+    let mut st = LineState::default();
+    let mut batch = Batch::default();
+    dec.chunk(&mut st, bytes, Times::default(), &mut batch);
+    let (texts, hits) = check(&catalog, bytes, &mut batch);
+    assert!(hits > 0);
+    let mut last = Batch::default();
+    dec.finish(&mut st, &mut last);
+    let (tail, _) = check(&catalog, &[], &mut last);
+    assert_eq!(tail.len(), 1);
+    let shown = (0..3 * SCAN_RUN)
+        .filter(|&i| !line(i).is_empty() && line(i) != "[default3]:")
+        .count();
+    assert_eq!(texts.len() + tail.len(), shown);
+
+    // Record text: lines arrive whole, with the record's times.
+    let mut rec = Batch::default();
+    let body: String = (0..2 * SCAN_RUN + 3).map(|i| line(i) + "\n").collect();
+    let body = body.trim_end_matches('\n').as_bytes();
+    dec.whole_lines(&mut LineState::default(), body, Times::default(), &mut rec);
+    let (_, hits) = check(&catalog, body, &mut rec);
+    assert!(hits > 0);
+}
