@@ -1,4 +1,5 @@
-"""A fetched partition batch as engine input: the aiokafka records themselves go to
+"""A fetched partition batch as engine input: the records aiokafka parsed (rawrecords.py; or
+its `ConsumerRecord`s, which have the same attributes) go to
 `Engine.feed_consumer_records`, which reads value, key, timestamp and job header in Rust and
 returns the batch's distinct keys and job headers, so the event loop never walks the records
 of a batch (it reads single records only for dead letters)."""
@@ -30,7 +31,7 @@ class PartitionBatch:
     """The records of one partition from one fetch, ready for one engine call."""
 
     tp: TopicPartition
-    records: list[Any]  # aiokafka ConsumerRecords, in offset order
+    records: list[Any]  # aiokafka's parsed records or ConsumerRecords, in offset order
     decoder: Decoder
     job_header: str
     replayed: int  # how many leading records are re-reads below the replay end

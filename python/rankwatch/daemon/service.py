@@ -25,7 +25,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from rankwatch import __version__
 from rankwatch.catalog_loader import Catalog
-from rankwatch.daemon import kafka_clients
+from rankwatch.daemon import kafka_clients, rawrecords
 from rankwatch.daemon.config import DaemonConfig, load_catalog
 from rankwatch.daemon.engine_worker import EngineWorker
 from rankwatch.daemon.feeding import PartitionBatch, prepare
@@ -181,6 +181,7 @@ class Daemon:
             await self.publisher.start()
             await self.reader.start()
             await self.consumer.start()
+            rawrecords.install(self.consumer)
             if self.repartitioner is not None:
                 await self.repartitioner.start()  # makes the internal topics subscribed below
         except RepartitionError as e:

@@ -533,7 +533,8 @@ impl PyEngine {
         (report.bytes, problems, timing)
     }
 
-    /// Decodes and feeds a partition batch of aiokafka `ConsumerRecord`s in one call: value
+    /// Decodes and feeds a partition batch of aiokafka records (`ConsumerRecord`s or the parsed
+    /// records they wrap: anything with these attributes) in one call: value
     /// (None is empty), key, broker timestamp and the first header named `job_header` are
     /// read from each record here, so that no per-record lists are built in Python. Returns
     /// (index, reason) for each rejected record, the distinct keys and the distinct job-header
