@@ -293,6 +293,7 @@ def measure_daemons(
         if not t_start and n > 0 and held >= partitions and all(samples):
             t_start, n_start = now, n
             cpu_start = sum(_cpu_seconds(d.proc.pid) for d in daemons)
+            threads_start = [_thread_cpu(d.proc.pid) for d in daemons]
         if n >= total and t_start:
             t_last = max(m.get("rankwatch_last_batch_timestamp_seconds", 0.0) for m in samples)
             seconds = max(t_last - t_start, 1e-3) * total / max(total - n_start, 1)
@@ -301,7 +302,13 @@ def measure_daemons(
                 for k, v in m.items():
                     summed[k] = summed.get(k, 0.0) + v
             cpu = sum(_cpu_seconds(d.proc.pid) for d in daemons) - cpu_start
-            summed["bench_cpu_us_per_record"] = cpu / max(n - n_start, 1) * 1e6
+            per_record = 1e6 / max(n - n_start, 1)
+            summed["bench_cpu_us_per_record"] = cpu * per_record
+            loop, other, busiest = _thread_split(daemons, threads_start)
+            summed["bench_loop_us_per_record"] = loop * per_record
+            summed["bench_other_us_per_record"] = other * per_record
+            summed["bench_busiest_other_us_per_record"] = busiest * per_record
+            summed["bench_window_s"] = t_last - t_start
             return seconds, summed
         time.sleep(SCRAPE_S)
 
@@ -436,7 +443,7 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--ranks", type=int, default=64, help="ranks per generated job")
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--latency-samples", type=int, default=30)
+    ap.add_argument("--latency-samples", type=int, default=30, help="0: throughput only")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of discard + each daemon")
     ap.add_argument(
         "--before-python",
@@ -503,8 +510,21 @@ def main() -> int:
                                 "records_per_s": n / secs,
                                 "mb_per_s": mb / secs,
                                 "cpu_us_per_record": m["bench_cpu_us_per_record"],
+                                "loop_us_per_record": m["bench_loop_us_per_record"],
+                                "other_us_per_record": m["bench_other_us_per_record"],
+                                "engine_us_per_record": m["bench_busiest_other_us_per_record"],
+                                "loop_busy": m["bench_loop_us_per_record"]
+                                * n
+                                / 1e6
+                                / max(secs, 1e-3),
+                                "engine_busy": m["bench_busiest_other_us_per_record"]
+                                * n
+                                / 1e6
+                                / max(secs, 1e-3),
                                 "diagnoses": m.get('rankwatch_diagnoses_out_total{kind="new"}', 0),
                                 "memory_bytes": m.get("rankwatch_ring_memory_bytes", 0),
+                                "records_per_batch": n
+                                / max(m.get("rankwatch_batch_duration_seconds_count", 0), 1),
                             }
                             log(f"round {r + 1}: {name} x{size}: {n / secs:,.0f} records/s")
                         finally:
@@ -519,7 +539,7 @@ def main() -> int:
             )
             rate = args.background_rate or round(slowest / 3, -3)
             results["latency"] = {}
-            for name, python in variants.items():
+            for name, python in variants.items() if args.latency_samples else ():
                 daemon = start_daemon(
                     bootstrap,
                     topic,
@@ -625,12 +645,42 @@ def run_latency(
     }
 
 
-def _cpu_seconds(pid: int) -> float:
+def _cpu_seconds(pid: int, tid: int | None = None) -> float:
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return float("nan")
+
+
+def _thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of `pid`, by thread id."""
+    out: dict[int, float] = {}
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return out
+    for tid in tids:
+        out[tid] = _cpu_seconds(pid, tid)
+    return out
+
+
+def _thread_split(
+    daemons: list[DaemonProc], start: list[dict[int, float]]
+) -> tuple[float, float, float]:
+    """CPU seconds since `start`, summed over the daemons: of the event loop (the main
+    thread), of all other threads, and of the busiest other thread (the engine's)."""
+    loop = other = busiest = 0.0
+    for d, before in zip(daemons, start, strict=True):
+        for tid, cpu in _thread_cpu(d.proc.pid).items():
+            spent = cpu - before.get(tid, 0.0)
+            if tid == d.proc.pid:
+                loop += spent
+            else:
+                other += spent
+                busiest = max(busiest, spent)
+    return loop, other, busiest
 
 
 def _spread(values: list[float], fmt: str) -> str:
@@ -649,11 +699,12 @@ def render(r: dict[str, Any]) -> str:
     rows = [
         f"{len(rounds)} rounds; each cell: median (min-max) over the rounds.",
         "",
-        "| what | records/s | ratio to aiokafka discard (same round) | CPU µs/record |",
-        "|---|---:|---:|---:|",
+        "| what | records/s | ratio to aiokafka discard (same round) | CPU µs/record "
+        "| event loop µs/record (busy) | engine thread µs/record (busy) |",
+        "|---|---:|---:|---:|---:|---:|",
         f"| Kafka `ConsumerPerformance` (Java) | {perf['fetch_records_per_s']:,.0f} | | |",
         f"| aiokafka consume + discard | {_spread([a['records_per_s'] for a in aio], ',.0f')} | "
-        f"1 | {_spread([a['cpu_us_per_record'] for a in aio], '.1f')} |",
+        f"1 | {_spread([a['cpu_us_per_record'] for a in aio], '.1f')} | | |",
     ]
     for name in names:
         cells = [x[name] for x in rounds]
@@ -661,7 +712,11 @@ def render(r: dict[str, Any]) -> str:
         rows.append(
             f"| `rankwatch run`, {name} | {_spread([c['records_per_s'] for c in cells], ',.0f')} | "
             f"{_spread([100 * q for q in ratios], '.0f')}% | "
-            f"{_spread([c['cpu_us_per_record'] for c in cells], '.1f')} |"
+            f"{_spread([c['cpu_us_per_record'] for c in cells], '.1f')} | "
+            f"{_spread([c['loop_us_per_record'] for c in cells], '.1f')} "
+            f"({_spread([100 * c['loop_busy'] for c in cells], '.0f')}%) | "
+            f"{_spread([c['engine_us_per_record'] for c in cells], '.1f')} "
+            f"({_spread([100 * c['engine_busy'] for c in cells], '.0f')}%) |"
         )
     rows += [
         "",

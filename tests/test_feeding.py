@@ -53,7 +53,7 @@ def test_consumer_records_feed_like_parallel_lists(catalog: Any) -> None:
     recs = batch()
     direct, listed = Engine(catalog), Engine(catalog)
     dec = Decoder("canonical")
-    got = direct.feed_consumer_records(dec, "logs/0", recs, "job")
+    got = direct.feed_consumer_records(dec, "logs/0", recs, "job").rejected
     want = listed.feed_records(dec, "logs/0", *as_lists(recs, "job"))
     assert got == want
     assert [reason for _, reason in got] == [
@@ -70,7 +70,7 @@ def test_consumer_records_feed_like_parallel_lists(catalog: Any) -> None:
 def test_text_records_take_the_job_from_the_named_header(catalog: Any) -> None:
     engine = Engine(catalog)
     recs = [record(0, CAUSE.encode(), None, (("team", b"t"), ("job-name", b"hdr-job")))]
-    assert engine.feed_consumer_records(Decoder("text"), "logs/0", recs, "job-name") == []
+    assert engine.feed_consumer_records(Decoder("text"), "logs/0", recs, "job-name").rejected == []
     assert engine.jobs() == ["hdr-job"]
 
 
@@ -84,11 +84,21 @@ def test_a_value_that_is_not_bytes_is_a_clear_error(catalog: Any) -> None:
         )
 
 
-def test_prepare_counts_replayed_records_and_lists_keys_and_headers() -> None:
+def test_the_feed_returns_the_distinct_keys_and_job_headers(catalog: Any) -> None:
+    recs = [
+        *batch(),
+        record(8, b"{}", b"j2", (("other", b"x"),)),  # headers, but no job header: None
+        record(9, b"{}", b"j1", (("job", b"from-hdr"),)),
+    ]
+    fed = Engine(catalog).feed_consumer_records(Decoder("canonical"), "logs/0", recs, "job")
+    assert fed.keys == {r.key for r in recs} == {b"j1", b"j2", None}
+    assert fed.headers == {header(r.headers, "job") for r in recs if r.headers}
+    assert fed.headers == {b"from-hdr", b"", None}
+
+
+def test_prepare_counts_replayed_records() -> None:
     recs = batch()
     part = prepare(TopicPartition("logs", 0), recs, Decoder("canonical"), "job", replay_end=3)
     assert part.replayed == 3
     assert part.end == 8
-    assert part.keys == {b"j1", b"j2", None}
-    assert part.headers == {b"from-hdr", b""}
     assert part.feed_args()[2] is recs

@@ -62,6 +62,17 @@ class FedFiles:
     timing: dict[str, float]
 
 
+@dataclass(frozen=True)
+class FedRecords:
+    """What `Engine.feed_consumer_records` did with a partition batch: (index, reason) of
+    each rejected record, the distinct record keys, and the distinct values of the job header
+    among records that have headers (None: headers, but not that one)."""
+
+    rejected: list[tuple[int, str]]
+    keys: set[bytes | None]
+    headers: set[bytes | None]
+
+
 class Decoder:
     """How to read record values of one topic: a format preset and optional field paths.
     The record key names the job (`key_format="job"`) or the job and rank (`"job/rank"`).
@@ -170,10 +181,15 @@ class Engine:
 
     def feed_consumer_records(
         self, decoder: Decoder, origin: str, records: list[Any], job_header: str
-    ) -> list[tuple[int, str]]:
+    ) -> FedRecords:
         """`feed_records` for a partition batch of aiokafka `ConsumerRecord`s: value (None
-        is empty), key, timestamp and the first `job_header` header are read in Rust."""
-        return self._core.feed_consumer_records(decoder._core, origin, records, job_header)
+        is empty), key, timestamp and the first `job_header` header are read in Rust, which
+        also collects the distinct keys and job-header values (so the caller need not walk
+        the records)."""
+        rejected, keys, headers = self._core.feed_consumer_records(
+            decoder._core, origin, records, job_header
+        )
+        return FedRecords(rejected, set(keys), set(headers))
 
     def close_stream(self, stream: int) -> None:
         self._core.close_stream(stream)

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from rankwatch.daemon.feeding import FeedArgs
-from rankwatch.engine import Diagnosis, Engine
+from rankwatch.engine import Diagnosis, Engine, FedRecords
 
 _T = TypeVar("_T")
 
@@ -31,15 +31,13 @@ class EngineWorker:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(fn, *args))
 
-    def submit_feed_many(
-        self, batches: Sequence[FeedArgs]
-    ) -> asyncio.Future[list[list[tuple[int, str]]]]:
+    def submit_feed_many(self, batches: Sequence[FeedArgs]) -> asyncio.Future[list[FedRecords]]:
         """Starts one engine call per partition batch, all in one trip to the engine thread,
         right now (not when the event loop next runs), and returns its future."""
         loop = asyncio.get_running_loop()
         return loop.run_in_executor(self._pool, self._feed_many, list(batches))
 
-    def _feed_many(self, batches: list[FeedArgs]) -> list[list[tuple[int, str]]]:
+    def _feed_many(self, batches: list[FeedArgs]) -> list[FedRecords]:
         known = set(self.engine.jobs())
         out = []
         for args in batches:

@@ -1,5 +1,8 @@
-"""A fetched partition batch as engine input: the aiokafka records themselves go to
-`Engine.feed_consumer_records`, which reads value, key, timestamp and job header in Rust."""
+"""A fetched partition batch as engine input: the records aiokafka parsed (rawrecords.py; or
+its `ConsumerRecord`s, which have the same attributes) go to
+`Engine.feed_consumer_records`, which reads value, key, timestamp and job header in Rust and
+returns the batch's distinct keys and job headers, so the event loop never walks the records
+of a batch (it reads single records only for dead letters)."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ class PartitionBatch:
     """The records of one partition from one fetch, ready for one engine call."""
 
     tp: TopicPartition
-    records: list[Any]  # aiokafka ConsumerRecords, in offset order
+    records: list[Any]  # aiokafka's parsed records or ConsumerRecords, in offset order
     decoder: Decoder
     job_header: str
     replayed: int  # how many leading records are re-reads below the replay end
@@ -41,16 +44,6 @@ class PartitionBatch:
     def end(self) -> int:
         """The offset after the last record."""
         return int(self.records[-1].offset) + 1
-
-    @property
-    def keys(self) -> set[bytes | None]:
-        """The distinct record keys."""
-        return {r.key for r in self.records}
-
-    @property
-    def headers(self) -> set[bytes | None]:
-        """The distinct values of the job header (records without headers skipped)."""
-        return {header(r.headers, self.job_header) for r in self.records if r.headers}
 
     def feed_args(self) -> FeedArgs:
         return self.decoder, self.origin, self.records, self.job_header

@@ -25,7 +25,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from rankwatch import __version__
 from rankwatch.catalog_loader import Catalog
-from rankwatch.daemon import kafka_clients
+from rankwatch.daemon import kafka_clients, rawrecords
 from rankwatch.daemon.config import DaemonConfig, load_catalog
 from rankwatch.daemon.engine_worker import EngineWorker
 from rankwatch.daemon.feeding import PartitionBatch, prepare
@@ -45,7 +45,7 @@ from rankwatch.daemon.repartition import (
 )
 from rankwatch.daemon.sdnotify import Notifier
 from rankwatch.daemon.tail import TopicTail
-from rankwatch.engine import REJECT_REASONS, Decoder, Engine
+from rankwatch.engine import REJECT_REASONS, Decoder, Engine, FedRecords
 
 log = logging.getLogger("rankwatch.daemon")
 
@@ -181,6 +181,7 @@ class Daemon:
             await self.publisher.start()
             await self.reader.start()
             await self.consumer.start()
+            rawrecords.install(self.consumer)
             if self.repartitioner is not None:
                 await self.repartitioner.start()  # makes the internal topics subscribed below
         except RepartitionError as e:
@@ -436,7 +437,7 @@ class Daemon:
     async def _feed(
         self,
         parts: list[PartitionBatch],
-        fed: asyncio.Future[list[list[tuple[int, str]]]],
+        fed: asyncio.Future[list[FedRecords]],
         t0: float,
     ) -> None:
         results = await fed
@@ -444,23 +445,23 @@ class Daemon:
             tp = partition_of_origin(origin)
             if tp is not None:
                 self.jobmap.note_jobs(tp, jobs)
-        for part, rejected in zip(parts, results, strict=True):
-            await self._fed(part, rejected)
+        for part, result in zip(parts, results, strict=True):
+            await self._fed(part, result)
         await self._poll_and_publish()
         self.metrics.batch_seconds.observe(time.perf_counter() - t0)
         self.metrics.last_batch.set(time.time())
         await self._refresh_gauges()
 
-    async def _fed(self, part: PartitionBatch, rejected: list[tuple[int, str]]) -> None:
+    async def _fed(self, part: PartitionBatch, fed: FedRecords) -> None:
         """Bookkeeping after the engine took a partition batch: counts, dead letters, the
         offset to commit."""
         tp = part.tp
-        self.jobmap.note(tp, part.keys, part.headers, self.decoders[tp.topic][0].key_format)
+        self.jobmap.note(tp, fed.keys, fed.headers, self.decoders[tp.topic][0].key_format)
         self.metrics.records_replayed.inc(part.replayed)
         self.metrics.records_in.inc(len(part.records) - part.replayed)
         assert self.publisher is not None
         per_reason: dict[str, int] = {}  # one labelled update per reason and batch
-        for i, reason in rejected:
+        for i, reason in fed.rejected:
             if i < part.replayed:
                 continue  # counted and copied when it was first read
             per_reason[reason] = per_reason.get(reason, 0) + 1
@@ -473,16 +474,15 @@ class Daemon:
                     self.metrics.dead_letter.inc()
         for reason, n in per_reason.items():
             self.metrics.rejected.labels(reason).inc(n)
-        self._warn_unkeyed(part)
+        self._warn_unkeyed(part.tp.topic, fed.keys)
         self.pos.fed(tp, max(part.end, self._fetched_end.pop(tp, 0)))
 
-    def _warn_unkeyed(self, part: PartitionBatch) -> None:
+    def _warn_unkeyed(self, topic: str, keys: set[bytes | None]) -> None:
         """Records without a key on a topic read as partitioned by job: with more than one
         daemon the ranks of one job may be analysed apart. Said once per topic."""
-        topic = part.tp.topic
         if topic in self._unkeyed_warned or topic not in self.cfg.input_topics():
             return
-        if None in part.keys:
+        if None in keys:
             self._unkeyed_warned.add(topic)
             log.warning(
                 "records of topic %s have no key: Kafka spreads them over partitions, so with "

@@ -16,6 +16,7 @@ use rankwatch_core::prefix::peel;
 use rankwatch_core::records::{DecoderConfig, RecordDecoder};
 use rankwatch_core::{Catalog, Config, Engine, FileInput, StreamHints};
 use serde_json::{json, Value};
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
@@ -37,6 +38,14 @@ type FedFiles = (
     u64,
     Vec<(usize, &'static str, String)>,
     [(&'static str, f64); 4],
+);
+
+/// What `Engine.feed_consumer_records` returns: (index, reason) of each rejected record, the
+/// distinct record keys, and the distinct job-header values of the records that have headers.
+type FedConsumerRecords<'py> = (
+    Vec<(usize, &'static str)>,
+    Vec<Option<Bound<'py, PyBytes>>>,
+    Vec<Option<Bound<'py, PyBytes>>>,
 );
 
 /// Counts the bytes `Engine.feed_files` has fed so far; another thread may read it while the
@@ -323,7 +332,19 @@ struct RecordFields<'py> {
     value: Option<Bound<'py, PyBytes>>,
     key: Option<Bound<'py, PyBytes>>,
     header: Option<Bound<'py, PyBytes>>,
+    has_headers: bool,
     timestamp: Option<i64>,
+}
+
+/// The distinct values, in order of first appearance (the same objects, not copies).
+fn distinct<'a, 'py: 'a>(
+    values: impl Iterator<Item = Option<&'a Bound<'py, PyBytes>>>,
+) -> Vec<Option<Bound<'py, PyBytes>>> {
+    let mut seen: HashSet<Option<&[u8]>> = HashSet::new();
+    values
+        .filter(|v| seen.insert(v.map(|b| b.as_bytes())))
+        .map(|v| v.cloned())
+        .collect()
 }
 
 fn opt_bytes<'py>(v: Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyBytes>>> {
@@ -339,7 +360,8 @@ impl<'py> RecordFields<'py> {
         let py = r.py();
         let headers = r.getattr(intern!(py, "headers"))?;
         let mut header = None;
-        if headers.is_truthy()? {
+        let has_headers = headers.is_truthy()?;
+        if has_headers {
             for h in headers.try_iter()? {
                 let (name, value): (Bound<'py, PyAny>, Bound<'py, PyAny>) = h?.extract()?;
                 if name.eq(job_header)? {
@@ -352,6 +374,7 @@ impl<'py> RecordFields<'py> {
             value: opt_bytes(r.getattr(intern!(py, "value"))?)?,
             key: opt_bytes(r.getattr(intern!(py, "key"))?)?,
             header,
+            has_headers,
             timestamp: r.getattr(intern!(py, "timestamp"))?.extract()?,
         })
     }
@@ -510,18 +533,21 @@ impl PyEngine {
         (report.bytes, problems, timing)
     }
 
-    /// Decodes and feeds a partition batch of aiokafka `ConsumerRecord`s in one call: value
+    /// Decodes and feeds a partition batch of aiokafka records (`ConsumerRecord`s or the parsed
+    /// records they wrap: anything with these attributes) in one call: value
     /// (None is empty), key, broker timestamp and the first header named `job_header` are
     /// read from each record here, so that no per-record lists are built in Python. Returns
-    /// (index, reason) for each rejected record.
-    fn feed_consumer_records(
+    /// (index, reason) for each rejected record, the distinct keys and the distinct job-header
+    /// values (None for a record with headers but not that one; records without headers are
+    /// left out), so that the caller never walks the records itself.
+    fn feed_consumer_records<'py>(
         &mut self,
-        py: Python<'_>,
+        py: Python<'py>,
         decoder: &PyDecoder,
         origin: &str,
-        records: &Bound<'_, PyList>,
+        records: &Bound<'py, PyList>,
         job_header: &str,
-    ) -> PyResult<Vec<(usize, &'static str)>> {
+    ) -> PyResult<FedConsumerRecords<'py>> {
         let fields: Vec<RecordFields<'_>> = records
             .iter()
             .map(|r| RecordFields::read(&r, job_header))
@@ -529,7 +555,15 @@ impl PyEngine {
         let raw: Vec<RawRecord<'_>> = fields.iter().map(RecordFields::raw).collect();
         let engine = &mut self.inner;
         let cfg = &decoder.inner;
-        Ok(py.detach(|| engine.feed_records(cfg, origin, &raw)))
+        let rejected = py.detach(|| engine.feed_records(cfg, origin, &raw));
+        let keys = distinct(fields.iter().map(|f| f.key.as_ref()));
+        let headers = distinct(
+            fields
+                .iter()
+                .filter(|f| f.has_headers)
+                .map(|f| f.header.as_ref()),
+        );
+        Ok((rejected, keys, headers))
     }
 
     fn close_stream(&mut self, py: Python<'_>, stream: u64) {
