@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import orjson
+from aiokafka.structs import ConsumerRecord
 
 from rankwatch import Catalog, Engine, EngineConfig
 from rankwatch.daemon.engine_worker import EngineWorker
@@ -116,8 +117,11 @@ def test_the_worker_forgets_jobs_the_engine_released() -> None:
             await worker.poll(1_000)
             for i in range(20):
                 values = records(f"job-{i}", range(4), cause_rank=2)
-                n = len(values)
-                await worker.feed(Decoder(), "in/0", values, [None] * n, [None] * n, [1_000] * n)
+                batch = [
+                    ConsumerRecord("in", 0, n, 1_000, 0, None, v, None, -1, len(v), ())
+                    for n, v in enumerate(values)
+                ]
+                await worker.submit_feed_many([(Decoder(), "in/0", batch, "")])
             assert len({d["id"] for d in await worker.poll(100_000)}) == 20
             await worker.poll(200_000)  # quiet for 100 s: released
             stats = await worker.stats()
