@@ -54,10 +54,12 @@ def incident_of(diagnosis: Mapping[str, Any], first_seen_ms: int) -> Incident | 
 
 
 class FleetLedger:
-    """The latest version of every incident, keyed by diagnosis id, with its first-seen time."""
+    """The latest version of every incident, keyed by diagnosis id, with its first-seen time
+    (at most `max_incidents`, the first seen going first)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_incidents: int | None = None) -> None:
         self._by_id: dict[str, Incident] = {}
+        self.max_incidents = max_incidents
 
     def add(self, diagnosis: Mapping[str, Any], seen_ms: int) -> Incident | None:
         """Records a (new or updated) diagnosis; returns the incident when its id is new."""
@@ -68,6 +70,9 @@ class FleetLedger:
         if old is not None:
             inc = Incident(**{**inc.__dict__, "first_seen_ms": old.first_seen_ms})
         self._by_id[inc.id] = inc
+        if self.max_incidents is not None:
+            while len(self._by_id) > self.max_incidents:
+                del self._by_id[next(iter(self._by_id))]
         return inc if old is None else None
 
     def since(self, since_ms: int | None) -> list[Incident]:

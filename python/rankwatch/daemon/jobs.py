@@ -47,13 +47,20 @@ def partition_of_origin(origin: str) -> TopicPartition | None:
 
 
 class JobMap:
-    def __init__(self) -> None:
+    def __init__(self, max_jobs: int | None = None) -> None:
         self.partitions: dict[str, set[TopicPartition]] = {}
-        self.last_seen: dict[str, float] = {}
+        self.last_seen: dict[str, float] = {}  # least recently seen first
+        self.max_jobs = max_jobs
 
     def _add(self, job: str, tp: TopicPartition, now: float) -> None:
         self.partitions.setdefault(job, set()).add(tp)
+        self.last_seen.pop(job, None)
         self.last_seen[job] = now
+        if self.max_jobs is not None:
+            while len(self.last_seen) > self.max_jobs:
+                oldest = next(iter(self.last_seen))
+                del self.last_seen[oldest]
+                self.partitions.pop(oldest, None)
 
     def note(
         self,

@@ -85,9 +85,11 @@ class BoundedLabel:
 class FleetMetrics:
     """Incidents by signature/subsystem and root-cause host, and suspect hosts in a window."""
 
-    def __init__(self, r: CollectorRegistry, window_s: float) -> None:
+    def __init__(
+        self, r: CollectorRegistry, window_s: float, max_incidents: int | None = None
+    ) -> None:
         self.window_s = window_s
-        self.ledger = FleetLedger()
+        self.ledger = FleetLedger(max_incidents)
         self.host_label = BoundedLabel(MAX_HOST_SERIES)
         self.incidents = Counter(
             "rankwatch_incidents",
@@ -162,13 +164,17 @@ class FleetMetrics:
 
 class DaemonMetrics:
     def __init__(
-        self, reject_reasons: Sequence[str], version: str, suspect_window_s: float = 86_400.0
+        self,
+        reject_reasons: Sequence[str],
+        version: str,
+        suspect_window_s: float = 86_400.0,
+        max_incidents: int | None = None,
     ) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         Info("rankwatch_build", "build information", registry=r).info({"version": version})
         self.engine_totals = _EngineTotals()
         r.register(self.engine_totals)
-        self.fleet = FleetMetrics(r, suspect_window_s)
+        self.fleet = FleetMetrics(r, suspect_window_s, max_incidents)
         self.kafka_up = Gauge(
             "rankwatch_kafka_up", "1 when the last broker metadata request succeeded", registry=r
         )

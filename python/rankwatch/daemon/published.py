@@ -48,9 +48,10 @@ class Entry:
 class PublishedIndex:
     """Decides, for each diagnosis the engine emits, whether it must be published."""
 
-    def __init__(self, horizon_ms: int, retain_s: float) -> None:
+    def __init__(self, horizon_ms: int, retain_s: float, max_entries: int | None = None) -> None:
         self.horizon_ms = horizon_ms
         self.retain_s = retain_s
+        self.max_entries = max_entries
         self.entries: dict[str, Entry] = {}
         self.by_job: dict[str, set[str]] = {}
         self.shadowed: set[str] = set()
@@ -75,10 +76,14 @@ class PublishedIndex:
     def remember(self, diagnosis: dict[str, Any], chash: str | None = None) -> None:
         did = str(diagnosis["id"])
         job = str(diagnosis.get("job", ""))
+        self._forget(did)  # re-inserted last: the entries stay oldest first
         self.entries[did] = Entry(
             chash or content_hash(diagnosis), job, incident_start_ms(diagnosis), time.time()
         )
         self.by_job.setdefault(job, set()).add(did)
+        if self.max_entries is not None:
+            while len(self.entries) > self.max_entries:
+                self._forget(next(iter(self.entries)))
 
     def decide(self, diagnosis: dict[str, Any], replaying: bool) -> tuple[str | None, str]:
         """(skip reason or None to publish, content hash).
@@ -117,10 +122,15 @@ class PublishedIndex:
         cutoff = time.time() - self.retain_s
         old = [k for k, e in self.entries.items() if e.seen_s < cutoff]
         for k in old:
-            e = self.entries.pop(k)
-            ids = self.by_job.get(e.job)
-            if ids is not None:
-                ids.discard(k)
-                if not ids:
-                    del self.by_job[e.job]
+            self._forget(k)
         return len(old)
+
+    def _forget(self, diagnosis_id: str) -> None:
+        e = self.entries.pop(diagnosis_id, None)
+        if e is None:
+            return
+        ids = self.by_job.get(e.job)
+        if ids is not None:
+            ids.discard(diagnosis_id)
+            if not ids:
+                del self.by_job[e.job]

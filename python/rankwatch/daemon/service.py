@@ -26,6 +26,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from rankwatch import __version__
 from rankwatch.catalog_loader import Catalog
 from rankwatch.daemon import kafka_clients
+from rankwatch.daemon.bounds import max_entries
 from rankwatch.daemon.config import DaemonConfig, load_catalog
 from rankwatch.daemon.engine_worker import EngineWorker
 from rankwatch.daemon.feeding import PartitionBatch, prepare
@@ -92,7 +93,10 @@ class Daemon:
         for topic, analysed in zip(cfg.input_topics(), cfg.analysis_topics(), strict=True):
             tc = cfg.topic_config(topic)
             self.decoders[analysed] = (tc.decoder(), tc.job_header)
-        self.metrics = DaemonMetrics(REJECT_REASONS, __version__, cfg.suspect_window_ms / 1000)
+        entries = max_entries(cfg.memory_budget_bytes)
+        self.metrics = DaemonMetrics(
+            REJECT_REASONS, __version__, cfg.suspect_window_ms / 1000, entries
+        )
         self.repartitioner: Repartitioner | None = None
         self._repartition_task: asyncio.Task[None] | None = None
         if cfg.repartitioned_topics():
@@ -106,8 +110,8 @@ class Daemon:
         self._fetched_end: dict[TopicPartition, int] = {}
         self.metrics.memory_budget.set(cfg.memory_budget_bytes)
         retain_s = 2 * cfg.replay_window_ms / 1000 + 3600
-        self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s)
-        self.jobmap = JobMap()
+        self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s, entries)
+        self.jobmap = JobMap(entries)
         self.http = HttpServer(self.metrics.registry, self.health, self.readiness)
         self.notifier = Notifier()
         self.kafka_up = False
