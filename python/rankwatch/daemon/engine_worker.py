@@ -26,6 +26,8 @@ class EngineWorker:
         # (origin, jobs) for jobs that first appeared in a batch fed from that origin; records
         # of one job share a partition, so this maps jobs whose identity lives in the value
         self._new_jobs: list[tuple[str, list[str]]] = []
+        # jobs the engine held at the last `stats()` (their bookkeeping is never trimmed)
+        self.held_jobs: frozenset[str] = frozenset()
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         loop = asyncio.get_running_loop()
@@ -66,6 +68,7 @@ class EngineWorker:
         """Engine statistics; also forgets the diagnosed ids of jobs the engine released or
         evicted, so that this map stays as small as the engine's state."""
         stats, held = await self._call(self._stats_and_jobs)
+        self.held_jobs = frozenset(held)
         self._diagnosed = {job: ids for job, ids in self._diagnosed.items() if job in held}
         return stats
 

@@ -8,16 +8,18 @@ jobs inside the window."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
+
+from rankwatch.daemon.bounds import oldest_not_kept
 
 SUSPECT_MIN_JOBS = 2
 UNCLASSIFIED = "unclassified"
 UNKNOWN_SUBSYSTEM = "unknown"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Incident:
     id: str
     job: str
@@ -55,11 +57,10 @@ def incident_of(diagnosis: Mapping[str, Any], first_seen_ms: int) -> Incident | 
 
 class FleetLedger:
     """The latest version of every incident, keyed by diagnosis id, with its first-seen time
-    (at most `max_incidents`, the first seen going first)."""
+    (first seen first)."""
 
-    def __init__(self, max_incidents: int | None = None) -> None:
+    def __init__(self) -> None:
         self._by_id: dict[str, Incident] = {}
-        self.max_incidents = max_incidents
 
     def add(self, diagnosis: Mapping[str, Any], seen_ms: int) -> Incident | None:
         """Records a (new or updated) diagnosis; returns the incident when its id is new."""
@@ -68,11 +69,8 @@ class FleetLedger:
             return None
         old = self._by_id.get(inc.id)
         if old is not None:
-            inc = Incident(**{**inc.__dict__, "first_seen_ms": old.first_seen_ms})
+            inc = replace(inc, first_seen_ms=old.first_seen_ms)
         self._by_id[inc.id] = inc
-        if self.max_incidents is not None:
-            while len(self._by_id) > self.max_incidents:
-                del self._by_id[next(iter(self._by_id))]
         return inc if old is None else None
 
     def since(self, since_ms: int | None) -> list[Incident]:
@@ -83,6 +81,18 @@ class FleetLedger:
         for k in old:
             del self._by_id[k]
         return len(old)
+
+    def trim(self, max_incidents: int, keep: Callable[[str], bool]) -> int:
+        """Forgets the first-seen incidents past `max_incidents`, never one of a job `keep`
+        names (a job the engine holds: its next version would be counted as a new incident).
+        Returns how many were forgotten."""
+        excess = len(self._by_id) - max_incidents
+        if excess <= 0:
+            return 0
+        gone = oldest_not_kept(((did, inc.job) for did, inc in self._by_id.items()), excess, keep)
+        for did in gone:
+            del self._by_id[did]
+        return len(gone)
 
     def __len__(self) -> int:
         return len(self._by_id)

@@ -7,10 +7,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from rankwatch.daemon.bounds import oldest_not_kept
 
 # Fields that change without the diagnosis changing. None today: `status` going from open to
 # final is news to every consumer (a settled diagnosis), so it is content.
@@ -37,7 +40,7 @@ def incident_start_ms(diagnosis: dict[str, Any]) -> int | None:
         return None
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     hash: str
     job: str
@@ -48,10 +51,9 @@ class Entry:
 class PublishedIndex:
     """Decides, for each diagnosis the engine emits, whether it must be published."""
 
-    def __init__(self, horizon_ms: int, retain_s: float, max_entries: int | None = None) -> None:
+    def __init__(self, horizon_ms: int, retain_s: float) -> None:
         self.horizon_ms = horizon_ms
         self.retain_s = retain_s
-        self.max_entries = max_entries
         self.entries: dict[str, Entry] = {}
         self.by_job: dict[str, set[str]] = {}
         self.shadowed: set[str] = set()
@@ -81,9 +83,6 @@ class PublishedIndex:
             chash or content_hash(diagnosis), job, incident_start_ms(diagnosis), time.time()
         )
         self.by_job.setdefault(job, set()).add(did)
-        if self.max_entries is not None:
-            while len(self.entries) > self.max_entries:
-                self._forget(next(iter(self.entries)))
 
     def decide(self, diagnosis: dict[str, Any], replaying: bool) -> tuple[str | None, str]:
         """(skip reason or None to publish, content hash).
@@ -124,6 +123,18 @@ class PublishedIndex:
         for k in old:
             self._forget(k)
         return len(old)
+
+    def trim(self, max_entries: int, keep: Callable[[str], bool]) -> int:
+        """Forgets the oldest entries past `max_entries`, never one whose job `keep` names
+        (a job the engine still holds: forgetting its entry would publish its next version
+        as new, or again in a replay). Returns how many were forgotten."""
+        excess = len(self.entries) - max_entries
+        if excess <= 0:
+            return 0
+        gone = oldest_not_kept(((did, e.job) for did, e in self.entries.items()), excess, keep)
+        for did in gone:
+            self._forget(did)
+        return len(gone)
 
     def _forget(self, diagnosis_id: str) -> None:
         e = self.entries.pop(diagnosis_id, None)

@@ -93,10 +93,7 @@ class Daemon:
         for topic, analysed in zip(cfg.input_topics(), cfg.analysis_topics(), strict=True):
             tc = cfg.topic_config(topic)
             self.decoders[analysed] = (tc.decoder(), tc.job_header)
-        entries = max_entries(cfg.memory_budget_bytes)
-        self.metrics = DaemonMetrics(
-            REJECT_REASONS, __version__, cfg.suspect_window_ms / 1000, entries
-        )
+        self.metrics = DaemonMetrics(REJECT_REASONS, __version__, cfg.suspect_window_ms / 1000)
         self.repartitioner: Repartitioner | None = None
         self._repartition_task: asyncio.Task[None] | None = None
         if cfg.repartitioned_topics():
@@ -110,8 +107,9 @@ class Daemon:
         self._fetched_end: dict[TopicPartition, int] = {}
         self.metrics.memory_budget.set(cfg.memory_budget_bytes)
         retain_s = 2 * cfg.replay_window_ms / 1000 + 3600
-        self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s, entries)
-        self.jobmap = JobMap(entries)
+        self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s)
+        self.jobmap = JobMap()
+        self.max_entries = max_entries(cfg.memory_budget_bytes)  # per bookkeeping structure
         self.http = HttpServer(self.metrics.registry, self.health, self.readiness)
         self.notifier = Notifier()
         self.kafka_up = False
@@ -539,6 +537,7 @@ class Daemon:
             self.metrics.unacknowledged.set(self.publisher.unacknowledged)
         self.metrics.held.set(len(self.outbox.held))
         self.metrics.loops.inc()
+        self._bound_bookkeeping()
         mono = time.monotonic()
         if mono - self.last_fleet_sync >= FLEET_SYNC_S and self.tail is not None:
             self.last_fleet_sync = mono
@@ -550,6 +549,16 @@ class Daemon:
             self.last_housekeeping = mono
             self.index.prune()
             self.jobmap.prune(2 * self.cfg.replay_window_ms / 1000 + 3600)
+
+    def _bound_bookkeeping(self) -> None:
+        """Bounds the per-job and per-diagnosis bookkeeping by count (bounds.py), sparing the
+        jobs the engine holds, and the published index while a replay may still need it."""
+        keep = self.engine.held_jobs.__contains__
+        if not self.pos.replaying(self.pos.owned):
+            self.index.trim(self.max_entries, keep)
+        self.jobmap.trim(self.max_entries, keep)
+        self.metrics.fleet.ledger.trim(self.max_entries, keep)
+        self.metrics.fleet.catch_up()
 
     async def _read_output(
         self,
