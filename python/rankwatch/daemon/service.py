@@ -497,9 +497,8 @@ class Daemon:
         return self.pos.replaying(self.jobmap.partitions_of(job))
 
     async def _poll_and_publish(self) -> None:
-        diagnoses = await self.engine.poll(now_ms())
-        if diagnoses:
-            await self.outbox.offer(diagnoses, self._replaying)
+        diagnoses = await self.engine.poll_lazily(now_ms())
+        await self.outbox.offer(diagnoses, self._replaying)
 
     async def _checkpoint(self) -> None:
         """Waits for every publish to be acknowledged, then commits the offsets of what was
