@@ -1,7 +1,9 @@
 """Bounded fuzzing of the Python surface (Hypothesis): the Engine's feed and feed_records, and
 `rankwatch analyze` on generated file trees, never raise; the hand-made corpus in
 tests/data/fuzz/ is replayed through the same paths. Example counts are small for CI; multiply
-them with RANKWATCH_FUZZ_SCALE=50 for a longer local run."""
+them with RANKWATCH_FUZZ_SCALE=50 for a longer local run. CI sets RANKWATCH_FUZZ_FIXED=1 (as
+scripts/test.sh does) so that its run tries the same inputs every time; a local run without it
+draws new ones."""
 
 from __future__ import annotations
 
@@ -50,11 +52,13 @@ FRAGMENTS = [
     "\r",
 ]
 SCALE = int(os.environ.get("RANKWATCH_FUZZ_SCALE", "1"))
+FIXED = os.environ.get("RANKWATCH_FUZZ_FIXED") == "1"
 
 
 def bounded(examples: int) -> settings:
     return settings(
         max_examples=examples * SCALE,
+        derandomize=FIXED,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )

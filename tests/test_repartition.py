@@ -24,6 +24,7 @@ import orjson
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from prometheus_client import CollectorRegistry
 
 from daemon_fixtures import (
     ROOT,
@@ -34,10 +35,11 @@ from daemon_fixtures import (
     read_topic,
     wait_for,
     wait_settled,
+    write_config,
 )
 from rankwatch import Catalog
 from rankwatch.daemon.config import ConfigError, load_config
-from rankwatch.daemon.repartition import SOURCE_HEADER, CopyFilter, partition_for
+from rankwatch.daemon.repartition import SOURCE_HEADER, CopyFilter, Repartitioner, partition_for
 from rankwatch.daemon.replay import BatchSender, canonical_record, interleave, new_producer
 from rankwatch.engine import Decoder
 from rankwatch.local import discover
@@ -330,6 +332,66 @@ def test_sigkill_of_the_repartitioning_member_loses_and_duplicates_nothing(
     print(f"records forwarded twice after the kill: {twice}; second copies dropped: {dropped}")
     for d in (a, b):
         assert d.stop() == 0
+
+
+def test_a_batch_fetched_across_a_rebalance_is_forwarded(
+    tmp_path: Path, daemon_kafka: str, fresh_topics: Callable[..., str]
+) -> None:
+    """The group rebalances while every fetch waits and this member keeps its partition, the
+    new assignment having fetched the batch already (its position is past it). Dropping such
+    a batch to "read it again from the committed offsets" lost it: one batch per rebalance."""
+    logs = fresh_topics("logs", 1)
+    values = [
+        orjson.dumps({"job": f"j{i % 3}", "rank": i % 8, "line": f"l {i}"}) for i in range(500)
+    ]
+    produce_unkeyed(daemon_kafka, logs, values)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "stage.toml"
+    settings_ = {**settings(logs, "unused", group), "bootstrap_servers": daemon_kafka}
+    write_config(
+        path,
+        {
+            **settings_,
+            "max_batch_records": 100,
+            "initial_offset": "earliest",
+            "poll_interval_ms": 100,
+        },
+        {logs: UNKEYED},
+    )
+    asyncio.run(forward_with_a_rebalance_in_every_fetch(load_config(path, environ={}), logs))
+
+    internal = f"{group}-repartition-{logs}"
+    copies = copies_by_source(daemon_kafka, internal)
+    assert not_copied(daemon_kafka, logs, copies) == []
+    assert sum(copies.values()) == len(values)  # nothing sent twice either
+
+
+async def forward_with_a_rebalance_in_every_fetch(cfg: Any, logs: str) -> None:
+    decoders = {t: cfg.topic_config(t).decoder() for t in cfg.repartitioned_topics()}
+    stage = Repartitioner(cfg, CollectorRegistry(), decoders)
+    await stage.start()
+    fetch = stage.consumer.getmany
+
+    async def fetch_across_a_rebalance(*args: Any, **kwargs: Any) -> Any:
+        batch = await fetch(*args, **kwargs)
+        if batch:  # the callbacks of a rebalance that left this member its partitions
+            kept = set(stage.consumer.assignment())
+            await stage.on_revoked(kept)
+            await stage.on_assigned(kept)
+        return batch
+
+    stage.consumer.getmany = fetch_across_a_rebalance
+    task = asyncio.create_task(stage.run())
+    tp = TopicPartition(logs, 0)
+    try:
+        for _ in range(600):
+            if task.done() or await stage.consumer.committed(tp) == 500:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        stage.stop()
+        await task
+        await stage.close()
 
 
 def test_keyed_input_does_not_create_a_repartition_topic(

@@ -243,15 +243,15 @@ impl<'c> RecordDecoder<'c> {
             _ => {
                 // The whole value is checked for UTF-8 once (the parser does not check the
                 // strings it skips); whatever fails is left to the full parse, which names
-                // the reason.
+                // the reason. So is a value that is not an object: the fast path stops at its
+                // first byte, and the rest may be bad JSON (a number out of range, say).
                 let Ok(text) = std::str::from_utf8(value) else {
                     return decode_value(cfg, value, env);
                 };
                 let mut fields: [Scalar<'a>; SLOTS] = Default::default();
                 match self.paths.extract(text, &mut fields) {
                     Ok(true) => json_record(cfg, fields, env),
-                    Ok(false) => Err("not_an_object"),
-                    Err(_) => decode_value(cfg, value, env),
+                    Ok(false) | Err(_) => decode_value(cfg, value, env),
                 }
             }
         }
@@ -505,6 +505,10 @@ mod tests {
         let c = DecoderConfig::preset(Format::Canonical);
         assert_eq!(decode(&c, b"{nope", Some(b"j"), None), Err("bad_json"));
         assert_eq!(decode(&c, b"[1]", Some(b"j"), None), Err("not_an_object"));
+        // not an object, and not JSON either: a number beyond f64's range
+        assert_eq!(decode(&c, b"[1E400]", Some(b"j"), None), Err("bad_json"));
+        let big = br#"{"job":"j","line":"x","z":1E400}"#;
+        assert_eq!(decode(&c, big, None, None).map(|d| d.text), Ok("x".into()));
         assert_eq!(decode(&c, br#"{"job":"j"}"#, None, None), Err("no_line"));
         let mut small = c.clone();
         small.max_record_bytes = 4;
