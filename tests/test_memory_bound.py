@@ -130,3 +130,48 @@ def test_the_worker_forgets_jobs_the_engine_released() -> None:
             worker.close()
 
     assert asyncio.run(run()) == 0
+
+
+def test_a_burst_of_diagnoses_is_decoded_one_at_a_time() -> None:
+    """Thousands of jobs diagnosed in one poll (a backlog read in a burst) were decoded into
+    Python objects all at once, about five times their JSON: the daemon's RSS peaked at 3-4x a
+    50 MiB budget with the engine well inside it. `poll_lazily` holds the burst as JSON and
+    decodes a diagnosis when it is reached. Measured with tracemalloc (exact allocation sizes,
+    no timing): the lazy peak is a small fraction of decoding the same burst at once."""
+    import tracemalloc
+
+    def burst() -> EngineWorker:
+        worker = EngineWorker(Engine(Catalog(), EngineConfig(release_quiet_ms=600_000)))
+        asyncio.run(worker.poll(1_000))
+        values = [v for i in range(300) for v in records(f"job-{i}", range(4), cause_rank=2)]
+        batch = [
+            ConsumerRecord("in", 0, o, 1_000, 0, None, v, None, -1, len(v), ())
+            for o, v in enumerate(values)
+        ]
+
+        async def feed_all() -> None:
+            await worker.submit_feed_many([(Decoder(), "in/0", batch, "")])
+
+        asyncio.run(feed_all())
+        return worker
+
+    async def eager(worker: EngineWorker) -> int:
+        return len({str(d["id"]) for d in await worker.poll(30_000)})
+
+    async def lazy(worker: EngineWorker) -> int:
+        return len({str(d["id"]) for d in await worker.poll_lazily(30_000)})
+
+    peaks = []
+    for consume in (eager, lazy):
+        worker = burst()
+        try:
+            tracemalloc.start()
+            n = asyncio.run(consume(worker))
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+        finally:
+            worker.close()
+        assert n == 300
+        assert worker.diagnosed_count() == 300
+    eager_peak, lazy_peak = peaks
+    assert lazy_peak < eager_peak / 3, peaks

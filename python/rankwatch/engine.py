@@ -199,6 +199,10 @@ class Engine:
         result: list[Diagnosis] = orjson.loads(self._core.poll(now_ms))
         return result
 
+    def poll_encoded(self, now_ms: int) -> list[bytes]:
+        """`poll`, each diagnosis as its own JSON document, to decode one at a time."""
+        return self._core.poll_each(now_ms)
+
     def finish(self) -> list[Diagnosis]:
         """Ends the input and returns a diagnosis for every incident, most likely first."""
         result: list[Diagnosis] = orjson.loads(self._core.finish())

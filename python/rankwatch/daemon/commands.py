@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from rankwatch.daemon.allocator import limit_arenas
 from rankwatch.daemon.config import (
     BOOL,
     CHOICE,
@@ -104,6 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     setup_logging(cfg.log_level)
     logging.getLogger("rankwatch.daemon").debug("config: %s", cfg.describe())
     tune_gc()
+    limit_arenas()  # before the engine and event-loop threads allocate
     try:
         asyncio.run(run(Daemon(cfg, catalog)))
     except DaemonError as e:

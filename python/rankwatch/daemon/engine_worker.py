@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+
+import orjson
 
 from rankwatch.daemon.feeding import FeedArgs
 from rankwatch.engine import Diagnosis, Engine, FedRecords
@@ -26,6 +28,8 @@ class EngineWorker:
         # (origin, jobs) for jobs that first appeared in a batch fed from that origin; records
         # of one job share a partition, so this maps jobs whose identity lives in the value
         self._new_jobs: list[tuple[str, list[str]]] = []
+        # jobs the engine held at the last `stats()` (their bookkeeping is never trimmed)
+        self.held_jobs: frozenset[str] = frozenset()
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         loop = asyncio.get_running_loop()
@@ -57,13 +61,31 @@ class EngineWorker:
     async def poll(self, now_ms: int) -> list[Diagnosis]:
         diagnoses = await self._call(self.engine.poll, now_ms)
         for d in diagnoses:
-            self._diagnosed.setdefault(str(d.get("job", "")), set()).add(str(d["id"]))
+            self.note_diagnosed(d)
         return diagnoses
+
+    async def poll_lazily(self, now_ms: int) -> Iterator[Diagnosis]:
+        """`poll`, decoding each diagnosis only when the iterator reaches it: a burst of
+        thousands of jobs diagnosed at once is held as JSON, not as Python objects (about
+        five times larger)."""
+        encoded = await self._call(self.engine.poll_encoded, now_ms)
+        encoded.reverse()
+        return self._decode(encoded)
+
+    def _decode(self, encoded: list[bytes]) -> Iterator[Diagnosis]:
+        while encoded:
+            d: Diagnosis = orjson.loads(encoded.pop())
+            self.note_diagnosed(d)
+            yield d
+
+    def note_diagnosed(self, d: Diagnosis) -> None:
+        self._diagnosed.setdefault(str(d.get("job", "")), set()).add(str(d["id"]))
 
     async def stats(self) -> dict[str, Any]:
         """Engine statistics; also forgets the diagnosed ids of jobs the engine released or
         evicted, so that this map stays as small as the engine's state."""
         stats, held = await self._call(self._stats_and_jobs)
+        self.held_jobs = frozenset(held)
         self._diagnosed = {job: ids for job, ids in self._diagnosed.items() if job in held}
         return stats
 

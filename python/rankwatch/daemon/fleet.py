@@ -8,16 +8,18 @@ jobs inside the window."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
+
+from rankwatch.daemon.bounds import oldest_not_kept
 
 SUSPECT_MIN_JOBS = 2
 UNCLASSIFIED = "unclassified"
 UNKNOWN_SUBSYSTEM = "unknown"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Incident:
     id: str
     job: str
@@ -54,7 +56,8 @@ def incident_of(diagnosis: Mapping[str, Any], first_seen_ms: int) -> Incident | 
 
 
 class FleetLedger:
-    """The latest version of every incident, keyed by diagnosis id, with its first-seen time."""
+    """The latest version of every incident, keyed by diagnosis id, with its first-seen time
+    (first seen first)."""
 
     def __init__(self) -> None:
         self._by_id: dict[str, Incident] = {}
@@ -66,7 +69,7 @@ class FleetLedger:
             return None
         old = self._by_id.get(inc.id)
         if old is not None:
-            inc = Incident(**{**inc.__dict__, "first_seen_ms": old.first_seen_ms})
+            inc = replace(inc, first_seen_ms=old.first_seen_ms)
         self._by_id[inc.id] = inc
         return inc if old is None else None
 
@@ -78,6 +81,18 @@ class FleetLedger:
         for k in old:
             del self._by_id[k]
         return len(old)
+
+    def trim(self, max_incidents: int, keep: Callable[[str], bool]) -> int:
+        """Forgets the first-seen incidents past `max_incidents`, never one of a job `keep`
+        names (a job the engine holds: its next version would be counted as a new incident).
+        Returns how many were forgotten."""
+        excess = len(self._by_id) - max_incidents
+        if excess <= 0:
+            return 0
+        gone = oldest_not_kept(((did, inc.job) for did, inc in self._by_id.items()), excess, keep)
+        for did in gone:
+            del self._by_id[did]
+        return len(gone)
 
     def __len__(self) -> int:
         return len(self._by_id)

@@ -9,10 +9,12 @@ batch, and the job and origin of every diagnosis."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from aiokafka import TopicPartition
+
+from rankwatch.daemon.bounds import oldest_not_kept
 
 
 def job_of_key(key: bytes, key_format: str = "job") -> str | None:
@@ -49,10 +51,11 @@ def partition_of_origin(origin: str) -> TopicPartition | None:
 class JobMap:
     def __init__(self) -> None:
         self.partitions: dict[str, set[TopicPartition]] = {}
-        self.last_seen: dict[str, float] = {}
+        self.last_seen: dict[str, float] = {}  # least recently seen first
 
     def _add(self, job: str, tp: TopicPartition, now: float) -> None:
         self.partitions.setdefault(job, set()).add(tp)
+        self.last_seen.pop(job, None)
         self.last_seen[job] = now
 
     def note(
@@ -96,6 +99,19 @@ class JobMap:
         for tps in self.partitions.values():
             tps -= lost
         return gone
+
+    def trim(self, max_jobs: int, keep: Callable[[str], bool]) -> int:
+        """Forgets the least recently seen jobs past `max_jobs`, never one `keep` names (a
+        job the engine holds: without its partitions it would survive a revoke in the engine
+        and count as not replaying). Returns how many were forgotten."""
+        excess = len(self.last_seen) - max_jobs
+        if excess <= 0:
+            return 0
+        gone = oldest_not_kept(((job, job) for job in self.last_seen), excess, keep)
+        for job in gone:
+            del self.last_seen[job]
+            self.partitions.pop(job, None)
+        return len(gone)
 
     def prune(self, max_idle_s: float) -> int:
         """Forgets jobs without records for `max_idle_s` (bounded memory for long runs)."""

@@ -88,6 +88,8 @@ class FleetMetrics:
     def __init__(self, r: CollectorRegistry, window_s: float) -> None:
         self.window_s = window_s
         self.ledger = FleetLedger()
+        # the time of the last publish whose suspects are not computed yet (see `published`)
+        self._stale_at: float | None = None
         self.host_label = BoundedLabel(MAX_HOST_SERIES)
         self.incidents = Counter(
             "rankwatch_incidents",
@@ -138,7 +140,13 @@ class FleetMetrics:
         new = self.ledger.add(diagnosis, int(now_s * 1000))
         if new is not None:
             self._count(new)
-        self.refresh(now_s)
+        # the suspect gauges walk the whole ledger: once per loop (`catch_up`), not per publish
+        self._stale_at = now_s
+
+    def catch_up(self) -> None:
+        """Recomputes the suspect gauges if anything was published since they last were."""
+        if self._stale_at is not None:
+            self.refresh(self._stale_at)
 
     def _count(self, inc: Incident) -> None:
         self.incidents.labels(inc.signature, inc.subsystem).inc()
@@ -148,6 +156,7 @@ class FleetMetrics:
     def refresh(self, now_s: float | None = None) -> None:
         """Recomputes the suspect gauges for the window ending now (drops older incidents)."""
         now_s = time.time() if now_s is None else now_s
+        self._stale_at = None
         since_ms = int((now_s - self.window_s) * 1000)
         self.ledger.prune(since_ms)
         found = suspects(self.ledger.since(since_ms))
@@ -162,7 +171,10 @@ class FleetMetrics:
 
 class DaemonMetrics:
     def __init__(
-        self, reject_reasons: Sequence[str], version: str, suspect_window_s: float = 86_400.0
+        self,
+        reject_reasons: Sequence[str],
+        version: str,
+        suspect_window_s: float = 86_400.0,
     ) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         Info("rankwatch_build", "build information", registry=r).info({"version": version})
@@ -294,4 +306,5 @@ class DaemonMetrics:
             self.memory_budget.set(num("memory_budget_bytes"))
 
     def render(self) -> bytes:
+        self.fleet.catch_up()
         return prometheus_client.generate_latest(self.registry)

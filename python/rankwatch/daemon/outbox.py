@@ -9,7 +9,9 @@ see `PublishedIndex.decide`."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+import orjson
 
 from rankwatch.daemon.jobs import JobMap
 from rankwatch.daemon.metrics import DaemonMetrics
@@ -26,9 +28,11 @@ class Outbox:
         self.jobmap = jobmap
         self.metrics = metrics
         self.publisher: Publisher | None = None
-        self.held: dict[str, tuple[Diagnosis, str]] = {}
+        # id -> (the latest version as JSON, its content hash); JSON because a burst can hold
+        # thousands of updates until the checkpoint, and a decoded one is about 5x larger
+        self.held: dict[str, tuple[bytes, str]] = {}
 
-    async def offer(self, diagnoses: list[Diagnosis], replaying: Callable[[str], bool]) -> None:
+    async def offer(self, diagnoses: Iterable[Diagnosis], replaying: Callable[[str], bool]) -> None:
         assert self.publisher is not None
         for full in diagnoses:
             self.jobmap.note_diagnosis(full)
@@ -43,14 +47,14 @@ class Outbox:
                     self.held.pop(did, None)  # back to what was published
                 continue
             if did in self.index:
-                self.held[did] = (d, chash)
+                self.held[did] = (orjson.dumps(d), chash)
             else:
                 await self._send(d, chash, "new")
 
     async def send_held(self) -> None:
         held, self.held = self.held, {}
-        for d, chash in held.values():
-            await self._send(d, chash, "update")
+        for encoded, chash in held.values():
+            await self._send(orjson.loads(encoded), chash, "update")
 
     async def _send(self, d: Diagnosis, chash: str, kind: str) -> None:
         assert self.publisher is not None

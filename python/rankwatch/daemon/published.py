@@ -7,10 +7,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from rankwatch.daemon.bounds import oldest_not_kept
 
 # Fields that change without the diagnosis changing. None today: `status` going from open to
 # final is news to every consumer (a settled diagnosis), so it is content.
@@ -37,7 +40,7 @@ def incident_start_ms(diagnosis: dict[str, Any]) -> int | None:
         return None
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     hash: str
     job: str
@@ -75,6 +78,7 @@ class PublishedIndex:
     def remember(self, diagnosis: dict[str, Any], chash: str | None = None) -> None:
         did = str(diagnosis["id"])
         job = str(diagnosis.get("job", ""))
+        self._forget(did)  # re-inserted last: the entries stay oldest first
         self.entries[did] = Entry(
             chash or content_hash(diagnosis), job, incident_start_ms(diagnosis), time.time()
         )
@@ -117,10 +121,27 @@ class PublishedIndex:
         cutoff = time.time() - self.retain_s
         old = [k for k, e in self.entries.items() if e.seen_s < cutoff]
         for k in old:
-            e = self.entries.pop(k)
-            ids = self.by_job.get(e.job)
-            if ids is not None:
-                ids.discard(k)
-                if not ids:
-                    del self.by_job[e.job]
+            self._forget(k)
         return len(old)
+
+    def trim(self, max_entries: int, keep: Callable[[str], bool]) -> int:
+        """Forgets the oldest entries past `max_entries`, never one whose job `keep` names
+        (a job the engine still holds: forgetting its entry would publish its next version
+        as new, or again in a replay). Returns how many were forgotten."""
+        excess = len(self.entries) - max_entries
+        if excess <= 0:
+            return 0
+        gone = oldest_not_kept(((did, e.job) for did, e in self.entries.items()), excess, keep)
+        for did in gone:
+            self._forget(did)
+        return len(gone)
+
+    def _forget(self, diagnosis_id: str) -> None:
+        e = self.entries.pop(diagnosis_id, None)
+        if e is None:
+            return
+        ids = self.by_job.get(e.job)
+        if ids is not None:
+            ids.discard(diagnosis_id)
+            if not ids:
+                del self.by_job[e.job]

@@ -26,6 +26,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from rankwatch import __version__
 from rankwatch.catalog_loader import Catalog
 from rankwatch.daemon import kafka_clients, rawrecords
+from rankwatch.daemon.bounds import max_entries
 from rankwatch.daemon.config import DaemonConfig, load_catalog
 from rankwatch.daemon.engine_worker import EngineWorker
 from rankwatch.daemon.feeding import PartitionBatch, prepare
@@ -108,6 +109,7 @@ class Daemon:
         retain_s = 2 * cfg.replay_window_ms / 1000 + 3600
         self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s)
         self.jobmap = JobMap()
+        self.max_entries = max_entries(cfg.memory_budget_bytes)  # per bookkeeping structure
         self.http = HttpServer(self.metrics.registry, self.health, self.readiness)
         self.notifier = Notifier()
         self.kafka_up = False
@@ -495,9 +497,8 @@ class Daemon:
         return self.pos.replaying(self.jobmap.partitions_of(job))
 
     async def _poll_and_publish(self) -> None:
-        diagnoses = await self.engine.poll(now_ms())
-        if diagnoses:
-            await self.outbox.offer(diagnoses, self._replaying)
+        diagnoses = await self.engine.poll_lazily(now_ms())
+        await self.outbox.offer(diagnoses, self._replaying)
 
     async def _checkpoint(self) -> None:
         """Waits for every publish to be acknowledged, then commits the offsets of what was
@@ -535,6 +536,7 @@ class Daemon:
             self.metrics.unacknowledged.set(self.publisher.unacknowledged)
         self.metrics.held.set(len(self.outbox.held))
         self.metrics.loops.inc()
+        self._bound_bookkeeping()
         mono = time.monotonic()
         if mono - self.last_fleet_sync >= FLEET_SYNC_S and self.tail is not None:
             self.last_fleet_sync = mono
@@ -546,6 +548,16 @@ class Daemon:
             self.last_housekeeping = mono
             self.index.prune()
             self.jobmap.prune(2 * self.cfg.replay_window_ms / 1000 + 3600)
+
+    def _bound_bookkeeping(self) -> None:
+        """Bounds the per-job and per-diagnosis bookkeeping by count (bounds.py), sparing the
+        jobs the engine holds, and the published index while a replay may still need it."""
+        keep = self.engine.held_jobs.__contains__
+        if not self.pos.replaying(self.pos.owned):
+            self.index.trim(self.max_entries, keep)
+        self.jobmap.trim(self.max_entries, keep)
+        self.metrics.fleet.ledger.trim(self.max_entries, keep)
+        self.metrics.fleet.catch_up()
 
     async def _read_output(
         self,

@@ -578,6 +578,19 @@ impl PyEngine {
         bytes(py, &v)
     }
 
+    /// `poll`, one JSON document per diagnosis: a caller that decodes and drops them one at a
+    /// time never holds a whole burst of diagnoses as Python objects (several times the JSON).
+    fn poll_each(&mut self, py: Python<'_>, now_ms: i64) -> Vec<Py<PyBytes>> {
+        let engine = &mut self.inner;
+        let docs: Vec<String> = py.detach(|| {
+            let ready = engine.poll(now_ms);
+            ready.into_iter().map(|d| d.json.to_string()).collect()
+        });
+        docs.iter()
+            .map(|doc| PyBytes::new(py, doc.as_bytes()).unbind())
+            .collect()
+    }
+
     /// Ends the input: every incident is diagnosed; JSON array.
     fn finish(&mut self, py: Python<'_>) -> Py<PyBytes> {
         let engine = &mut self.inner;
