@@ -154,8 +154,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except ReplayFailed as e:
         return _error(
             f"replay to {args.topic} at {cfg.bootstrap_servers} failed after {e.sent:,} "
-            f"records: {e.cause!r}; the first {e.acknowledged:,} are on the topic: run again "
-            f"with --skip-records {e.acknowledged} to send the rest without duplicates",
+            f"records: {e.cause!r}; the first {e.acknowledged:,} are on the topic, and up to "
+            f"{e.sent - e.acknowledged:,} after them were in flight (the broker may still "
+            f"write them): run again with --skip-records {e.acknowledged} to send the rest "
+            f"(only records that were in flight can arrive twice)",
             EXIT_FAILURE,
         )
     except KafkaError as e:
