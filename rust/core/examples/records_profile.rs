@@ -3,7 +3,10 @@
 //! decoding alone. Prints records/s of each.
 //! `cargo run --release -p rankwatch-core --example records_profile -- CATALOG_DIR RECORDS [ROUNDS] [MODE]`
 //! MODE `decode` or `reference`: only the decoding, by the fast path or by the full parse (for
-//! `perf stat` instruction counts without the engine).
+//! `perf stat` instruction counts without the engine); `feed`: only the engine (for callgrind).
+//! Set `RANKWATCH_CACHE_DIR` to a folder to take the compiled database from the cache instead
+//! of compiling it.
+use rankwatch_core::dbcache::DbCache;
 use rankwatch_core::engine::RawRecord;
 use rankwatch_core::records::{decode_reference, DecoderConfig, Format, RecordDecoder};
 use rankwatch_core::{Catalog, Config, Engine};
@@ -30,7 +33,11 @@ fn catalog(dir: &Path) -> Catalog {
         }
     }
     sources.sort();
-    Catalog::from_sources(&sources).unwrap()
+    let cache = std::env::var("RANKWATCH_CACHE_DIR")
+        .ok()
+        .filter(|d| !d.is_empty())
+        .map(DbCache::at);
+    Catalog::from_sources_cached(&sources, cache.as_ref()).unwrap()
 }
 
 fn main() {
@@ -55,13 +62,15 @@ fn main() {
     let cfg = DecoderConfig::preset(Format::Canonical);
     let rounds: usize = args.get(3).map_or(5, |s| s.parse().unwrap());
     let mode = args.get(4).map_or("", String::as_str);
-    let catalog = (mode.is_empty()).then(|| Arc::new(catalog(Path::new(&args[1]))));
+    let catalog =
+        (mode.is_empty() || mode == "feed").then(|| Arc::new(catalog(Path::new(&args[1]))));
     for _ in 0..rounds {
         let t = Instant::now();
         let decoder = RecordDecoder::new(&cfg);
         let ok = records
             .iter()
             .filter(|(v, k, h, _)| match mode {
+                "feed" => true,
                 "reference" => decode_reference(&cfg, v, *k, *h).is_ok(),
                 _ => decoder.decode(v, *k, *h).is_ok(),
             })

@@ -7,14 +7,14 @@ mod lines;
 
 pub use files::{FileInput, FilesReport};
 
-use lines::{Batch, LineDecoder, LineState, Times};
+use lines::{Batch, LineCounts, LineDecoder, LineState, Times};
 
 use crate::baseline::Baseline;
 use crate::catalog::{Catalog, Role};
 use crate::correlate::{self, Diagnosis};
 use crate::job::{ContextObs, Hit, Incident, Job, SourceKey};
 use crate::memsize;
-use crate::records::{DecoderConfig, RecordDecoder};
+use crate::records::{Decoded, DecoderConfig, RecordDecoder};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -126,6 +126,7 @@ pub struct Engine {
     catalog: Arc<Catalog>,
     decoder: LineDecoder,
     batch: Batch,
+    segment: Segment,
     pub cfg: Config,
     jobs: HashMap<String, Job>,
     streams: HashMap<u64, Stream>,
@@ -173,6 +174,33 @@ fn index_bytes(job: &String, sources: &HashMap<String, u64>) -> usize {
         + sources.keys().map(memsize::string).sum::<usize>()
 }
 
+/// A record of a `feed_records` segment: its index in the call, its stream, where its lines
+/// end in the segment's batch and the line counters up to its end.
+#[derive(Clone, Copy)]
+struct FedRecord {
+    index: usize,
+    stream: u64,
+    lines_end: usize,
+    counts: LineCounts,
+}
+
+/// Records decoded ahead of applying them (see `Engine::feed_records`): their texts one
+/// after another, their lines in one batch. Kept between calls for its buffers.
+#[derive(Default)]
+struct Segment {
+    text: Vec<u8>,
+    batch: Batch,
+    fed: Vec<FedRecord>,
+}
+
+impl Segment {
+    fn clear(&mut self) {
+        self.text.clear();
+        self.batch.clear();
+        self.fed.clear();
+    }
+}
+
 /// A Kafka record as handed over: value, key, job header, broker time in ms.
 pub type RawRecord<'a> = (&'a [u8], Option<&'a [u8]>, Option<&'a [u8]>, Option<i64>);
 
@@ -211,6 +239,7 @@ impl Engine {
             catalog,
             decoder,
             batch: Batch::default(),
+            segment: Segment::default(),
             cfg,
             jobs: HashMap::new(),
             streams: HashMap::new(),
@@ -405,8 +434,15 @@ impl Engine {
     }
 
     /// Decodes and feeds a batch of Kafka records `(value, key, job header, broker time ms)`.
-    /// Returns the index and reason of every record that was rejected. Consecutive records of
-    /// one job are fed without putting the job back in between.
+    /// Returns the index and reason of every record that was rejected.
+    ///
+    /// Records are one line each, mostly, and of many streams interleaved: decoding and
+    /// scanning them one by one would scan one line at a time. So the records are taken a
+    /// segment (about `PIECE_BYTES` of text) at a time: every record of the segment is
+    /// decoded and its lines peeled with its stream's line state into one batch, scanned in
+    /// runs across records, then the lines are applied record by record, in record order,
+    /// switching job only when the job changes. The line stage reads no job state, so the
+    /// result is that of feeding the records one at a time (see `tests::batched_feed`).
     pub fn feed_records(
         &mut self,
         cfg: &DecoderConfig,
@@ -416,6 +452,8 @@ impl Engine {
         let decoder = RecordDecoder::new(cfg);
         let mut rejected = Vec::new();
         let mut current: Option<Job> = None;
+        let mut seg = std::mem::take(&mut self.segment);
+        seg.clear();
         for (i, (value, key, header, broker_ms)) in records.iter().enumerate() {
             self.stats.records += 1;
             let d = match decoder.decode(value, *key, *header) {
@@ -426,39 +464,133 @@ impl Engine {
                     continue;
                 }
             };
-            let id = self.record_stream(origin, &d.job, &d.source, d.rank, d.host.as_deref());
-            let Some(mut st) = self.streams.remove(&id) else {
-                continue;
-            };
-            let mut job = match current.take() {
-                Some(j) if j.name == d.job => j,
-                other => {
-                    if let Some(j) = other {
-                        let name = j.name.clone();
-                        self.jobs.insert(name, j);
-                    }
-                    self.take_job(&d.job)
-                }
-            };
             let t = Times {
                 ingest_ms: *broker_ms,
                 event_ms: d.event_ms,
             };
-            if d.chunked {
-                self.chunk_into(&mut job, &mut st, d.text.as_bytes(), t);
-            } else {
-                self.lines_into(&mut job, &mut st, d.text.as_bytes(), t);
+            if d.text.len() > PIECE_BYTES {
+                // A large record is decoded a piece at a time (`chunk_into`), after the
+                // records before it.
+                self.apply_segment(&mut seg, &mut current, &decoder, origin, records);
+                self.feed_record(&mut current, origin, &d, t);
+                continue;
             }
-            self.settle_stream(&mut st);
-            self.streams.insert(id, st);
-            current = Some(job);
+            let id = self.record_stream(origin, &d.job, &d.source, d.rank, d.host.as_deref());
+            self.decode_record(&mut seg, id, i, &d, t);
+            if seg.text.len() >= PIECE_BYTES {
+                self.apply_segment(&mut seg, &mut current, &decoder, origin, records);
+            }
         }
+        self.apply_segment(&mut seg, &mut current, &decoder, origin, records);
+        self.segment = seg;
         if let Some(j) = current {
             let name = j.name.clone();
             self.jobs.insert(name, j);
         }
         self.settle_total();
         rejected
+    }
+
+    /// Decodes record `index`'s lines (`d`, of stream `id`) into the segment, unscanned yet.
+    fn decode_record(
+        &mut self,
+        seg: &mut Segment,
+        id: u64,
+        index: usize,
+        d: &Decoded<'_>,
+        t: Times,
+    ) {
+        let Some(st) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let start = seg.text.len();
+        seg.text.extend_from_slice(d.text.as_bytes());
+        let range = start..seg.text.len();
+        if d.chunked {
+            self.decoder
+                .chunk_lines_in(&mut st.lines, &seg.text, range, t, &mut seg.batch);
+        } else {
+            self.decoder
+                .whole_lines_in(&mut st.lines, &seg.text, range, t, &mut seg.batch);
+        }
+        seg.fed.push(FedRecord {
+            index,
+            stream: id,
+            lines_end: seg.batch.lines.len(),
+            counts: seg.batch.counts,
+        });
+    }
+
+    /// Scans the segment's lines and applies them record by record. A record whose stream is
+    /// gone (its job was evicted to free memory while the segment was applied) is decoded
+    /// again and fed alone, as it would have been had it come after the eviction.
+    fn apply_segment(
+        &mut self,
+        seg: &mut Segment,
+        current: &mut Option<Job>,
+        decoder: &RecordDecoder<'_>,
+        origin: &str,
+        records: &[RawRecord<'_>],
+    ) {
+        self.decoder.scan_rest(&seg.text, &mut seg.batch);
+        let (mut first, mut counted) = (0, LineCounts::default());
+        for k in 0..seg.fed.len() {
+            let f = seg.fed[k];
+            let lines = first..f.lines_end;
+            let counts = f.counts.since(counted);
+            (first, counted) = (f.lines_end, f.counts);
+            let Some(mut st) = self.streams.remove(&f.stream) else {
+                let (value, key, header, broker_ms) = records[f.index];
+                if let Ok(d) = decoder.decode(value, key, header) {
+                    let t = Times {
+                        ingest_ms: broker_ms,
+                        event_ms: d.event_ms,
+                    };
+                    self.feed_record(current, origin, &d, t);
+                }
+                continue;
+            };
+            self.count_lines(counts);
+            let mut job = self.job_of(current, &st.job);
+            self.apply_lines(&mut job, &mut st, &seg.text, &mut seg.batch, lines);
+            self.settle_stream(&mut st);
+            self.streams.insert(f.stream, st);
+            *current = Some(job);
+        }
+        seg.clear();
+    }
+
+    /// One decoded record fed on its own: its stream found or opened, its lines decoded and
+    /// applied.
+    fn feed_record(&mut self, current: &mut Option<Job>, origin: &str, d: &Decoded<'_>, t: Times) {
+        let id = self.record_stream(origin, &d.job, &d.source, d.rank, d.host.as_deref());
+        let Some(mut st) = self.streams.remove(&id) else {
+            return;
+        };
+        let mut job = self.job_of(current, &d.job);
+        if d.chunked {
+            self.chunk_into(&mut job, &mut st, d.text.as_bytes(), t);
+        } else {
+            self.lines_into(&mut job, &mut st, d.text.as_bytes(), t);
+        }
+        self.settle_stream(&mut st);
+        self.streams.insert(id, st);
+        *current = Some(job);
+    }
+
+    /// The job `name`, taken out of the engine: `current` when it is that job, else `current`
+    /// is put back first.
+    fn job_of(&mut self, current: &mut Option<Job>, name: &str) -> Job {
+        match current.take() {
+            Some(j) if j.name == name => j,
+            other => {
+                if let Some(j) = other {
+                    let name = j.name.clone();
+                    self.jobs.insert(name, j);
+                }
+                self.take_job(name)
+            }
+        }
     }
 
     /// The stream that feeds the records of `source` in `job`, opened if new. A job's sources
@@ -1060,3 +1192,7 @@ mod tests {
         assert_eq!((e.job_count(), e.stats.jobs_released), (1, 0));
     }
 }
+
+#[cfg(test)]
+#[path = "engine/records_tests.rs"]
+mod records_tests;

@@ -1,7 +1,7 @@
 //! The apply stage: one decoded line updates its job (routing to a source, identity, time,
 //! ring, signature hits and what they teach).
 
-use super::lines::{Batch, Decoded, SigHit};
+use super::lines::{Batch, Decoded, LineCounts, SigHit};
 use super::{Engine, RouteCache, Stream, CAUSE_RECORD_LINES, SYMPTOM_RECORD_LINES};
 use crate::catalog::{Role, Sync};
 use crate::correlate;
@@ -28,13 +28,31 @@ impl Engine {
         chunk: &[u8],
         batch: &mut Batch,
     ) {
-        let c = batch.counts;
+        self.count_lines(batch.counts);
+        let all = 0..batch.lines.len();
+        self.apply_lines(job, st, chunk, batch, all);
+    }
+
+    /// Adds the line stage's counters to the stats.
+    pub(super) fn count_lines(&mut self, c: LineCounts) {
         self.stats.bytes += c.bytes;
         self.stats.blank_lines += c.blank;
         self.stats.truncated_lines += c.truncated;
         self.stats.invalid_utf8_lines += c.invalid_utf8;
+    }
+
+    /// Applies `batch.lines[range]`, all of `st`'s, to `job`, in order (their counters are
+    /// the caller's to add).
+    pub(super) fn apply_lines(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        chunk: &[u8],
+        batch: &mut Batch,
+        range: std::ops::Range<usize>,
+    ) {
         let (text, lines, hits) = batch.parts(chunk);
-        for d in lines {
+        for d in &lines[range] {
             let line = text(d);
             self.apply_line(job, st, line, d, &mut hits[Batch::hits_of(d)]);
         }

@@ -8,6 +8,7 @@
 use crate::catalog::Catalog;
 use crate::matcher::Scratch;
 use crate::prefix::{peel, Level, LineMeta};
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Lines peeled before their messages are scanned together. Between two scans, peeling,
@@ -155,12 +156,24 @@ pub(crate) struct SigHit {
 }
 
 /// Counters of the line stage, added to the engine's stats when the batch is applied.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LineCounts {
     pub bytes: u64,
     pub blank: u64,
     pub truncated: u64,
     pub invalid_utf8: u64,
+}
+
+impl LineCounts {
+    /// What was counted since `earlier` (a copy of these counts taken before).
+    pub(crate) fn since(self, earlier: LineCounts) -> LineCounts {
+        LineCounts {
+            bytes: self.bytes - earlier.bytes,
+            blank: self.blank - earlier.blank,
+            truncated: self.truncated - earlier.truncated,
+            invalid_utf8: self.invalid_utf8 - earlier.invalid_utf8,
+        }
+    }
 }
 
 /// The decoded lines of one chunk (or of a part of one), in stream order.
@@ -264,13 +277,24 @@ impl LineDecoder {
     /// Decodes the complete lines of `data` into `out`; an unfinished last line waits in `st`
     /// for the next chunk (or `finish`).
     pub(crate) fn chunk(&mut self, st: &mut LineState, data: &[u8], t: Times, out: &mut Batch) {
-        self.chunk_lines(st, data, t, out);
+        self.chunk_lines_in(st, data, 0..data.len(), t, out);
         self.scan_pending(data, out);
     }
 
-    fn chunk_lines(&mut self, st: &mut LineState, data: &[u8], t: Times, out: &mut Batch) {
+    /// Decodes the complete lines of `buf[range]`, a stream's next chunk, into `out`, whose
+    /// other lines may come from other parts of `buf` (the texts of many records, decoded
+    /// into one batch so that their lines are scanned in runs; see `scan_rest`).
+    pub(crate) fn chunk_lines_in(
+        &mut self,
+        st: &mut LineState,
+        buf: &[u8],
+        range: Range<usize>,
+        t: Times,
+        out: &mut Batch,
+    ) {
+        let data = &buf[range];
         out.counts.bytes += data.len() as u64;
-        let origin = Origin::of(data);
+        let origin = Origin::of(buf);
         let mut start = 0;
         if !st.partial.is_empty() {
             match memchr::memchr(b'\n', data) {
@@ -302,7 +326,7 @@ impl LineDecoder {
             }
             pos = nl + 1;
             if out.lines.len() - out.scanned >= SCAN_RUN {
-                self.scan_pending(data, out);
+                self.scan_pending(buf, out);
             }
         }
         if pos < rest.len() {
@@ -318,15 +342,34 @@ impl LineDecoder {
         t: Times,
         out: &mut Batch,
     ) {
+        self.whole_lines_in(st, text, 0..text.len(), t, out);
+        self.scan_pending(text, out);
+    }
+
+    /// Decodes the lines of `buf[range]` (a record's text, whole lines) into `out`, whose
+    /// other lines may come from other parts of `buf`; see `chunk_lines_in`.
+    pub(crate) fn whole_lines_in(
+        &mut self,
+        st: &mut LineState,
+        buf: &[u8],
+        range: Range<usize>,
+        t: Times,
+        out: &mut Batch,
+    ) {
+        let text = &buf[range];
         out.counts.bytes += text.len() as u64 + 1;
-        let origin = Origin::of(text);
+        let origin = Origin::of(buf);
         for part in text.split(|c| *c == b'\n') {
             self.raw_line(st, part, origin, t, out);
             if out.lines.len() - out.scanned >= SCAN_RUN {
-                self.scan_pending(text, out);
+                self.scan_pending(buf, out);
             }
         }
-        self.scan_pending(text, out);
+    }
+
+    /// Scans the lines `*_lines_in` left unscanned (`buf` is the buffer they were cut from).
+    pub(crate) fn scan_rest(&mut self, buf: &[u8], out: &mut Batch) {
+        self.scan_pending(buf, out);
     }
 
     /// The end of a stream: its unfinished last line and CRI pieces are lines now.
