@@ -801,16 +801,15 @@ impl Engine {
         };
         let parked = self.take_pending();
         emit(self, parked);
-        let mut names: Vec<String> = self.jobs.keys().cloned().collect();
-        names.sort();
-        for name in &names {
-            let Some(job) = self.jobs.get_mut(name) else {
-                continue;
-            };
+        // Taken out while diagnosed: `emit` counts and annotates on the engine, which reads
+        // no job.
+        let mut jobs = std::mem::take(&mut self.jobs);
+        for job in jobs.values_mut() {
             let ready =
                 correlate::diagnose_ready(job, &self.catalog, &self.cfg, now_wall_ms, false);
             emit(self, ready);
         }
+        self.jobs = jobs;
         for name in self.quiet_jobs(now_wall_ms) {
             let ready = self.release_job_finally(&name);
             emit(self, ready);
