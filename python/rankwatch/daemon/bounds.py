@@ -14,21 +14,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+from rankwatch.daemon import budget
+
 _K = TypeVar("_K")
 
 # Resident bytes one entry may cost, all counted: its objects, the dict and set slots, and the
 # allocator pages they keep from being reused (3-12 KiB per job over the three, measured).
 ENTRY_RESIDENT_BYTES = 4 * 1024
-# The three structures together get a fifth of the memory budget.
+# The three structures together get the bookkeeping share of the memory budget (budget.py).
 STRUCTURES = 3
-BUDGET_SHARE = 5
 # Never fewer than this (tiny budgets in tests).
 MIN_ENTRIES = 256
 
 
 def max_entries(memory_budget_bytes: int) -> int:
     """Entries each bookkeeping structure keeps under `memory_budget_bytes`."""
-    share = memory_budget_bytes // (BUDGET_SHARE * STRUCTURES)
+    share = budget.share(memory_budget_bytes, budget.BOOKKEEPING_PERCENT) // STRUCTURES
     return max(MIN_ENTRIES, share // ENTRY_RESIDENT_BYTES)
 
 

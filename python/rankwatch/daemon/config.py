@@ -29,6 +29,8 @@ from typing import Any
 import orjson
 
 from rankwatch.catalog_loader import Catalog, CatalogError
+from rankwatch.daemon import budget
+from rankwatch.daemon.budget import BudgetSplit
 from rankwatch.engine import KEY_FORMATS, RECORD_FORMATS, Decoder, EngineConfig
 from rankwatch.safe_text import printable
 
@@ -40,6 +42,8 @@ COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 ISOLATION = ("read_uncommitted", "read_committed")
 INITIAL_OFFSET = ("window", "earliest", "latest")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# A fetch smaller than this cannot hold a record of usual size.
+MIN_PARTITION_FETCH_BYTES = 1024
 
 # Options every Kafka client of rankwatch takes (run, replay, stats, simulate, alert).
 CONNECTION_KEYS = [
@@ -180,12 +184,18 @@ class DaemonConfig:
     heartbeat_interval_ms: int = _opt(3_000, "group heartbeat interval", kind=INT, minimum=1)
     max_poll_interval_ms: int = _opt(300_000, "max time between fetches", kind=INT, minimum=1)
     max_partition_fetch_bytes: int = _opt(
-        4 << 20, "bytes fetched per partition per request", kind=INT, minimum=1024
+        0,
+        "bytes fetched per partition per request (0: derived from memory_budget_bytes)",
+        kind=INT,
+        minimum=0,
     )
     fetch_max_wait_ms: int = _opt(100, "broker wait for fetch_min_bytes", kind=INT, minimum=0)
     fetch_min_bytes: int = _opt(1, "broker waits for this many bytes", kind=INT, minimum=1)
     max_batch_records: int = _opt(
-        10_000, "records handed to the engine per fetch", kind=INT, minimum=1
+        0,
+        "records handed to the engine per fetch (0: derived from memory_budget_bytes)",
+        kind=INT,
+        minimum=0,
     )
     check_crcs: bool = _opt(True, "verify record CRCs (about 20%% of decode CPU)", kind=BOOL)
     isolation_level: str = _opt(
@@ -276,7 +286,11 @@ class DaemonConfig:
     ring_lines: int = _opt(_ENGINE.ring_lines, "lines kept per rank", kind=INT, minimum=1)
     ring_bytes: int = _opt(_ENGINE.ring_bytes, "bytes kept per rank", kind=INT, minimum=1)
     memory_budget_bytes: int = _opt(
-        _ENGINE.memory_budget_bytes, "total engine memory budget", kind=INT, minimum=1 << 16
+        _ENGINE.memory_budget_bytes,
+        "the daemon's memory budget above its baseline: the engine gets 60%%, fetches, "
+        "batches and bookkeeping the rest",
+        kind=INT,
+        minimum=1 << 16,
     )
     max_line_bytes: int = _opt(
         _ENGINE.max_line_bytes, "longer lines are truncated", kind=INT, minimum=64
@@ -356,9 +370,16 @@ class DaemonConfig:
                 return t
         return analysis_topic
 
+    def budget(self) -> BudgetSplit:
+        """What the engine, the fetches, the batches and the bookkeeping may each hold."""
+        return budget.split(
+            self.memory_budget_bytes, self.max_partition_fetch_bytes, self.max_batch_records
+        )
+
     def engine_config(self) -> EngineConfig:
         names = {f.name for f in dataclasses.fields(EngineConfig)}
         values = {k: getattr(self, k) for k in names if hasattr(self, k)}
+        values["memory_budget_bytes"] = self.budget().engine_bytes
         return EngineConfig(**values)
 
     def metrics_listen(self) -> tuple[str, int] | None:
@@ -621,6 +642,7 @@ def check_config(cfg: DaemonConfig) -> None:
             raise ConfigError(f"dead_letter_topic {cfg.dead_letter_topic!r} is also an input topic")
         if cfg.dead_letter_topic == cfg.output_topic:
             raise ConfigError("dead_letter_topic must differ from output_topic")
+    check_budget(cfg)
     if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
         raise ConfigError(
             f"heartbeat_interval_ms ({cfg.heartbeat_interval_ms}) must be below "
@@ -651,6 +673,20 @@ def check_config(cfg: DaemonConfig) -> None:
             cfg.topic_config(name).decoder()
         except ValueError as e:
             raise ConfigError(f"topic {name!r}: {e}") from None
+
+
+def check_budget(cfg: DaemonConfig) -> None:
+    """Fetch and batch sizes that are set must fit their shares of the memory budget."""
+    if 0 < cfg.max_partition_fetch_bytes < MIN_PARTITION_FETCH_BYTES:
+        raise ConfigError(
+            f"max_partition_fetch_bytes: must be 0 (derived from memory_budget_bytes) or at "
+            f"least {MIN_PARTITION_FETCH_BYTES:,}, got {cfg.max_partition_fetch_bytes:,}"
+        )
+    wrong = budget.problems(
+        cfg.memory_budget_bytes, cfg.max_partition_fetch_bytes, cfg.max_batch_records
+    )
+    if wrong:
+        raise ConfigError("; ".join(wrong))
 
 
 def load_catalog(cfg: DaemonConfig) -> Catalog:

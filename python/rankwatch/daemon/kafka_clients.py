@@ -32,7 +32,9 @@ def connection_kwargs(cfg: DaemonConfig) -> dict[str, Any]:
 
 
 def input_consumer(cfg: DaemonConfig) -> Any:
-    """The group member that reads the input topics (manual commits only)."""
+    """The group member that reads the input topics (manual commits only); its fetches are
+    bounded by their share of the memory budget."""
+    split = cfg.budget()
     return AIOKafkaConsumer(
         **connection_kwargs(cfg),
         group_id=cfg.group_id,
@@ -43,7 +45,8 @@ def input_consumer(cfg: DaemonConfig) -> Any:
         session_timeout_ms=cfg.session_timeout_ms,
         heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         max_poll_interval_ms=cfg.max_poll_interval_ms,
-        max_partition_fetch_bytes=cfg.max_partition_fetch_bytes,
+        max_partition_fetch_bytes=split.max_partition_fetch_bytes,
+        fetch_max_bytes=split.fetch_max_bytes,
         fetch_max_wait_ms=cfg.fetch_max_wait_ms,
         fetch_min_bytes=cfg.fetch_min_bytes,
         check_crcs=cfg.check_crcs,
@@ -55,13 +58,15 @@ def input_consumer(cfg: DaemonConfig) -> Any:
 
 def reader_consumer(cfg: DaemonConfig, *, isolation_level: str = "read_committed") -> Any:
     """A consumer outside any group, for reading positions and topic tails by assignment."""
+    split = cfg.budget()
     return AIOKafkaConsumer(
         **connection_kwargs(cfg),
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         isolation_level=isolation_level,
-        max_partition_fetch_bytes=cfg.max_partition_fetch_bytes,
+        max_partition_fetch_bytes=split.max_partition_fetch_bytes,
+        fetch_max_bytes=split.fetch_max_bytes,
         fetch_max_wait_ms=cfg.fetch_max_wait_ms,
     )
 

@@ -216,7 +216,8 @@ class Repartitioner:
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
             max_poll_interval_ms=cfg.max_poll_interval_ms,
-            max_partition_fetch_bytes=cfg.max_partition_fetch_bytes,
+            max_partition_fetch_bytes=cfg.budget().max_partition_fetch_bytes,
+            fetch_max_bytes=cfg.budget().fetch_max_bytes,
             fetch_max_wait_ms=cfg.fetch_max_wait_ms,
             fetch_min_bytes=cfg.fetch_min_bytes,
             check_crcs=cfg.check_crcs,
@@ -311,7 +312,8 @@ class Repartitioner:
                 continue
             generation = self.generation
             batch = await self.consumer.getmany(
-                timeout_ms=self.cfg.poll_interval_ms, max_records=self.cfg.max_batch_records
+                timeout_ms=self.cfg.poll_interval_ms,
+                max_records=self.cfg.budget().max_batch_records,
             )
             async with self.lock:
                 self.last_alive = time.monotonic()

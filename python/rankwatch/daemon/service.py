@@ -105,7 +105,8 @@ class Daemon:
         self._unkeyed_warned: set[str] = set()
         self.copies = CopyFilter()  # second copies the repartition stage sent after a crash
         self._fetched_end: dict[TopicPartition, int] = {}
-        self.metrics.memory_budget.set(cfg.memory_budget_bytes)
+        self.metrics.memory_budget.set(cfg.budget().engine_bytes)
+        self.max_batch_records = cfg.budget().max_batch_records
         retain_s = 2 * cfg.replay_window_ms / 1000 + 3600
         self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s)
         self.jobmap = JobMap()
@@ -361,7 +362,7 @@ class Daemon:
     async def _step(self) -> None:
         generation = self.generation
         batch = await self.consumer.getmany(
-            timeout_ms=self.cfg.poll_interval_ms, max_records=self.cfg.max_batch_records
+            timeout_ms=self.cfg.poll_interval_ms, max_records=self.max_batch_records
         )
         async with self.lock:
             self.last_alive = time.monotonic()

@@ -128,12 +128,15 @@ pub struct Engine {
     batch: Batch,
     segment: Segment,
     pub cfg: Config,
-    jobs: HashMap<String, Job>,
-    streams: HashMap<u64, Stream>,
+    // Boxed: a table's entries are its buckets, and a table that doubles by hundreds of
+    // bytes per entry jumps past the budget between two checks.
+    jobs: HashMap<String, Box<Job>>,
+    streams: HashMap<u64, Box<Stream>>,
     next_stream: u64,
     tick: u64,
     pub stats: Stats,
-    pending: Vec<Diagnosis>,
+    /// Final diagnoses of evicted jobs, as compact JSON until the next poll hands them out.
+    pending: Vec<Parked>,
     wall_ms: i64,
     /// job -> source -> stream id, for record-fed streams.
     record_streams: HashMap<String, HashMap<String, u64>>,
@@ -156,7 +159,8 @@ impl Stream {
             Some(SourceKey::Hint(k)) => arc_str(k.len()),
             _ => 0,
         };
-        string(&self.job)
+        memsize::block(std::mem::size_of::<Stream>())
+            + string(&self.job)
             + arc_str(self.origin.len())
             + self.hints.source_key.as_ref().map_or(0, string)
             + self.hints.host.as_ref().map_or(0, string)
@@ -198,6 +202,52 @@ impl Segment {
         self.text.clear();
         self.batch.clear();
         self.fed.clear();
+    }
+}
+
+/// The block a job's own fields take (jobs are boxed in the jobs table).
+fn job_box() -> usize {
+    memsize::block(std::mem::size_of::<Job>())
+}
+
+/// A diagnosis waiting in the engine for the next poll, as JSON text: a diagnosis's value
+/// tree takes about three times its text (small objects in B-tree nodes), and an evicted
+/// job's diagnoses must not weigh more than the state its eviction freed.
+struct Parked {
+    id: String,
+    job: String,
+    confidence: f64,
+    start_ms: Option<i64>,
+    is_final: bool,
+    text: Box<str>,
+}
+
+impl Parked {
+    fn new(d: Diagnosis) -> Parked {
+        Parked {
+            text: d.json.to_string().into_boxed_str(),
+            id: d.id,
+            job: d.job,
+            confidence: d.confidence,
+            start_ms: d.start_ms,
+            is_final: d.is_final,
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        memsize::block(self.text.len()) + memsize::string(&self.id) + memsize::string(&self.job)
+    }
+
+    fn into_diagnosis(self) -> Diagnosis {
+        Diagnosis {
+            // The text is our own serialisation of a value: it parses back.
+            json: serde_json::from_str(&self.text).unwrap_or(serde_json::Value::Null),
+            id: self.id,
+            job: self.job,
+            confidence: self.confidence,
+            start_ms: self.start_ms,
+            is_final: self.is_final,
+        }
     }
 }
 
@@ -263,7 +313,7 @@ impl Engine {
             job.tables_cache = job.tables_bytes();
             job.tables_dirty = false;
         }
-        let now = job.tables_cache + job.content_bytes;
+        let now = job.tables_cache + job.content_bytes + job_box();
         self.jobs_bytes = (self.jobs_bytes + now).saturating_sub(job.mem_bytes);
         job.mem_bytes = now;
         self.settle_total();
@@ -288,17 +338,58 @@ impl Engine {
         self.stats.peak_memory_bytes = self.stats.peak_memory_bytes.max(self.stats.memory_bytes);
     }
 
-    /// Accounted bytes less the diagnoses waiting for the next poll.
-    fn state_bytes(&self) -> usize {
-        self.stats.memory_bytes.saturating_sub(self.pending_bytes)
-    }
-
     /// The diagnoses of evicted jobs, handed out (no longer counted).
     fn take_pending(&mut self) -> Vec<Diagnosis> {
         self.pending_bytes = 0;
         let out = std::mem::take(&mut self.pending);
         self.settle_total();
-        out
+        out.into_iter().map(Parked::into_diagnosis).collect()
+    }
+
+    /// Keeps the accounted total within the budget after `active` (taken out of the jobs
+    /// map) or one of its streams grew.
+    fn enforce_budget(&mut self, active: &mut Job) {
+        self.settle_total();
+        if self.over_budget() {
+            self.relieve_memory(active);
+        }
+    }
+
+    /// Whether memory must be relieved now: a line, a hit or a table's growth adds a few
+    /// KiB between two checks, so relief starts a little before the budget and the
+    /// accounted total never passes it.
+    fn over_budget(&self) -> bool {
+        let budget = self.cfg.memory_budget_bytes;
+        self.stats.memory_bytes > budget - budget / 32
+    }
+
+    /// Gives back the engine's tables once they are mostly empty (after a burst of jobs was
+    /// released or evicted): a table keeps its buckets otherwise, tens of bytes per stream
+    /// and job that once were, counted and resident while no job is held.
+    fn shrink_tables(&mut self) {
+        fn sparse(len: usize, capacity: usize) -> bool {
+            capacity > 64 && len * 4 < capacity
+        }
+        let mut shrunk = false;
+        if sparse(self.jobs.len(), self.jobs.capacity()) {
+            self.jobs.shrink_to(self.jobs.len() * 2);
+            shrunk = true;
+        }
+        if sparse(self.streams.len(), self.streams.capacity()) {
+            self.streams.shrink_to(self.streams.len() * 2);
+            shrunk = true;
+        }
+        if sparse(self.record_streams.len(), self.record_streams.capacity()) {
+            self.record_streams.shrink_to(self.record_streams.len() * 2);
+            shrunk = true;
+        }
+        if sparse(self.pending.len(), self.pending.capacity()) {
+            self.pending.shrink_to(self.pending.len() * 2);
+            shrunk = true;
+        }
+        if shrunk {
+            self.settle_total();
+        }
     }
 
     /// Forgets a job's accounted bytes (it was removed from the engine).
@@ -350,7 +441,7 @@ impl Engine {
         } else {
             hints.rank.map(SourceKey::Rank)
         };
-        let mut st = Stream {
+        let mut st = Box::new(Stream {
             accounted: 0,
             cache: RouteCache::default(),
             job: job.to_string(),
@@ -361,7 +452,7 @@ impl Engine {
             last_source: None,
             record_start: 0,
             open_hit: None,
-        };
+        });
         self.settle_stream(&mut st);
         self.streams.insert(id, st);
         self.settle_total();
@@ -391,6 +482,7 @@ impl Engine {
         };
         self.chunk_into(&mut job, &mut st, data, t);
         self.settle_stream(&mut st);
+        self.enforce_budget(&mut job);
         self.put_back(job, st, stream_id);
         true
     }
@@ -451,7 +543,7 @@ impl Engine {
     ) -> Vec<(usize, &'static str)> {
         let decoder = RecordDecoder::new(cfg);
         let mut rejected = Vec::new();
-        let mut current: Option<Job> = None;
+        let mut current: Option<Box<Job>> = None;
         let mut seg = std::mem::take(&mut self.segment);
         seg.clear();
         for (i, (value, key, header, broker_ms)) in records.iter().enumerate() {
@@ -527,7 +619,7 @@ impl Engine {
     fn apply_segment(
         &mut self,
         seg: &mut Segment,
-        current: &mut Option<Job>,
+        current: &mut Option<Box<Job>>,
         decoder: &RecordDecoder<'_>,
         origin: &str,
         records: &[RawRecord<'_>],
@@ -554,6 +646,7 @@ impl Engine {
             let mut job = self.job_of(current, &st.job);
             self.apply_lines(&mut job, &mut st, &seg.text, &mut seg.batch, lines);
             self.settle_stream(&mut st);
+            self.enforce_budget(&mut job);
             self.streams.insert(f.stream, st);
             *current = Some(job);
         }
@@ -562,7 +655,13 @@ impl Engine {
 
     /// One decoded record fed on its own: its stream found or opened, its lines decoded and
     /// applied.
-    fn feed_record(&mut self, current: &mut Option<Job>, origin: &str, d: &Decoded<'_>, t: Times) {
+    fn feed_record(
+        &mut self,
+        current: &mut Option<Box<Job>>,
+        origin: &str,
+        d: &Decoded<'_>,
+        t: Times,
+    ) {
         let id = self.record_stream(origin, &d.job, &d.source, d.rank, d.host.as_deref());
         let Some(mut st) = self.streams.remove(&id) else {
             return;
@@ -574,13 +673,14 @@ impl Engine {
             self.lines_into(&mut job, &mut st, d.text.as_bytes(), t);
         }
         self.settle_stream(&mut st);
+        self.enforce_budget(&mut job);
         self.streams.insert(id, st);
         *current = Some(job);
     }
 
     /// The job `name`, taken out of the engine: `current` when it is that job, else `current`
     /// is put back first.
-    fn job_of(&mut self, current: &mut Option<Job>, name: &str) -> Job {
+    fn job_of(&mut self, current: &mut Option<Box<Job>>, name: &str) -> Box<Job> {
         match current.take() {
             Some(j) if j.name == name => j,
             other => {
@@ -678,19 +778,19 @@ impl Engine {
         job.source_for(key, origin)
     }
 
-    fn take_job(&mut self, name: &str) -> Job {
+    fn take_job(&mut self, name: &str) -> Box<Job> {
         self.tick += 1;
         let epoch = self.tick;
         let mut job = self
             .jobs
             .remove(name)
-            .unwrap_or_else(|| Job::new(name, self.cfg.ring_lines, epoch));
+            .unwrap_or_else(|| Box::new(Job::new(name, self.cfg.ring_lines, epoch)));
         job.last_activity = self.tick;
         job.last_wall_ms = self.wall_ms;
         job
     }
 
-    fn put_back(&mut self, job: Job, st: Stream, id: u64) {
+    fn put_back(&mut self, job: Box<Job>, st: Box<Stream>, id: u64) {
         let name = st.job.clone();
         self.streams.insert(id, st);
         self.jobs.insert(name, job);
@@ -718,10 +818,10 @@ impl Engine {
     /// active job's rings are halved.
     fn relieve_memory(&mut self, active: &mut Job) {
         // Free down to 90% of the budget so relief is not needed again on the next line.
-        // Diagnoses waiting for the next poll are not chased: evicting more jobs would only
-        // add to them (they are counted, and handed out at the next poll).
+        // The diagnoses of evicted jobs wait for the next poll inside the budget too: kept as
+        // text they weigh less than the state their eviction frees, so evicting converges.
         let budget = self.cfg.memory_budget_bytes / 10 * 9;
-        if self.state_bytes() > budget {
+        if self.stats.memory_bytes > budget {
             let mut order: Vec<(u64, String)> = self
                 .jobs
                 .iter()
@@ -729,7 +829,7 @@ impl Engine {
                 .collect();
             order.sort();
             for (_, name) in order {
-                if self.state_bytes() <= budget {
+                if self.stats.memory_bytes <= budget {
                     break;
                 }
                 if let Some(mut job) = self.jobs.remove(&name) {
@@ -740,24 +840,19 @@ impl Engine {
                         i64::MAX,
                         true,
                     );
-                    self.pending_bytes += diags
-                        .iter()
-                        .map(|d| {
-                            memsize::json(&d.json)
-                                + memsize::string(&d.id)
-                                + memsize::string(&d.job)
-                        })
-                        .sum::<usize>();
-                    self.pending.extend(diags);
+                    let parked: Vec<Parked> = diags.into_iter().map(Parked::new).collect();
+                    self.pending_bytes += parked.iter().map(Parked::heap_bytes).sum::<usize>();
+                    self.pending.extend(parked);
                     self.forget_job_bytes(&job);
                     self.forget_record_streams(&name);
                     self.stats.jobs_evicted += 1;
                     self.settle_total();
                 }
             }
+            self.shrink_tables();
             self.trim_if_freed();
         }
-        while self.state_bytes() > budget && active.ring_lines > MIN_RING_LINES {
+        while self.stats.memory_bytes > budget && active.ring_lines > MIN_RING_LINES {
             active.ring_lines /= 2;
             self.stats.ring_shrinks += 1;
             for s in &mut active.sources {
@@ -768,7 +863,7 @@ impl Engine {
             }
             self.settle(active);
         }
-        if self.state_bytes() > budget {
+        if self.stats.memory_bytes > budget {
             // Last resort: symptom lines beyond the first few per signature keep their
             // signature, source, time and fields (enough for collateral and sequence analysis)
             // but give up their text.
@@ -802,53 +897,70 @@ impl Engine {
     }
 
     /// Marks the first line of the initiating process that the healthy baseline never printed.
-    fn annotate(&self, mut out: Vec<Diagnosis>) -> Vec<Diagnosis> {
+    fn annotate(&self, d: &mut Diagnosis) {
         if self.baseline.is_empty() {
-            return out;
+            return;
         }
-        for d in &mut out {
-            let mut lines: Vec<String> = d.json["preceding_lines"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
-            if let Some(l) = d.json["root_cause"]["line"].as_str() {
-                lines.push(l.to_string());
-            }
-            let diff = self.baseline.first_new(&lines, self.cfg.default_year).map(
-                |i| serde_json::json!({"line": lines[i], "is_root_cause": i + 1 == lines.len()}),
-            );
-            d.json["baseline_diff"] = diff.unwrap_or(serde_json::Value::Null);
+        let mut lines: Vec<String> = d.json["preceding_lines"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(l) = d.json["root_cause"]["line"].as_str() {
+            lines.push(l.to_string());
         }
-        out
+        let diff = self
+            .baseline
+            .first_new(&lines, self.cfg.default_year)
+            .map(|i| serde_json::json!({"line": lines[i], "is_root_cause": i + 1 == lines.len()}));
+        d.json["baseline_diff"] = diff.unwrap_or(serde_json::Value::Null);
     }
 
     /// Diagnoses whose incidents are ready (event-time watermark past start + settle, or
     /// waited `max_wait_ms` of wall time) and new or changed since last published.
     pub fn poll(&mut self, now_wall_ms: i64) -> Vec<Diagnosis> {
-        self.wall_ms = now_wall_ms;
-        let mut out = self.take_pending();
-        for job in self.jobs.values_mut() {
-            out.extend(correlate::diagnose_ready(
-                job,
-                &self.catalog,
-                &self.cfg,
-                now_wall_ms,
-                false,
-            ));
-        }
-        out.extend(self.release_quiet_jobs(now_wall_ms));
-        self.stats.diagnoses_emitted += out.len() as u64;
-        self.annotate(out)
+        let mut out = Vec::new();
+        self.poll_each(now_wall_ms, |d| out.push(d));
+        out
     }
 
-    /// Final diagnoses of the jobs quiet for `release_quiet_ms`, whose state is then released.
+    /// `poll`, handing each diagnosis to `sink` as soon as its job is diagnosed: a caller
+    /// that serialises them one at a time never holds a burst's value trees at once.
+    pub fn poll_each(&mut self, now_wall_ms: i64, mut sink: impl FnMut(Diagnosis)) {
+        self.wall_ms = now_wall_ms;
+        let mut emit = |engine: &mut Engine, diags: Vec<Diagnosis>| {
+            for mut d in diags {
+                engine.stats.diagnoses_emitted += 1;
+                engine.annotate(&mut d);
+                sink(d);
+            }
+        };
+        let parked = self.take_pending();
+        emit(self, parked);
+        // Taken out while diagnosed: `emit` counts and annotates on the engine, which reads
+        // no job.
+        let mut jobs = std::mem::take(&mut self.jobs);
+        for job in jobs.values_mut() {
+            let ready =
+                correlate::diagnose_ready(job, &self.catalog, &self.cfg, now_wall_ms, false);
+            emit(self, ready);
+        }
+        self.jobs = jobs;
+        for name in self.quiet_jobs(now_wall_ms) {
+            let ready = self.release_job_finally(&name);
+            emit(self, ready);
+        }
+        self.shrink_tables();
+        self.trim_if_freed();
+    }
+
+    /// The jobs quiet for `release_quiet_ms`, to be released after their final diagnoses.
     /// A job no poll has seen yet starts its quiet time at this poll (it may have been fed
     /// before the first one, when the engine's wall clock was still 0).
-    fn release_quiet_jobs(&mut self, now_wall_ms: i64) -> Vec<Diagnosis> {
+    fn quiet_jobs(&mut self, now_wall_ms: i64) -> Vec<String> {
         let quiet_ms = self.cfg.release_quiet_ms;
         if quiet_ms <= 0 {
             return Vec::new();
@@ -862,20 +974,16 @@ impl Engine {
             }
         }
         quiet.sort();
-        let mut out = Vec::new();
-        for name in quiet {
-            if let Some(job) = self.jobs.get_mut(&name) {
-                out.extend(correlate::diagnose_ready(
-                    job,
-                    &self.catalog,
-                    &self.cfg,
-                    i64::MAX,
-                    true,
-                ));
-            }
-            self.release_job(&name);
-        }
-        self.trim_if_freed();
+        quiet
+    }
+
+    /// A quiet job's final diagnoses; its state is released.
+    fn release_job_finally(&mut self, name: &str) -> Vec<Diagnosis> {
+        let out = match self.jobs.get_mut(name) {
+            Some(job) => correlate::diagnose_ready(job, &self.catalog, &self.cfg, i64::MAX, true),
+            None => Vec::new(),
+        };
+        self.release_job(name);
         out
     }
 
@@ -911,7 +1019,10 @@ impl Engine {
             }
         }
         self.stats.diagnoses_emitted += out.len() as u64;
-        self.annotate(out)
+        for d in &mut out {
+            self.annotate(d);
+        }
+        out
     }
 
     pub fn job_names(&self) -> Vec<String> {
@@ -936,6 +1047,7 @@ impl Engine {
             self.forget_job_bytes(&j);
         }
         self.settle_total();
+        self.shrink_tables();
         self.trim_if_freed();
     }
 
@@ -977,10 +1089,10 @@ impl Engine {
             out[2] += snaps;
             out[3] += context;
             out[4] += sources;
-            out[6] += total - rings - hits - snaps - context - sources;
+            out[6] += total + job_box() - rings - hits - snaps - context - sources;
         }
         out[6] += self.pending_bytes + vec(&self.pending);
-        out[5] = self.streams.values().map(Stream::heap_bytes).sum::<usize>()
+        out[5] = self.streams.values().map(|s| s.heap_bytes()).sum::<usize>()
             + self
                 .record_streams
                 .iter()
@@ -1150,7 +1262,7 @@ mod tests {
         e.feed_records(&cfg, "t/0", &records);
         e.poll(30_000);
         for j in e.jobs.values() {
-            assert_eq!(j.mem_bytes, j.heap_bytes(), "job {}", j.name);
+            assert_eq!(j.mem_bytes, j.heap_bytes() + job_box(), "job {}", j.name);
         }
         let b = e.memory_breakdown();
         let tables =

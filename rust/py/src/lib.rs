@@ -586,8 +586,9 @@ impl PyEngine {
     fn poll_each(&mut self, py: Python<'_>, now_ms: i64) -> Vec<Py<PyBytes>> {
         let engine = &mut self.inner;
         let docs: Vec<String> = py.detach(|| {
-            let ready = engine.poll(now_ms);
-            ready.into_iter().map(|d| d.json.to_string()).collect()
+            let mut docs = Vec::new();
+            engine.poll_each(now_ms, |d| docs.push(d.json.to_string()));
+            docs
         });
         docs.iter()
             .map(|doc| PyBytes::new(py, doc.as_bytes()).unbind())

@@ -308,7 +308,7 @@ impl Engine {
             }
         }
         self.settle(job);
-        if self.stats.memory_bytes > self.cfg.memory_budget_bytes + self.pending_bytes {
+        if self.over_budget() {
             self.relieve_memory(job);
         }
     }
