@@ -31,15 +31,15 @@ def root(diagnoses: list[dict[str, Any]]) -> dict[str, Any]:
 def test_watchdog_timeout_printed_behind_a_progress_bar(tmp_path: Path) -> None:
     bar = "Epoch 2:  41%|████      | 7310/17800 [3:10:02<4:32:41,  1.56s/it, loss=0.93]"
     text = (
-        f"{bar}[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation "
+        f"{bar}[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation "
         "timeout: WorkNCCL(SeqNum=4410, OpType=ALLGATHER, Timeout(ms)=600000) ran for 600412 "
         "milliseconds before timing out.\n"
-        "[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: "
+        "[E ProcessGroupNCCL.cpp:475] [Rank 3] Watchdog caught collective operation timeout: "
         "WorkNCCL(SeqNum=4410, OpType=ALLGATHER, Timeout(ms)=600000) ran for 600533 "
         "milliseconds before timing out.\n"
     )
     rc = root(diagnose(tmp_path, text))
-    assert rc["rank"] == 3
+    assert rc["rank"] == 1
     assert rc["line"].startswith(bar)
 
 
