@@ -80,3 +80,23 @@ def test_cuda_out_of_memory_is_the_cause_of_the_failed_nccl_allocation(tmp_path:
         "trn-04:5512:5590 [1] NCCL INFO transport/p2p.cc:204 -> 1\n"
     )
     assert root(diagnose(tmp_path, text))["line"] == oom
+
+
+IFNAME_LINE = "gpu-a12:4411:4411 [1] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ens9f7"
+NO_ADDRESS = (
+    "gpu-a12:4410:4498 [0] NCCL WARN ncclSocketInit: connecting to address  with family "
+    "41012 is neither AF_INET(2) nor AF_INET6(10)"
+)
+
+
+def test_socket_ifname_that_matches_no_interface_is_the_root(tmp_path: Path) -> None:
+    text = f"{IFNAME_LINE}\n{NO_ADDRESS}\ngpu-a12:4410:4498 [0] NCCL INFO bootstrap.cc:92 -> 3\n"
+    diagnoses = diagnose(tmp_path, text)
+    assert root(diagnoses)["line"] == IFNAME_LINE
+    assert diagnoses[0]["first_warning"]["line"] == NO_ADDRESS
+
+
+def test_socket_ifname_that_was_used_is_not_blamed(tmp_path: Path) -> None:
+    using = "gpu-a12:4411:4411 [1] NCCL INFO Bootstrap : Using ens9f7:10.40.2.12<0>"
+    text = f"{IFNAME_LINE}\n{using}\n{NO_ADDRESS}\n"
+    assert root(diagnose(tmp_path, text))["line"] == NO_ADDRESS

@@ -210,6 +210,7 @@ pub const CONTEXT_FIELDS: &[&str] = &[
     "ip",
     "ib_dev",
     "transport",
+    "socket_ifname",
 ];
 
 impl Job {
