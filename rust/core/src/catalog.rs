@@ -166,6 +166,7 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "ip",
     "ib_dev",
     "transport",
+    "socket_ifname",
 ];
 
 /// Field names the engine reads from context lines as they arrive.
@@ -180,6 +181,7 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "ip",
     "ib_dev",
     "transport",
+    "socket_ifname",
 ];
 
 /// Error from loading a catalog: which file, which signature and why.

@@ -161,6 +161,9 @@ impl Incident {
 #[derive(Debug, Default)]
 pub struct Job {
     pub name: String,
+    /// A `socket_ifname` context observation is kept: one per job is all the rule reads, and
+    /// one per process would grow the context table by a field for every rank.
+    pub socket_ifname_kept: bool,
     pub hosts: Vec<String>,
     pub host_ids: HashMap<String, HostId>,
     pub sources: Vec<Source>,
@@ -210,6 +213,7 @@ pub const CONTEXT_FIELDS: &[&str] = &[
     "ip",
     "ib_dev",
     "transport",
+    "socket_ifname",
 ];
 
 impl Job {

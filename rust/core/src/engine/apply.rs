@@ -352,6 +352,12 @@ impl Engine {
             let host = job.source_host(src);
             for &f in CONTEXT_FIELDS {
                 let Some(v) = get(f) else { continue };
+                if f == "socket_ifname" {
+                    if job.socket_ifname_kept {
+                        continue;
+                    }
+                    job.socket_ifname_kept = true;
+                }
                 if let (Some(h), "ip") = (host, f) {
                     if !job.ip_host.contains_key(v) {
                         job.content_bytes += memsize::block(v.len());

@@ -12,6 +12,7 @@ mod docker_json;
 mod launcher;
 mod pg_rank;
 mod producer;
+mod progress;
 
 pub use docker_json::{docker_json, DockerPiece};
 pub use pg_rank::{pg_rank, PgRank};
@@ -232,6 +233,9 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
         return Step::Producer(n);
     }
     if let Some(n) = launcher::launcher_label(rest, m, pos, year) {
+        return Step::Prefix(n);
+    }
+    if let Some(n) = progress::progress_bar(rest) {
         return Step::Prefix(n);
     }
     if !anchor::opens_with_tag(rest) {

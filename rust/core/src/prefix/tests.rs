@@ -154,3 +154,13 @@ fn names_before_ordinary_text_stay_message_text() {
         assert_eq!(m.host, None);
     }
 }
+
+#[test]
+fn message_printed_behind_a_progress_bar() {
+    let line = "Epoch 1:  6%|██        | 3021/50000 [2:01:13<31:22:05,  2.41s/it, loss=1.9][E ProcessGroupNCCL.cpp:458] [Rank 2] Watchdog caught collective operation timeout";
+    let (t, m) = msg(line);
+    assert_eq!(t, "[Rank 2] Watchdog caught collective operation timeout");
+    assert_eq!(m.level, Level::Error);
+    let (t, _) = msg("Epoch 1:  6%|██        | 3021/50000 [2:01:13<31:22:05,  2.41s/it]");
+    assert!(t.starts_with("Epoch 1:"));
+}

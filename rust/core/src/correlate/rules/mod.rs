@@ -8,6 +8,7 @@ mod cause_signature;
 mod config_outlier;
 mod desync_report;
 mod error_chain;
+mod ifname_unmatched;
 mod peer_naming;
 mod seq_lag;
 mod silence;
@@ -37,6 +38,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("seq_lag", seq_lag::apply),
     ("silence", silence::apply),
     ("bad_interface", bad_interface::apply),
+    ("ifname_unmatched", ifname_unmatched::apply),
     ("config_outlier", config_outlier::apply),
     ("symptoms", symptoms::apply),
 ];

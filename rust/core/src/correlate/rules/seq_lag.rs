@@ -32,6 +32,18 @@ fn seq_by_rank(v: &View, scope: &Scope) -> BTreeMap<u32, (u64, Option<u64>, usiz
     out
 }
 
+/// Within one process group a rank cannot fall far behind: the others' collectives complete
+/// only with it. Numbers this far apart come from different groups (old watchdog lines do
+/// not name the group), so they say nothing about who lags.
+const MAX_LAG_IN_ONE_GROUP: u64 = 64;
+
+/// Whether a rank that timed out in `seq` (with `enq` its last enqueued collective) is behind
+/// the collective the others wait in.
+fn is_behind(seq: u64, enq: Option<u64>, majority: u64) -> bool {
+    let last = enq.map_or(seq, |e| e.min(seq));
+    last < majority && majority - last <= MAX_LAG_IN_ONE_GROUP
+}
+
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let seq_of = seq_by_rank(v, scope);
     if seq_of.len() < 2 {
@@ -43,7 +55,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     }
     let (&majority, &n_major) = counts.iter().max_by_key(|(_, c)| **c).unwrap_or((&0, &0));
     for (&r, &(s, enq, i)) in &seq_of {
-        if enq.is_some_and(|e| e < majority) || s < majority {
+        if is_behind(s, enq, majority) {
             let who = Who::Rank(r);
             let host = v.who_host(who);
             let c = board.cand(who, host);
@@ -73,5 +85,22 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             "did not report the timeout of collective #{majority} that {n_major} ranks reported"
         );
         board.add(who, v.who_host(who), "seq_lag", 10, why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_behind;
+
+    #[test]
+    fn behind_only_within_reach_of_one_group() {
+        assert!(is_behind(1580, Some(1579), 1580));
+        assert!(is_behind(311, None, 312));
+        assert!(!is_behind(1580, Some(1582), 1580));
+        assert!(
+            !is_behind(5120, None, 7702),
+            "thousands apart: another process group"
+        );
+        assert!(!is_behind(7702, None, 7702));
     }
 }

@@ -1,0 +1,104 @@
+//! A progress bar (tqdm and the trainers built on it) that a log line was printed behind.
+//!
+//! A bar is redrawn with `\r` and never ends its line, so the next message a process logs —
+//! often the watchdog timeout or the launcher's error — lands on the same line after it:
+//! `Epoch 0:   6%|██    | 32040/500150 [6:28:43<94:39:17,  1.37it/s, loss=2.6]<message>`.
+//! The bar is peeled as a launcher prefix so the message behind it is read as usual.
+
+/// How far into a line the bar's percentage may sit (description plus percentage).
+const PERCENT_WINDOW: usize = 160;
+/// How long the bar, counters and `[elapsed<remaining, rate, postfix]` block may be.
+const BAR_SPAN: usize = 640;
+
+/// Bytes of the progress bar that opens `b` when a message follows it, else None.
+pub(super) fn progress_bar(b: &[u8]) -> Option<usize> {
+    let window = &b[..b.len().min(PERCENT_WINDOW)];
+    memchr::memchr_iter(b'%', window).find_map(|p| bar_after_percent(b, p))
+}
+
+/// The bar's end when the `%` at `p` opens `N%|bar| n/total [..]` or `N% n/total [..]`.
+fn bar_after_percent(b: &[u8], p: usize) -> Option<usize> {
+    if p == 0 || !b[p - 1].is_ascii_digit() {
+        return None;
+    }
+    let end = b.len().min(p + BAR_SPAN);
+    let mut k = p + 1;
+    if b.get(k) == Some(&b'|') {
+        k += 1 + memchr::memchr(b'|', &b[k + 1..end])? + 1;
+    }
+    k += count(&b[k..end], |c| c == b' ');
+    k += counter(&b[k..end])?;
+    if b.get(k) != Some(&b'/') {
+        return None;
+    }
+    k += 1;
+    k += counter(&b[k..end])?;
+    if !b[k..end].starts_with(b" [") {
+        return None;
+    }
+    let close = k + 2 + memchr::memchr(b']', &b[k + 2..end])?;
+    let rest = &b[close + 1..];
+    (!rest.iter().all(u8::is_ascii_whitespace)).then_some(close + 1)
+}
+
+/// A tqdm counter: digits, maybe scaled (`1.2k`, `3M`) or unknown (`?`).
+fn counter(b: &[u8]) -> Option<usize> {
+    if b.first() == Some(&b'?') {
+        return Some(1);
+    }
+    let n = count(b, |c| c.is_ascii_digit() || c == b'.');
+    if n == 0 {
+        return None;
+    }
+    Some(n + usize::from(matches!(b.get(n), Some(b'k' | b'M' | b'G' | b'T'))))
+}
+
+fn count(b: &[u8], keep: impl Fn(u8) -> bool) -> usize {
+    b.iter().take_while(|c| keep(**c)).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_bar;
+
+    fn behind(line: &str) -> Option<&str> {
+        progress_bar(line.as_bytes()).map(|n| &line[n..])
+    }
+
+    #[test]
+    fn message_behind_a_bar_is_found() {
+        assert_eq!(
+            behind("Train 3:  41%|████▏     | 812/1980 [01:02:11<1:29:30,  4.60s/it, loss=0.71][W ProcessGroupNCCL.cpp:90] x"),
+            Some("[W ProcessGroupNCCL.cpp:90] x")
+        );
+        assert_eq!(
+            behind(" 12%|█▏        | 3/25 [00:09<01:07,  3.07s/it]ERROR:torch.distributed.elastic.multiprocessing.api:failed"),
+            Some("ERROR:torch.distributed.elastic.multiprocessing.api:failed")
+        );
+        assert_eq!(
+            behind("Loading shards:  33% 1/3 [00:05<00:10,  5.02s/it]RuntimeError: boom"),
+            Some("RuntimeError: boom")
+        );
+        assert_eq!(
+            behind(
+                "eval:  50%|#####     | 1.5k/3k [00:30<00:30, 50.0it/s]node3:12:13 [1] NCCL WARN y"
+            ),
+            Some("node3:12:13 [1] NCCL WARN y")
+        );
+    }
+
+    #[test]
+    fn a_bar_alone_or_prose_is_not_a_prefix() {
+        assert_eq!(
+            behind("Epoch 2:  80%|████████  | 8/10 [00:16<00:04,  2.01s/it]"),
+            None
+        );
+        assert_eq!(
+            behind("Epoch 2:  80%|████████  | 8/10 [00:16<00:04]   "),
+            None
+        );
+        assert_eq!(behind("GPU util 95% of 8/8 devices [ok] fine"), None);
+        assert_eq!(behind("reduced loss by 5% | 3/4 done [x]y"), None);
+        assert_eq!(behind("fe80::1%ib0<4242> closed"), None);
+    }
+}
