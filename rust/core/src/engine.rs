@@ -928,7 +928,7 @@ mod tests {
             "x.y_z.Exception\ttab",
         ];
         for c in cases {
-            assert_eq!(lines::is_exception_line(c), reference(c), "{c:?}");
+            assert_eq!(crate::prefix::is_exception_line(c), reference(c), "{c:?}");
         }
     }
 

@@ -12,7 +12,7 @@ use rankwatch_core::correlate::Diagnosis;
 use rankwatch_core::dbcache::{DbCache, DbOrigin};
 use rankwatch_core::engine::RawRecord;
 use rankwatch_core::files::ReadError;
-use rankwatch_core::prefix::peel;
+use rankwatch_core::prefix::{docker_json, peel};
 use rankwatch_core::records::{DecoderConfig, RecordDecoder};
 use rankwatch_core::{Catalog, Config, Engine, FileInput, StreamHints};
 use serde_json::{json, Value};
@@ -156,8 +156,11 @@ impl PyCatalog {
 
     /// Peels and classifies one line, as the engine would; returns JSON.
     fn test_line(&self, py: Python<'_>, line: &str, year: i32) -> Py<PyBytes> {
+        // A container runtime's envelope (Docker json-file, CRI) is unwrapped first, as the
+        // engine does once it has joined the pieces.
+        let docker = docker_json(line);
+        let line = docker.as_ref().map_or(line, |p| &p.text);
         let mut meta = peel(line, year);
-        // A CRI line is unwrapped first, as the engine does once it has joined the parts.
         let line = if meta.cri {
             let content = &line[meta.msg_start..];
             meta = peel(content, year);

@@ -8,7 +8,7 @@
 use crate::catalog::Catalog;
 use crate::fieldre::FieldSpan;
 use crate::matcher::Scratch;
-use crate::prefix::{peel, Level, LineMeta};
+use crate::prefix::{docker_json, is_exception_line, peel, Level, LineMeta};
 use std::sync::Arc;
 
 /// Lines peeled before their messages are scanned together. Between two scans, peeling,
@@ -24,30 +24,6 @@ pub(super) fn cut_at_char(raw: &[u8], max: usize) -> &[u8] {
         cut -= 1;
     }
     &raw[..cut]
-}
-
-pub(super) fn is_exception_line(msg: &str) -> bool {
-    // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback: a dotted name,
-    // then ':' or the end. Stops at the first byte a name cannot hold (most lines: a space
-    // within a few bytes).
-    let b = msg.as_bytes();
-    let end = b
-        .iter()
-        .position(|&c| !(c.is_ascii_alphanumeric() || c == b'.' || c == b'_'))
-        .unwrap_or(b.len());
-    if end == 0 || (end < b.len() && b[end] != b':') {
-        return false;
-    }
-    let head = &b[..end];
-    [
-        &b"Error"[..],
-        b"Exception",
-        b"Interrupt",
-        b"Exit",
-        b"Failure",
-    ]
-    .iter()
-    .any(|s| head.ends_with(s))
 }
 
 fn is_continuation(msg: &str, st: &LineState) -> bool {
@@ -91,8 +67,9 @@ pub(super) fn strip_ansi(s: &str) -> String {
 pub(crate) struct LineState {
     /// The unfinished last line of the previous chunk (at most `max_line_bytes + 1` bytes).
     partial: Vec<u8>,
-    /// CRI partial (`P`) pieces waiting for their final (`F`) piece.
-    cri_buf: String,
+    /// Pieces of a line a container runtime split (CRI `P` pieces, Docker json-file objects
+    /// without a newline) waiting for the piece that ends it.
+    envelope_buf: String,
     line_no: u64,
     after_last_error: bool,
     in_traceback: bool,
@@ -100,12 +77,12 @@ pub(crate) struct LineState {
 
 impl LineState {
     pub(crate) fn is_idle(&self) -> bool {
-        self.partial.is_empty() && self.cri_buf.is_empty()
+        self.partial.is_empty() && self.envelope_buf.is_empty()
     }
 
     /// Heap the state owns: the waiting partial line and CRI pieces.
     pub(crate) fn heap_bytes(&self) -> usize {
-        crate::memsize::vec(&self.partial) + crate::memsize::string(&self.cri_buf)
+        crate::memsize::vec(&self.partial) + crate::memsize::string(&self.envelope_buf)
     }
 }
 
@@ -340,8 +317,8 @@ impl LineDecoder {
         if !st.partial.is_empty() {
             self.partial_line(st, Times::default(), out);
         }
-        if !st.cri_buf.is_empty() {
-            let text = std::mem::take(&mut st.cri_buf);
+        if !st.envelope_buf.is_empty() {
+            let text = std::mem::take(&mut st.envelope_buf);
             self.text_line(st, &text, none, Times::default(), out);
         }
         self.scan_pending(&[], out);
@@ -406,28 +383,14 @@ impl LineDecoder {
             out.counts.blank += 1;
             return;
         }
+        if let Some(piece) = docker_json(line) {
+            let complete = piece.complete;
+            return self.envelope_piece(st, &piece.text, complete, piece.ts_ms, t, out);
+        }
         let meta = peel(line, self.year);
         if meta.cri {
             let content = &line[meta.msg_start..];
-            if meta.cri_partial {
-                if st.cri_buf.len() < self.max_line_bytes {
-                    st.cri_buf.push_str(content);
-                }
-                return;
-            }
-            let joined = if st.cri_buf.is_empty() {
-                content.to_string()
-            } else {
-                let mut j = std::mem::take(&mut st.cri_buf);
-                j.push_str(content);
-                j
-            };
-            st.line_no -= 1;
-            let t = Times {
-                ingest_ms: t.ingest_ms.or(meta.ts_ms),
-                ..t
-            };
-            return self.text_line(st, &joined, o, t, out);
+            return self.envelope_piece(st, content, !meta.cri_partial, meta.ts_ms, t, out);
         }
         let msg = meta.message(line);
         if msg.trim().is_empty() {
@@ -465,6 +428,40 @@ impl LineDecoder {
             event_ms: t.event_ms,
             hits: 0..0,
         });
+    }
+
+    /// A piece of a line that a container runtime wrapped (CRI, Docker json-file): pieces wait
+    /// until the one that ends the line, then the joined line is decoded as if it had been
+    /// read plain, with the envelope's time as its ingest time when none was given.
+    fn envelope_piece(
+        &mut self,
+        st: &mut LineState,
+        content: &str,
+        complete: bool,
+        ts_ms: Option<i64>,
+        t: Times,
+        out: &mut Batch,
+    ) {
+        if !complete {
+            if st.envelope_buf.len() < self.max_line_bytes {
+                st.envelope_buf.push_str(content);
+            }
+            return;
+        }
+        let joined = if st.envelope_buf.is_empty() {
+            content.to_string()
+        } else {
+            let mut j = std::mem::take(&mut st.envelope_buf);
+            j.push_str(content);
+            j
+        };
+        st.line_no -= 1;
+        let t = Times {
+            ingest_ms: t.ingest_ms.or(ts_ms),
+            ..t
+        };
+        let none = Origin { start: 0, end: 0 };
+        self.raw_line(st, joined.as_bytes(), none, t, out);
     }
 
     /// Scans the messages of the lines decoded since the last call (`chunk` holds the bytes

@@ -3,7 +3,7 @@
 //! slice it gets and returns how many bytes it consumed; fields it finds go into `LineMeta`.
 
 use super::producer::{bracket_number, nccl, torch_log};
-use super::{is_host_byte, LineMeta};
+use super::{is_exception_line, is_host_byte, LineMeta};
 use crate::timefmt::{iso_datetime, leading_number};
 
 /// `memchr` for the few bytes a prefix spans: a plain scan is cheaper than its setup there.
@@ -205,35 +205,66 @@ fn is_ipv4(token: &[u8]) -> bool {
     count == 4
 }
 
-/// A launcher label: pdsh `host: `, srun -l ` 5: `. `Word: ` is also ordinary message text,
-/// so a name is only peeled when a known inner prefix follows, or when it is an IPv4 address
-/// (pdsh run against addresses).
+/// A launcher label: pdsh `host: `, srun -l ` 5: ` (or `P1 13: ` in a heterogeneous job).
+/// `Word: ` is also ordinary message text, so a name is only peeled when it holds a digit and
+/// a known inner prefix or the start of a Python error follows (srun and pdsh label every
+/// line a process prints, its tracebacks included), or when it is an IPv4 address (pdsh run
+/// against addresses). A task number is always peeled: a line that opens with a number, a
+/// colon and a space is a label far more often than message text.
 #[inline]
 pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) -> Option<usize> {
-    let start = b.iter().take_while(|c| **c == b' ').count();
+    let mut start = b.iter().take_while(|c| **c == b' ').count();
+    start += het_component(&b[start..]);
     let i = start + b[start..].iter().take_while(|c| is_host_byte(**c)).count();
     if i == start || b.get(i) != Some(&b':') || b.get(i + 1) != Some(&b' ') {
         return None;
     }
     let token = &b[start..i];
     let numeric = token.iter().all(u8::is_ascii_digit);
-    let address = is_ipv4(token);
-    if !numeric && !token.iter().any(u8::is_ascii_digit) {
+    if numeric {
+        return (token.len() <= MAX_TASK_DIGITS).then_some(i + 2);
+    }
+    if !token.iter().any(u8::is_ascii_digit) {
         return None;
     }
     let rest = &b[i + 2..];
     let mut probe = LineMeta::default();
-    let inner_known = address
+    let inner_known = is_ipv4(token)
         || rest.first() == Some(&b'[')
         || nccl(rest, 0, &mut probe).is_some()
-        || torch_log(rest, year, &mut probe).is_some();
+        || torch_log(rest, year, &mut probe).is_some()
+        || opens_python_error(rest);
     if !inner_known {
         return None;
     }
-    if !numeric && m.host.is_none() {
+    if m.host.is_none() {
         m.host = Some((off + start, off + i));
     }
     Some(i + 2)
+}
+
+/// Task ids of srun labels have at most this many digits.
+const MAX_TASK_DIGITS: usize = 6;
+
+/// `P1 ` before the task id of a heterogeneous job step's label: its length, or 0.
+fn het_component(b: &[u8]) -> usize {
+    if b.first() != Some(&b'P') {
+        return 0;
+    }
+    let digits = b[1..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let spaces = b[1 + digits..].iter().take_while(|c| **c == b' ').count();
+    if digits == 0 || spaces == 0 {
+        return 0;
+    }
+    1 + digits + spaces
+}
+
+/// What Python prints for an uncaught exception: the traceback header, its frames, and the
+/// closing `SomeError: text` line.
+fn opens_python_error(rest: &[u8]) -> bool {
+    rest.starts_with(b"Traceback (most recent call last):")
+        || rest.starts_with(b"  File \"")
+        || std::str::from_utf8(rest).is_ok_and(|s| is_exception_line(s) && s.contains(": "))
 }
 
 /// grep's file-name column when several files were searched: `LOG1.3.txt:` (and the line

@@ -8,10 +8,12 @@
 //! unknown part is skipped as launcher prefix.
 
 mod anchor;
+mod docker_json;
 mod launcher;
 mod pg_rank;
 mod producer;
 
+pub use docker_json::{docker_json, DockerPiece};
 pub use pg_rank::{pg_rank, PgRank};
 
 use crate::timefmt::{iso_datetime, leading_number, syslog_time};
@@ -85,6 +87,31 @@ impl LineMeta {
     pub fn message<'a>(&self, line: &'a str) -> &'a str {
         &line[self.msg_start..self.msg_end.max(self.msg_start)]
     }
+}
+
+/// A Python exception line: `pkg.mod.SomeError: text` or a bare `SomeException`.
+pub fn is_exception_line(msg: &str) -> bool {
+    // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback: a dotted name,
+    // then ':' or the end. Stops at the first byte a name cannot hold (most lines: a space
+    // within a few bytes).
+    let b = msg.as_bytes();
+    let end = b
+        .iter()
+        .position(|&c| !(c.is_ascii_alphanumeric() || c == b'.' || c == b'_'))
+        .unwrap_or(b.len());
+    if end == 0 || (end < b.len() && b[end] != b':') {
+        return false;
+    }
+    let head = &b[..end];
+    [
+        &b"Error"[..],
+        b"Exception",
+        b"Interrupt",
+        b"Exit",
+        b"Failure",
+    ]
+    .iter()
+    .any(|s| head.ends_with(s))
 }
 
 fn is_host_byte(c: u8) -> bool {

@@ -102,3 +102,55 @@ fn message_text_is_not_peeled() {
         assert_eq!(t, line);
     }
 }
+
+#[test]
+fn launcher_labels_before_python_errors() {
+    // srun -l and pdsh label every line of a process, its tracebacks included.
+    for (line, message, host) in [
+        (
+            " 3: Traceback (most recent call last):",
+            "Traceback (most recent call last):",
+            None,
+        ),
+        (
+            "0: RuntimeError: CUDA error: x",
+            "RuntimeError: CUDA error: x",
+            None,
+        ),
+        ("P1 13: RuntimeError: x", "RuntimeError: x", None),
+        (
+            "node-07: RuntimeError: CUDA error: x",
+            "RuntimeError: CUDA error: x",
+            Some("node-07"),
+        ),
+        (
+            "node-07:   File \"train.py\", line 3, in <module>",
+            "  File \"train.py\", line 3, in <module>",
+            Some("node-07"),
+        ),
+        (
+            "gpu-12: torch.distributed.DistBackendError: NCCL error",
+            "torch.distributed.DistBackendError: NCCL error",
+            Some("gpu-12"),
+        ),
+    ] {
+        let (t, m) = msg(line);
+        assert_eq!(t, message, "{line:?}");
+        assert_eq!(m.host(line), host, "{line:?}");
+    }
+}
+
+#[test]
+fn names_before_ordinary_text_stay_message_text() {
+    for line in [
+        "eth0: link up",
+        "mlx5_0: port 1 state changed",
+        "rank0: loss 1.25",
+        "Epoch 3: loss 1.25",
+        "1234567: a number too long for a task id",
+    ] {
+        let (t, m) = msg(line);
+        assert_eq!(t, line);
+        assert_eq!(m.host, None);
+    }
+}
