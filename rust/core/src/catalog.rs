@@ -2,7 +2,7 @@
 //! database plus per-signature field regexes. See python/rankwatch/catalog/SCHEMA.md.
 
 use crate::dbcache::{CacheKey, CacheReport, DbCache, DbOrigin};
-use crate::fieldre::FieldRegex;
+use crate::fieldre::{FieldRegex, FieldSpan};
 use crate::matcher::{Expression, Matcher, FLAG_CASELESS, FLAG_SINGLEMATCH};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -328,22 +328,64 @@ impl Catalog {
         needed_only: bool,
         out: &mut Vec<(String, String)>,
     ) {
+        let mut spans = Vec::new();
+        let known = |n: &str| out.iter().any(|(k, _)| k == n);
+        self.field_spans(sig, text, needed_only, known, &mut spans);
+        out.extend(self.field_pairs(sig, text, &spans));
+    }
+
+    /// Owned `(name, value)` pairs of spans that `field_spans` found in `text`.
+    pub fn field_pairs<'a>(
+        &'a self,
+        sig: u16,
+        text: &'a str,
+        spans: &'a [FieldSpan],
+    ) -> impl Iterator<Item = (String, String)> + 'a {
+        spans.iter().map(move |s| {
+            (
+                self.field_name(sig, s).to_string(),
+                text[s.range()].to_string(),
+            )
+        })
+    }
+
+    /// [`Catalog::extract_fields`] without copies: appends where each field's value is in
+    /// `text`. A name that `known` claims, or that an earlier regex of the signature filled,
+    /// is not taken again.
+    pub fn field_spans(
+        &self,
+        sig: u16,
+        text: &str,
+        needed_only: bool,
+        known: impl Fn(&str) -> bool,
+        out: &mut Vec<FieldSpan>,
+    ) {
+        let base = out.len();
         let spec = &self.signatures[sig as usize];
-        for (field, needed) in spec.field_regexes.iter().zip(&spec.field_needed) {
+        let filled = |out: &[FieldSpan], n: &str| {
+            known(n) || out[base..].iter().any(|s| self.field_name(sig, s) == n)
+        };
+        for (i, (field, needed)) in spec
+            .field_regexes
+            .iter()
+            .zip(&spec.field_needed)
+            .enumerate()
+        {
             if needed_only && !needed {
                 continue;
             }
             // Version variants repeat the same names: once they are filled, skip the rest.
-            if !out.is_empty()
-                && field
-                    .names()
-                    .iter()
-                    .all(|n| out.iter().any(|(k, _)| k == n))
-            {
+            if field.names().iter().all(|n| filled(out, n)) {
                 continue;
             }
-            field.capture_into(text, out);
+            field.spans_into(i as u16, text, filled, out);
         }
+    }
+
+    /// The name a span of `sig`'s field regexes stands for.
+    pub fn field_name(&self, sig: u16, span: &FieldSpan) -> &str {
+        &self.signatures[sig as usize].field_regexes[span.regex as usize].names()
+            [span.name as usize]
     }
 }
 
@@ -663,13 +705,43 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
         let catalog = Catalog::from_sources(&sources).unwrap();
         for sig in &catalog.signatures {
             for field in &sig.field_regexes {
-                let re = field
-                    .regex()
+                let names = field
+                    .compiled_names()
                     .unwrap_or_else(|| panic!("{}: {}", sig.id, field.pattern()));
-                let names: Vec<&str> = re.capture_names().flatten().collect();
                 assert_eq!(names, field.names(), "{}", sig.id);
             }
         }
+    }
+
+    #[test]
+    fn field_spans_point_into_the_text_and_fill_each_name_once() {
+        // Two version variants of one field and a regex for another: the second variant runs
+        // only while a name is missing, and a name the caller already knows is not taken.
+        let text = SMALL.replace(
+            r"fields = ['[Cc]onnect to (?P<peer_addr>[0-9.]+)<\d+> failed : (?P<error>.+)']",
+            r"fields = ['to (?P<peer_addr>[0-9.]+)<', 'to (?P<peer_addr>\S+) failed : (?P<error>.+)', 'port (?P<port>\d+)']",
+        );
+        let c = Catalog::from_sources(&[("t.toml".into(), text)]).unwrap();
+        let sig = c.index_of("sock_connect").unwrap();
+        let msg = "Connect to 10.0.0.2<7> failed : gone, port 99";
+        let mut spans = Vec::new();
+        c.field_spans(sig, msg, false, |_| false, &mut spans);
+        let got: Vec<_> = c.field_pairs(sig, msg, &spans).collect();
+        let want = [
+            ("peer_addr", "10.0.0.2"),
+            ("error", "gone, port 99"),
+            ("port", "99"),
+        ];
+        assert_eq!(got, want.map(|(k, v)| (k.to_string(), v.to_string())));
+        assert_eq!(spans[0].range(), 11..19);
+        let mut pairs = vec![("error".to_string(), "known".to_string())];
+        c.extract_fields(sig, msg, false, &mut pairs);
+        let want = [
+            ("error", "known"),
+            ("peer_addr", "10.0.0.2"),
+            ("port", "99"),
+        ];
+        assert_eq!(pairs, want.map(|(k, v)| (k.to_string(), v.to_string())));
     }
 
     fn load_err(text: &str) -> CatalogError {

@@ -69,7 +69,8 @@ pub struct Stats {
     pub truncated_lines: u64,
     pub invalid_utf8_lines: u64,
     pub signature_hits: u64,
-    pub hits_by_signature: HashMap<u16, u64>,
+    /// Lines each signature matched, by signature index (a vector: it is counted per line).
+    pub hits_by_signature: Vec<u64>,
     pub unclassified_errors: u64,
     pub dropped_hits: u64,
     pub jobs_evicted: u64,

@@ -6,9 +6,33 @@
 //! catches every error a user can make; only a regex beyond the compiled-size limit could still
 //! fail later, and then it extracts nothing.
 
-use regex::{Regex, RegexBuilder};
+use regex_automata::meta::{Builder, Regex};
+use regex_automata::util::primitives::NonMaxUsize;
+use regex_automata::util::syntax;
+use regex_automata::{Input, PatternID};
 use regex_syntax::ast::{self, Ast, GroupKind, Visitor};
 use std::sync::OnceLock;
+
+/// Slots read without a heap buffer (two per capture group, the whole match included).
+const STACK_SLOTS: usize = 32;
+
+/// Where one named group matched in the text a field regex ran over: which regex of the
+/// signature and which of its names, and the byte range. Kept instead of owned strings so
+/// that the line stage allocates nothing per field; the apply stage reads the values in
+/// place from the line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldSpan {
+    pub regex: u16,
+    pub name: u16,
+    pub start: u32,
+    pub end: u32,
+}
+
+impl FieldSpan {
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.start as usize..self.end as usize
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct FieldRegex {
@@ -18,11 +42,12 @@ pub struct FieldRegex {
 }
 
 /// The compiled regex and, for each of `names`, its capture group's index (so that a match is
-/// read by index, not by hashing the name).
+/// read by index, not by hashing the name), and how many slots reach the last of them.
 #[derive(Debug, Clone)]
 struct Compiled {
     regex: Regex,
     groups: Vec<usize>,
+    slots: usize,
 }
 
 impl FieldRegex {
@@ -51,45 +76,100 @@ impl FieldRegex {
         &self.names
     }
 
-    /// The compiled regex (compiled on the first call). ASCII classes (`\d`, `\b`, `\w`) keep
-    /// the fast DFA engines usable on every line; patterns that need Unicode semantics (`.`,
-    /// negated classes) keep them.
-    pub fn regex(&self) -> Option<&Regex> {
-        self.compiled().map(|c| &c.regex)
+    /// The compiled regex's group names, in order (compiled on the first call; `None` if it
+    /// does not compile). ASCII classes (`\d`, `\b`, `\w`) keep the fast DFA engines usable
+    /// on every line; patterns that need Unicode semantics (`.`, negated classes) keep them.
+    pub fn compiled_names(&self) -> Option<Vec<&str>> {
+        let c = self.compiled()?;
+        Some(
+            c.regex
+                .group_info()
+                .pattern_names(PatternID::ZERO)
+                .flatten()
+                .collect(),
+        )
     }
 
     fn compiled(&self) -> Option<&Compiled> {
         self.compiled
             .get_or_init(|| {
-                let regex = RegexBuilder::new(&self.pattern)
-                    .unicode(false)
-                    .build()
-                    .or_else(|_| Regex::new(&self.pattern))
-                    .ok()?;
+                // The same engine the `regex` crate wraps, used directly for its slot API:
+                // a match is read into a buffer on the stack, with no allocation.
+                let build = |unicode: bool| {
+                    Builder::new()
+                        .syntax(syntax::Config::new().unicode(unicode))
+                        .build(&self.pattern)
+                        .ok()
+                };
+                let regex = build(false).or_else(|| build(true))?;
+                let info = regex.group_info();
                 let groups = self
                     .names
                     .iter()
-                    .map(|n| regex.capture_names().position(|g| g == Some(n.as_str())))
+                    .map(|n| info.to_index(PatternID::ZERO, n))
                     .collect::<Option<Vec<usize>>>()?;
-                Some(Compiled { regex, groups })
+                let slots = 2 * (groups.iter().max().copied().unwrap_or(0) + 1);
+                Some(Compiled {
+                    regex,
+                    groups,
+                    slots,
+                })
             })
             .as_ref()
+    }
+
+    /// Matches `text` and appends a span for each named group that took part in the match
+    /// and that `filled` (shown the spans so far) does not claim yet (`regex` is this regex's
+    /// index in its signature). Returns whether it matched.
+    pub fn spans_into(
+        &self,
+        regex: u16,
+        text: &str,
+        filled: impl Fn(&[FieldSpan], &str) -> bool,
+        out: &mut Vec<FieldSpan>,
+    ) -> bool {
+        let Some(c) = self.compiled() else {
+            return false;
+        };
+        let mut stack = [None::<NonMaxUsize>; STACK_SLOTS];
+        let mut heap = Vec::new();
+        let slots = if c.slots <= STACK_SLOTS {
+            &mut stack[..c.slots]
+        } else {
+            heap.resize(c.slots, None);
+            &mut heap[..]
+        };
+        if c.regex.search_slots(&Input::new(text), slots).is_none() {
+            return false;
+        }
+        for (i, (name, &group)) in self.names.iter().zip(&c.groups).enumerate() {
+            let (Some(start), Some(end)) = (slots[2 * group], slots[2 * group + 1]) else {
+                continue;
+            };
+            if filled(out, name) {
+                continue;
+            }
+            out.push(FieldSpan {
+                regex,
+                name: i as u16,
+                start: start.get() as u32,
+                end: end.get() as u32,
+            });
+        }
+        true
     }
 
     /// Matches `text` and appends `(name, value)` for each named group that took part in the
     /// match and whose name is not in `out` yet.
     pub fn capture_into(&self, text: &str, out: &mut Vec<(String, String)>) {
-        let Some(c) = self.compiled() else { return };
-        let mut locs = c.regex.capture_locations();
-        if c.regex.captures_read(&mut locs, text).is_none() {
-            return;
-        }
-        for (name, &group) in self.names.iter().zip(&c.groups) {
-            if let Some((start, end)) = locs.get(group) {
-                if !out.iter().any(|(k, _)| k == name) {
-                    out.push((name.clone(), text[start..end].to_string()));
-                }
-            }
+        let mut spans = Vec::new();
+        let known = |_: &[FieldSpan], n: &str| out.iter().any(|(k, _)| k == n);
+        self.spans_into(0, text, known, &mut spans);
+        for s in spans {
+            out.push((
+                self.names[s.name as usize].clone(),
+                text[s.range()].to_string(),
+            ));
         }
     }
 }
@@ -123,11 +203,10 @@ mod tests {
         let f =
             FieldRegex::parse(r"to (?P<peer_addr>[0-9.]+)<(\d+)> failed : (?<error>.+)").unwrap();
         assert_eq!(f.names(), ["peer_addr", "error"]);
-        let re = f.regex().unwrap();
-        let compiled: Vec<&str> = re.capture_names().flatten().collect();
-        assert_eq!(compiled, f.names());
-        let caps = re.captures("Connect to 1.2.3.4<5> failed : gone").unwrap();
-        assert_eq!(&caps["peer_addr"], "1.2.3.4");
+        assert_eq!(f.compiled_names().unwrap(), f.names());
+        let mut out = Vec::new();
+        f.capture_into("Connect to 1.2.3.4<5> failed : gone", &mut out);
+        assert_eq!(out[0], ("peer_addr".to_string(), "1.2.3.4".to_string()));
     }
 
     #[test]
@@ -146,6 +225,25 @@ mod tests {
     }
 
     #[test]
+    fn spans_into_reads_groups_past_the_stack_buffer() {
+        // 20 groups need 42 slots, more than the stack buffer holds.
+        let pattern: String = (0..20).map(|i| format!("(?P<g{i}>{i})-")).collect();
+        let text: String = (0..20).map(|i| format!("{i}-")).collect();
+        let f = FieldRegex::parse(&pattern).unwrap();
+        let mut spans = Vec::new();
+        assert!(f.spans_into(3, &text, |_, n| n == "g1", &mut spans));
+        assert_eq!(spans.len(), 19);
+        assert_eq!(
+            (spans[0].regex, spans[0].name, spans[0].range()),
+            (3, 0, 0..1)
+        );
+        let last = spans[18];
+        assert_eq!((last.name, &text[last.range()]), (19, "19"));
+        assert!(!f.spans_into(0, "nothing", |_, _| false, &mut spans));
+        assert_eq!(spans.len(), 19);
+    }
+
+    #[test]
     fn errors_are_found_without_compiling() {
         assert!(FieldRegex::parse(r"SeqNum=(?P<seq>\d+").is_err());
         assert!(FieldRegex::parse(r"(?P<x>\p{NoSuchClass})").is_err());
@@ -155,7 +253,8 @@ mod tests {
     #[test]
     fn unicode_is_kept_where_the_pattern_needs_it() {
         let f = FieldRegex::parse(r"name=(?P<name>[^ ]+)").unwrap();
-        let caps = f.regex().unwrap().captures("name=größe x").unwrap();
-        assert_eq!(&caps["name"], "größe");
+        let mut out = Vec::new();
+        f.capture_into("name=größe x", &mut out);
+        assert_eq!(out, [("name".to_string(), "größe".to_string())]);
     }
 }

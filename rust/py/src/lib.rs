@@ -625,7 +625,9 @@ impl PyEngine {
         let by_sig: serde_json::Map<String, Value> = s
             .hits_by_signature
             .iter()
-            .map(|(k, v)| (cat.signatures[*k as usize].id.clone(), json!(v)))
+            .enumerate()
+            .filter(|(_, v)| **v > 0)
+            .map(|(k, v)| (cat.signatures[k].id.clone(), json!(v)))
             .collect();
         let b = self.inner.memory_breakdown();
         let breakdown = json!({"rings": b[0], "hits": b[1], "snapshots": b[2], "context": b[3],

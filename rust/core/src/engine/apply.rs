@@ -3,11 +3,37 @@
 
 use super::lines::{Batch, Decoded, LineCounts, SigHit};
 use super::{Engine, RouteCache, Stream, CAUSE_RECORD_LINES, SYMPTOM_RECORD_LINES};
+use crate::catalog::Catalog;
 use crate::catalog::{Role, Sync};
 use crate::correlate;
+use crate::fieldre::FieldSpan;
 use crate::job::{ContextObs, Hit, Incident, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
 use crate::memsize;
 use crate::prefix::{Level, Producer};
+
+/// The fields one signature's regexes found in a line's message, read in place.
+struct FieldView<'a> {
+    catalog: &'a Catalog,
+    sig: u16,
+    msg: &'a str,
+    spans: &'a [FieldSpan],
+}
+
+impl<'a> FieldView<'a> {
+    fn get(&self, name: &str) -> Option<&'a str> {
+        let msg = self.msg;
+        self.spans
+            .iter()
+            .find(|s| self.catalog.field_name(self.sig, s) == name)
+            .map(|s| &msg[s.range()])
+    }
+
+    fn to_pairs(&self) -> Vec<(String, String)> {
+        self.catalog
+            .field_pairs(self.sig, self.msg, self.spans)
+            .collect()
+    }
+}
 
 /// Where a line sits: its job sequence number, its number in its stream, its time.
 #[derive(Clone, Copy)]
@@ -51,10 +77,10 @@ impl Engine {
         batch: &mut Batch,
         range: std::ops::Range<usize>,
     ) {
-        let (text, lines, hits) = batch.parts(chunk);
+        let (text, lines, hits, fields) = batch.parts(chunk);
         for d in &lines[range] {
             let line = text(d);
-            self.apply_line(job, st, line, d, &mut hits[Batch::hits_of(d)]);
+            self.apply_line(job, st, line, d, &hits[Batch::hits_of(d)], fields);
         }
     }
 
@@ -65,7 +91,8 @@ impl Engine {
         st: &mut Stream,
         line: &str,
         d: &Decoded,
-        sig_hits: &mut [SigHit],
+        sig_hits: &[SigHit],
+        field_spans: &[FieldSpan],
     ) {
         let (meta, continuation, level) = (&d.meta, d.continuation, d.level);
         let (ingest_ms, event_ms, line_no) = (d.ingest_ms, d.event_ms, d.line_no);
@@ -220,16 +247,18 @@ impl Engine {
         }
 
         // Classify (the line stage scanned it).
-        let catalog = self.catalog.clone();
         let mut opened = false;
         if !sig_hits.is_empty() {
-            job.tables_dirty = true;
-        }
-        {
+            let catalog = self.catalog.clone();
+            let msg = meta.message(line);
             for sh in sig_hits {
                 let sig = sh.sig;
                 self.stats.signature_hits += 1;
-                *self.stats.hits_by_signature.entry(sig).or_default() += 1;
+                let by_sig = &mut self.stats.hits_by_signature;
+                if by_sig.len() <= sig as usize {
+                    by_sig.resize(catalog.signatures.len().max(sig as usize + 1), 0);
+                }
+                by_sig[sig as usize] += 1;
                 let spec = &catalog.signatures[sig as usize];
                 let is_hit = spec.role != Role::Context;
                 opened |= is_hit;
@@ -237,7 +266,12 @@ impl Engine {
                 if is_hit && !self.admit(job, src, Some(sig), spec.role == Role::Cause) {
                     continue;
                 }
-                let fields = std::mem::take(&mut sh.fields);
+                let fields = FieldView {
+                    catalog: &catalog,
+                    sig,
+                    msg,
+                    spans: &field_spans[sh.fields.clone()],
+                };
                 let at = LineAt {
                     seq,
                     line_no,
@@ -260,7 +294,7 @@ impl Engine {
                         ingest_ms,
                         text: line.to_string(),
                         origin: st.origin.clone(),
-                        fields,
+                        fields: fields.to_pairs(),
                         record: job.sources[src as usize]
                             .ring
                             .record_from(
@@ -319,7 +353,7 @@ impl Engine {
         job: &mut Job,
         src: u32,
         sig: u16,
-        fields: &[(String, String)],
+        fields: &FieldView<'_>,
         line: &str,
         at: LineAt,
         st: &Stream,
@@ -331,7 +365,7 @@ impl Engine {
             exact,
         } = at;
         let spec = &self.catalog.signatures[sig as usize];
-        let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let get = |k: &str| fields.get(k);
         if spec.role == Role::Context {
             if let Some(d) = get("cuda_dev").and_then(|v| v.parse::<u16>().ok()) {
                 job.sources[src as usize].cuda_dev = Some(d);
@@ -362,6 +396,7 @@ impl Engine {
                     if !job.ip_host.contains_key(v) {
                         job.content_bytes += memsize::block(v.len());
                         job.ip_host.insert(v.to_string(), h);
+                        job.tables_dirty = true;
                     }
                 }
                 let weight = spec.weight;
@@ -381,8 +416,11 @@ impl Engine {
                         sig,
                     };
                     job.content_bytes += obs.heap_bytes();
-                    if let Some(old) = job.context.insert((f, src), obs) {
-                        job.content_bytes = job.content_bytes.saturating_sub(old.heap_bytes());
+                    match job.context.insert((f, src), obs) {
+                        Some(old) => {
+                            job.content_bytes = job.content_bytes.saturating_sub(old.heap_bytes())
+                        }
+                        None => job.tables_dirty = true,
                     }
                 }
             }

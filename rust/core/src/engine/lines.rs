@@ -6,6 +6,7 @@
 //! each with its own [`LineDecoder`] (its own Hyperscan scratch), ahead of applying them.
 
 use crate::catalog::Catalog;
+use crate::fieldre::FieldSpan;
 use crate::matcher::Scratch;
 use crate::prefix::{docker_json, is_exception_line, peel, Level, LineMeta};
 use std::ops::Range;
@@ -125,11 +126,12 @@ pub(crate) struct Decoded {
 }
 
 /// A signature that matched a line, with the fields the engine reads from it (extracted
-/// only for signatures that ingest fields).
+/// only for signatures that ingest fields): its entries in `Batch::fields`, spans of the
+/// line's message.
 #[derive(Debug)]
 pub(crate) struct SigHit {
     pub sig: u16,
-    pub fields: Vec<(String, String)>,
+    pub fields: std::ops::Range<usize>,
 }
 
 /// Counters of the line stage, added to the engine's stats when the batch is applied.
@@ -159,6 +161,7 @@ pub(crate) struct Batch {
     own: String,
     pub lines: Vec<Decoded>,
     pub hits: Vec<SigHit>,
+    pub fields: Vec<FieldSpan>,
     pub counts: LineCounts,
     /// `lines[..scanned]` are scanned; the rest wait for `LineDecoder::scan_pending`.
     scanned: usize,
@@ -169,23 +172,25 @@ impl Batch {
         self.own.clear();
         self.lines.clear();
         self.hits.clear();
+        self.fields.clear();
         self.counts = LineCounts::default();
         self.scanned = 0;
     }
 
     /// The parts the apply stage needs at once: each line's text (from `chunk`, the bytes
-    /// the batch was decoded from, or the batch's own copy) and the hits, mutably.
+    /// the batch was decoded from, or the batch's own copy), the hits and their fields.
     pub(crate) fn parts<'a>(
-        &'a mut self,
+        &'a self,
         chunk: &'a [u8],
     ) -> (
         impl Fn(&Decoded) -> &'a str,
         &'a [Decoded],
-        &'a mut [SigHit],
+        &'a [SigHit],
+        &'a [FieldSpan],
     ) {
         let own = self.own.as_str();
         let text = move |d: &Decoded| d.span.text(chunk, own);
-        (text, &self.lines, &mut self.hits)
+        (text, &self.lines, &self.hits, &self.fields)
     }
 
     pub(crate) fn hits_of(d: &Decoded) -> std::ops::Range<usize> {
@@ -527,11 +532,14 @@ impl LineDecoder {
                 catalog.signatures_for(&self.expr_buf[start..end], &mut self.sig_buf);
                 let msg = d.meta.message(d.span.text(chunk, &out.own));
                 for &sig in &self.sig_buf {
-                    let mut fields = Vec::new();
+                    let first = out.fields.len();
                     if catalog.signatures[sig as usize].ingest_fields {
-                        catalog.extract_fields(sig, msg, true, &mut fields);
+                        catalog.field_spans(sig, msg, true, |_| false, &mut out.fields);
                     }
-                    out.hits.push(SigHit { sig, fields });
+                    out.hits.push(SigHit {
+                        sig,
+                        fields: first..out.fields.len(),
+                    });
                 }
             }
             d.hits = first..out.hits.len();

@@ -46,14 +46,18 @@ fn reference(catalog: &Catalog, msg: &str) -> Vec<(u16, Vec<(String, String)>)> 
 /// Checks every decoded line of `batch` (decoded from `chunk`) against `reference`;
 /// returns the lines' texts and the number of hits seen.
 fn check(catalog: &Catalog, chunk: &[u8], batch: &mut Batch) -> (Vec<String>, usize) {
-    let (text, lines, hits) = batch.parts(chunk);
+    let (text, lines, hits, fields) = batch.parts(chunk);
     let mut seen = 0;
     let mut texts = Vec::new();
     for d in lines {
         let line = text(d);
         let got: Vec<_> = hits[Batch::hits_of(d)]
             .iter()
-            .map(|h| (h.sig, h.fields.clone()))
+            .map(|h| {
+                let msg = d.meta.message(line);
+                let spans = &fields[h.fields.clone()];
+                (h.sig, catalog.field_pairs(h.sig, msg, spans).collect())
+            })
             .collect();
         assert_eq!(
             got,
