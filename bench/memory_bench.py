@@ -253,13 +253,25 @@ def main() -> None:
         title = f"{a.jobs:,} successive jobs, never released (evicted under the budget)"
         scenarios.append(("kept", a.jobs, title))
     wheres = [] if a.daemon_only else ["engine"]
-    if a.daemon or a.daemon_only:
-        subprocess.run(
-            [str(ROOT / "deploy/kafka/dev-broker"), "start", "--port", str(a.port), "--fresh"],
-            check=True,
-            capture_output=True,
-        )
+    broker = a.daemon or a.daemon_only
+    if broker:
+        dev_broker("start", a.port, "--fresh")
         wheres.append("daemon")
+    try:
+        print_rows(wheres, scenarios, a.budgets_mib, a.port)
+    finally:
+        if broker:  # an idle broker left running takes a fifth of a core from what follows
+            dev_broker("stop", a.port)
+
+
+def dev_broker(action: str, port: int, *extra: str) -> None:
+    command = [str(ROOT / "deploy/kafka/dev-broker"), action, "--port", str(port), *extra]
+    subprocess.run(command, check=action == "start", capture_output=True)
+
+
+def print_rows(
+    wheres: list[str], scenarios: list[tuple[str, int, str]], budgets_mib: list[int], port: int
+) -> None:
     print(
         "| Where | Scenario | Budget MiB | Baseline RSS | Peak RSS | End RSS | Peak accounted | "
         "End accounted | (peak RSS - baseline) / peak accounted | (peak RSS - baseline) / budget "
@@ -270,9 +282,9 @@ def main() -> None:
         for kind, n, title in scenarios:
             if where == "daemon" and kind == "kept":
                 continue
-            for b in a.budgets_mib:
+            for b in budgets_mib:
                 budget = b << 20
-                r = run_child([where, kind, str(n), str(budget)], a.port)
+                r = run_child([where, kind, str(n), str(budget)], port)
                 print(row(where, title, budget, r), flush=True)
 
 
