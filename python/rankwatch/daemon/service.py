@@ -124,7 +124,8 @@ class Daemon:
         self.failure: BaseException | None = None
         self.generation = 0  # bumped by every rebalance callback
         self.pos = Positions()
-        self.outbox = Outbox(self.index, self.jobmap, self.metrics)
+        self.outbox = Outbox(self.index, self.jobmap, self.metrics, cfg.budget().outbox_bytes)
+        self.metrics.outbox_share.set(self.outbox.share)
         self._inflight: asyncio.Task[None] | None = None
         self.rebalancing = False  # revoked, not yet assigned: nothing is fed
         self.started = False
@@ -369,6 +370,8 @@ class Daemon:
             self.notifier.watchdog()
             try:
                 await self._settle()
+                if self.outbox.over_share:
+                    await self._relieve_outbox()
                 parts = self._accept(batch, rebalanced=generation != self.generation)
                 if parts:
                     t0 = time.perf_counter()
@@ -381,6 +384,13 @@ class Daemon:
                     await self._checkpoint()
             except PublishError as e:
                 self._fail(e)
+
+    async def _relieve_outbox(self) -> None:
+        """Held updates above the outbox's share leave only at a checkpoint: take it now,
+        before the next batch is fed (counted as time the feed waited)."""
+        t0 = time.monotonic()
+        await self._checkpoint()
+        self.metrics.outbox_paused.inc(time.monotonic() - t0)
 
     async def _settle(self) -> None:
         """Waits for the batch being fed, polled and published (raises what it raised)."""
@@ -536,6 +546,8 @@ class Daemon:
         if self.publisher is not None:
             self.metrics.unacknowledged.set(self.publisher.unacknowledged)
         self.metrics.held.set(len(self.outbox.held))
+        self.metrics.outbox_bytes.set(self.outbox.bytes)
+        self.metrics.outbox_peak.set(self.outbox.peak_queued)
         self.metrics.loops.inc()
         self._bound_bookkeeping()
         mono = time.monotonic()
