@@ -26,6 +26,7 @@ class Polled:
     def __init__(self, encoded: EncodedDiagnoses, note: Callable[[Diagnosis], None]) -> None:
         self._encoded = encoded
         self._note = note
+        self.total_bytes = encoded.waiting_bytes
 
     @property
     def waiting_bytes(self) -> int:

@@ -11,8 +11,9 @@ updates and what the publisher keeps until the broker answered (`Publisher.queue
 While the publisher's part is above the outbox's share of the budget (`daemon/budget.py`),
 `offer` waits for acknowledgements before it sends the next diagnosis; the daemon feeds
 nothing meanwhile (the feed task is the one waiting) and, after it, checkpoints early if the
-held updates alone are above the share. Acknowledgements never wait for the feed, so this
-cannot deadlock; the time spent waiting is counted (`rankwatch_outbox_paused_seconds_total`)."""
+outbox is still above the share (held updates, or a transaction's values, leave only then).
+Acknowledgements never wait for the feed, so this cannot deadlock; the time spent waiting is
+counted (`rankwatch_outbox_paused_seconds_total`)."""
 
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ class Outbox:
 
     @property
     def over_share(self) -> bool:
-        """The held updates alone are above the share: only a checkpoint sends them."""
-        return self.held_bytes > self.share
+        """Above the share between two polls: the held updates leave, and (transactional) the
+        publisher lets its values go, only at a checkpoint."""
+        return self.bytes > self.share
 
     async def offer(self, diagnoses: Iterable[Diagnosis], replaying: Callable[[str], bool]) -> None:
         self._incoming = diagnoses

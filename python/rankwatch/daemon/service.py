@@ -26,6 +26,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from rankwatch import __version__
 from rankwatch.catalog_loader import Catalog
 from rankwatch.daemon import kafka_clients, rawrecords
+from rankwatch.daemon.allocator import TRIM_AFTER_BYTES, release_free_heap
 from rankwatch.daemon.bounds import max_entries
 from rankwatch.daemon.config import DaemonConfig, load_catalog
 from rankwatch.daemon.engine_worker import EngineWorker
@@ -510,6 +511,8 @@ class Daemon:
     async def _poll_and_publish(self) -> None:
         diagnoses = await self.engine.poll_lazily(now_ms())
         await self.outbox.offer(diagnoses, self._replaying)
+        if diagnoses.total_bytes >= TRIM_AFTER_BYTES:
+            release_free_heap()  # the burst's pages, decoded and dropped (allocator.py)
 
     async def _checkpoint(self) -> None:
         """Waits for every publish to be acknowledged, then commits the offsets of what was
