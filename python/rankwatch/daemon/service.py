@@ -387,8 +387,9 @@ class Daemon:
                 self._fail(e)
 
     async def _relieve_outbox(self) -> None:
-        """Held updates above the outbox's share leave only at a checkpoint: take it now,
-        before the next batch is fed (counted as time the feed waited)."""
+        """What keeps the outbox above its share between polls (held updates; in a transaction,
+        the values sent) leaves only at a checkpoint: take it now, before the next batch is
+        fed (counted as time the feed waited)."""
         t0 = time.monotonic()
         await self._checkpoint()
         self.metrics.outbox_paused.inc(time.monotonic() - t0)
