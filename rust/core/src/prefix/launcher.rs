@@ -2,7 +2,7 @@
 //! pasted a log put in front of a producer's line. Each parser is anchored at the start of the
 //! slice it gets and returns how many bytes it consumed; fields it finds go into `LineMeta`.
 
-use super::producer::{bracket_number, nccl, torch_log};
+use super::producer::{bracket_number, libfabric, nccl, torch_log};
 use super::{is_exception_line, is_host_byte, LineMeta};
 use crate::timefmt::{iso_datetime, leading_number};
 
@@ -224,15 +224,19 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
     if numeric {
         return (token.len() <= MAX_TASK_DIGITS).then_some(i + 2);
     }
-    if !token.iter().any(u8::is_ascii_digit) {
-        return None;
-    }
     let rest = &b[i + 2..];
     let mut probe = LineMeta::default();
-    let inner_known = is_ipv4(token)
+    // A whole NCCL header behind it makes even a host name without digits a label.
+    let inner_nccl = nccl(rest, 0, &mut probe).is_some();
+    if !inner_nccl && !token.iter().any(u8::is_ascii_digit) {
+        return None;
+    }
+    let inner_known = inner_nccl
+        || is_ipv4(token)
         || rest.first() == Some(&b'[')
-        || nccl(rest, 0, &mut probe).is_some()
         || torch_log(rest, year, &mut probe).is_some()
+        || libfabric(rest, &mut probe).is_some()
+        || cloudwatch(rest, &mut probe).is_some()
         || opens_python_error(rest);
     if !inner_known {
         return None;

@@ -185,14 +185,13 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     if let Some(n) = launcher::ansi(rest) {
         return Step::Prefix(n);
     }
-    if pos == 0 {
-        if let Some(n) = launcher::cloudwatch(rest, m) {
-            let content = &rest[n..];
-            if let Some(half) = launcher::repeated_column(content) {
-                m.msg_end = pos + n + half;
-            }
-            return Step::Prefix(n);
+    // Also behind a launcher's label: a console export re-shipped by another pipeline.
+    if let Some(n) = launcher::cloudwatch(rest, m) {
+        let content = &rest[n..];
+        if let Some(half) = launcher::repeated_column(content) {
+            m.msg_end = pos + n + half;
         }
+        return Step::Prefix(n);
     }
     let mut excepthook = false;
     if let Some(n) = launcher::rank_or_tee(rest, m, &mut excepthook) {

@@ -87,15 +87,51 @@ pub(super) fn nccl(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
             j += 1;
         }
     }
-    let pos = find_nccl_marker(&b[j..b.len().min(j + NCCL_MARKER_WINDOW)])?;
-    let (level, n) = nccl_level(&b[j + pos..])?;
+    let (level, end) = match find_nccl_marker(&b[j..b.len().min(j + NCCL_MARKER_WINDOW)]) {
+        Some(pos) => {
+            let (level, n) = nccl_level(&b[j + pos..])?;
+            (level, j + pos + n)
+        }
+        // Without the marker, insist on the whole old header so `12:34:56 INFO` stays a time.
+        None if dev.is_some() && !b[..i].iter().all(u8::is_ascii_digit) => {
+            let (level, n) = pre_2_3_level(&b[j..])?;
+            (level, j + n)
+        }
+        None => return None,
+    };
     m.host = Some(host);
     m.pid = u32::try_from(pid).ok();
     m.tid = u32::try_from(tid).ok();
     m.cuda_dev = dev;
     m.level = level;
     m.producer = Producer::Nccl;
-    Some(j + pos + n)
+    Some(end)
+}
+
+/// NCCL 2.2 and older printed no `NCCL ` marker: `host:pid:tid [dev] INFO msg` and
+/// `host:pid:tid [dev] file:line WARN msg`. Only tried once the `host:pid:tid ` header parsed.
+fn pre_2_3_level(b: &[u8]) -> Option<(Level, usize)> {
+    let bare = |b: &[u8]| -> Option<(Level, usize)> {
+        let level = if b.starts_with(b"WARN ") {
+            Level::Warn
+        } else if b.starts_with(b"INFO ") {
+            Level::Info
+        } else {
+            return None;
+        };
+        Some((level, 5))
+    };
+    if let Some(found) = bare(b) {
+        return Some(found);
+    }
+    let sp = position(&b[..b.len().min(NCCL_MARKER_WINDOW)], b' ')?;
+    let colon = memchr::memrchr(b':', &b[..sp])?;
+    let line_no = &b[colon + 1..sp];
+    if colon == 0 || line_no.is_empty() || !line_no.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let (level, n) = bare(&b[sp + 1..])?;
+    Some((level, sp + 1 + n))
 }
 
 /// A host name a poster redacted (`<cluster_name>:922:1158 [3] ...`): the length of `<name>`.
@@ -425,6 +461,26 @@ mod tests {
         assert_eq!((m.pid, m.cuda_dev), (Some(922), Some(3)));
         assert_eq!(m.message(line), "misc/socket.cc:567 -> 2");
         assert_eq!(redacted_host(b"<a b>:1:2"), None);
+    }
+
+    #[test]
+    fn nccl_2_2_headers_without_the_nccl_marker() {
+        let line = "trainbox-7:4410:4410 [2] misc/ibvwrap.cu:63 WARN Unable to open libibverbs";
+        let m = crate::prefix::peel(line, 2026);
+        assert_eq!(m.message(line), "Unable to open libibverbs");
+        assert_eq!((m.host(line), m.level), (Some("trainbox-7"), Level::Warn));
+        assert_eq!((m.pid, m.cuda_dev), (Some(4410), Some(2)));
+        let line = "trainbox-7:4410:4471 [1] INFO NET : Using interface ens3:10.9.8.7<0>";
+        let m = crate::prefix::peel(line, 2026);
+        assert_eq!(m.message(line), "NET : Using interface ens3:10.9.8.7<0>");
+        assert_eq!((m.level, m.producer), (Level::Info, Producer::Nccl));
+        // A clock or a header without a device is not an old NCCL line.
+        let line = "12:34:56 INFO loading shards";
+        assert_ne!(crate::prefix::peel(line, 2026).producer, Producer::Nccl);
+        let line = "trainbox-7:4410:4410 WARN something else";
+        assert_ne!(crate::prefix::peel(line, 2026).producer, Producer::Nccl);
+        let line = "trainbox-7:4410:4410 [0] note: WARN about x";
+        assert_ne!(crate::prefix::peel(line, 2026).producer, Producer::Nccl);
     }
 
     #[test]

@@ -127,6 +127,36 @@ fn cloudwatch_rows() {
 }
 
 #[test]
+fn labels_before_console_rows_libfabric_and_digitless_hosts() {
+    // A console row behind an srun task label and behind a kubectl time.
+    let row = "  | 2026-02-03T04:05:06.789Z | libfabric:4411:1770000000::efa:cq:efa_cq_open():77<warn> Unable to create CQ: Cannot allocate memory";
+    for line in [
+        format!(" 7: {row}"),
+        format!("2026-02-03T04:05:07.000000001Z {row}"),
+    ] {
+        let p = peeled(&line);
+        assert_eq!(
+            p.msg, "Unable to create CQ: Cannot allocate memory",
+            "{line}"
+        );
+        assert_eq!((p.m.level, p.m.pid), (Level::Warn, Some(4411)));
+    }
+    // A pdsh host label before a console row and before a bare libfabric line.
+    let labelled = format!("gpu-a12: {row}");
+    assert_eq!(
+        peeled(&labelled).msg,
+        "Unable to create CQ: Cannot allocate memory"
+    );
+    let p = peeled("gpu-a12: libfabric:4411:1770000000::efa:cq:efa_cq_open():77<warn> CQ gone");
+    assert_eq!((p.msg, p.host), ("CQ gone", Some("gpu-a12")));
+    // A host name without digits is a label when a whole NCCL header follows it.
+    let p = peeled("trainhost: trainhost:812:840 [1] NCCL INFO Using network Socket");
+    assert_eq!((p.msg, p.host), ("Using network Socket", Some("trainhost")));
+    // ... and only then: ordinary text stays message text.
+    assert_eq!(peeled("Note: restart later").msg, "Note: restart later");
+}
+
+#[test]
 fn grep_file_column() {
     let line = "LOG1.3.txt:[rank1]:[E1002 18:16:40.662329700 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout";
     let p = peeled(line);
