@@ -40,3 +40,39 @@ def arenas(mode: str) -> int:
 def test_the_daemon_keeps_at_most_two_malloc_arenas() -> None:
     assert arenas("default") > 2  # each thread got its own: the cap is what bounds them
     assert arenas("limited") <= 2
+
+
+THRESHOLDS = textwrap.dedent(
+    """
+    import ctypes, sys
+    from rankwatch.daemon.allocator import fix_thresholds
+    if sys.argv[1] == "fixed":
+        assert fix_thresholds()
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    class MI2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in (
+            "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+        ).split()]
+    libc.mallinfo2.restype = MI2
+    libc.free(libc.malloc(4 << 20))  # a fetch buffer, mmapped and freed
+    before = libc.mallinfo2().hblks
+    keep = [libc.malloc(512 << 10) for _ in range(8)]  # after it: heap or mmap?
+    print(libc.mallinfo2().hblks - before)
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
+def test_freeing_a_large_buffer_does_not_move_large_blocks_into_the_heap() -> None:
+    """glibc's sliding threshold: after a freed 4 MiB mmapped block, 512 KiB blocks come from
+    the heap, where their pages stay resident once freed; with fixed thresholds they are
+    mmapped (and unmapped when freed)."""
+
+    def mmapped(mode: str) -> int:
+        cmd = [sys.executable, "-c", THRESHOLDS, mode]
+        return int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+    assert mmapped("default") == 0
+    assert mmapped("fixed") == 8

@@ -199,8 +199,9 @@ class Engine:
         result: list[Diagnosis] = orjson.loads(self._core.poll(now_ms))
         return result
 
-    def poll_encoded(self, now_ms: int) -> list[bytes]:
-        """`poll`, each diagnosis as its own JSON document, to decode one at a time."""
+    def poll_encoded(self, now_ms: int) -> _core.EncodedDiagnoses:
+        """`poll`, each diagnosis as its own JSON document, handed out one at a time (the
+        documents not yet handed out stay in Rust: `waiting_bytes`)."""
         return self._core.poll_each(now_ms)
 
     def finish(self) -> list[Diagnosis]:

@@ -14,7 +14,11 @@ share, and each other part is bounded by its own:
   two batches alive at once (one being fed while the next is fetched);
 - bookkeeping (`BOOKKEEPING_PERCENT`): the published-diagnosis index, the job map and the fleet
   ledger (bounds.py);
-- the rest: diagnoses on their way out, the allocator's free-but-resident pages.
+- outbox (`OUTBOX_PERCENT`): diagnoses on their way out, as JSON: the records the publisher
+  keeps until the broker acknowledged them, and the updates held for the next checkpoint.
+  Above it the feed waits for acknowledgements (or checkpoints early): outbox.py. Without it
+  a burst of 10,000 jobs queued ~20,000 versions of ~7 KB with nothing slowing the feed;
+- the rest: the allocator's free-but-resident pages.
 
 Fetch sizes and the batch size are derived from the budget unless set; a set value above its
 share is a configuration error that says what the share is."""
@@ -27,6 +31,9 @@ ENGINE_PERCENT = 60
 FETCH_PERCENT = 10
 BATCH_PERCENT = 10
 BOOKKEEPING_PERCENT = 10
+OUTBOX_PERCENT = 5
+# Whatever the budget, the outbox may hold a few large diagnoses (a request is 1 MiB by default)
+MIN_OUTBOX_BYTES = 1 << 20
 # Resident bytes of one fetched record while it waits in a batch: aiokafka's parsed record
 # object, its value and key bytes (a few hundred bytes of log line and envelope).
 RECORD_RESIDENT_BYTES = 1024
@@ -50,6 +57,7 @@ class BudgetSplit:
     max_partition_fetch_bytes: int
     max_batch_records: int
     bookkeeping_bytes: int
+    outbox_bytes: int
 
 
 def share(budget: int, percent: int) -> int:
@@ -78,6 +86,7 @@ def split(budget: int, partition_fetch_bytes: int = 0, batch_records: int = 0) -
         max_partition_fetch_bytes=partition,
         max_batch_records=batch_records or min(MAX_BATCH_RECORDS, batch_share(budget)),
         bookkeeping_bytes=share(budget, BOOKKEEPING_PERCENT),
+        outbox_bytes=max(MIN_OUTBOX_BYTES, share(budget, OUTBOX_PERCENT)),
     )
 
 

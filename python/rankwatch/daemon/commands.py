@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from rankwatch.daemon.allocator import limit_arenas
+from rankwatch.daemon.allocator import fix_thresholds, limit_arenas
 from rankwatch.daemon.config import (
     BOOL,
     CHOICE,
@@ -106,6 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     logging.getLogger("rankwatch.daemon").debug("config: %s", cfg.describe())
     tune_gc()
     limit_arenas()  # before the engine and event-loop threads allocate
+    fix_thresholds()
     try:
         asyncio.run(run(Daemon(cfg, catalog)))
     except DaemonError as e:

@@ -12,10 +12,33 @@ from typing import Any, TypeVar
 
 import orjson
 
+from rankwatch._core import EncodedDiagnoses
 from rankwatch.daemon.feeding import FeedArgs
 from rankwatch.engine import Diagnosis, Engine, FedRecords
 
 _T = TypeVar("_T")
+
+
+class Polled:
+    """The diagnoses of one poll, decoded one at a time by iteration; `waiting_bytes` is the
+    JSON not yet handed out (counted in the outbox's share of the budget)."""
+
+    def __init__(self, encoded: EncodedDiagnoses, note: Callable[[Diagnosis], None]) -> None:
+        self._encoded = encoded
+        self._note = note
+        self.total_bytes = encoded.waiting_bytes
+
+    @property
+    def waiting_bytes(self) -> int:
+        return self._encoded.waiting_bytes
+
+    def __iter__(self) -> Iterator[Diagnosis]:
+        return self
+
+    def __next__(self) -> Diagnosis:
+        d: Diagnosis = orjson.loads(next(self._encoded))
+        self._note(d)
+        return d
 
 
 class EngineWorker:
@@ -64,19 +87,12 @@ class EngineWorker:
             self.note_diagnosed(d)
         return diagnoses
 
-    async def poll_lazily(self, now_ms: int) -> Iterator[Diagnosis]:
+    async def poll_lazily(self, now_ms: int) -> Polled:
         """`poll`, decoding each diagnosis only when the iterator reaches it: a burst of
         thousands of jobs diagnosed at once is held as JSON, not as Python objects (about
         five times larger)."""
         encoded = await self._call(self.engine.poll_encoded, now_ms)
-        encoded.reverse()
-        return self._decode(encoded)
-
-    def _decode(self, encoded: list[bytes]) -> Iterator[Diagnosis]:
-        while encoded:
-            d: Diagnosis = orjson.loads(encoded.pop())
-            self.note_diagnosed(d)
-            yield d
+        return Polled(encoded, self.note_diagnosed)
 
     def note_diagnosed(self, d: Diagnosis) -> None:
         self._diagnosed.setdefault(str(d.get("job", "")), set()).add(str(d["id"]))

@@ -250,6 +250,28 @@ class DaemonMetrics:
             "diagnoses and dead-letter copies sent but not yet acknowledged by the broker",
             registry=r,
         )
+        self.outbox_bytes = Gauge(
+            "rankwatch_outbox_bytes",
+            "diagnoses on their way out: not yet offered, held for the checkpoint, or kept by "
+            "the publisher until the broker answered (bytes of JSON)",
+            registry=r,
+        )
+        self.outbox_peak = Gauge(
+            "rankwatch_outbox_publisher_peak_bytes",
+            "the most bytes the publisher kept for unanswered records since the start",
+            registry=r,
+        )
+        self.outbox_share = Gauge(
+            "rankwatch_outbox_share_bytes",
+            "the outbox's share of memory_budget_bytes: above it the feed waits",
+            registry=r,
+        )
+        self.outbox_paused = Counter(
+            "rankwatch_outbox_paused_seconds",
+            "time the feed waited for the broker to acknowledge diagnoses (outbox above its "
+            "share), including early checkpoints",
+            registry=r,
+        )
         self.held = Gauge(
             "rankwatch_diagnosis_updates_held",
             "updates of published diagnoses waiting for the next checkpoint",

@@ -13,11 +13,18 @@ already numbered the refused batch, so every later batch to that partition fails
 OutOfOrderSequenceNumber. So after a refusal the producer is replaced (a new producer id, or the
 same transactional id under a new epoch) and what failed after the refused record is sent again;
 in a transaction, the transaction is aborted and everything else in it is sent again in a new
-one, so no other record is lost or written twice."""
+one, so no other record is lost or written twice.
+
+The publisher counts the bytes it holds for records not yet released (`queued_bytes`): a
+value is kept until the broker acknowledged it (at-least-once; after that only a failure
+needs it again, and a failed one is sent again as a new record), or until the transaction
+commits (transactional: an abort sends the whole rest again). `wait_below` lets the daemon
+wait for acknowledgements while that count is above its share of the budget."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
@@ -76,6 +83,8 @@ class Sent:
     headers: list[tuple[str, bytes]]
     what: str
     future: asyncio.Future[Any]
+    size: int = 0  # bytes counted in `Publisher.queued_bytes` until released
+    released: bool = False
 
 
 def _is_refusal(outcome: object) -> bool:
@@ -126,6 +135,7 @@ class Publisher:
         self.transactional = bool(cfg.transactional_id)
         self._pending: list[Sent] = []
         self._in_txn = False
+        self.queued_bytes = 0  # values held for records not yet released (module docstring)
 
     async def start(self) -> None:
         await self.producer.start()
@@ -203,8 +213,35 @@ class Publisher:
             return False
         except KafkaError as e:
             raise PublishError(f"cannot send to {topic}: {e!r}") from e
-        self._pending.append(Sent(topic, value, key, headers, what, fut))
+        size = len(value or b"") + len(key or b"")
+        sent = Sent(topic, value, key, headers, what, fut, size)
+        self._pending.append(sent)
+        self.queued_bytes += size
+        if not self.transactional:
+            fut.add_done_callback(functools.partial(self._answered, sent))
         return True
+
+    def _answered(self, sent: Sent, fut: asyncio.Future[Any]) -> None:
+        """At-least-once: the broker answered, so the value is no longer needed here (a failed
+        record is sent again from the copy `flush` holds, counted anew)."""
+        if not fut.cancelled() and fut.exception() is None:
+            sent.value = None
+        self._release(sent)
+
+    def _release(self, sent: Sent) -> None:
+        if not sent.released:
+            sent.released = True
+            self.queued_bytes -= sent.size
+
+    async def wait_below(self, limit: int) -> None:
+        """Waits for acknowledgements until `queued_bytes` is at most `limit`, or nothing more
+        is awaiting an answer (transactional: values stay counted until the commit)."""
+        while self.queued_bytes > limit:
+            waiting = next((r.future for r in self._pending if not r.future.done()), None)
+            if waiting is None:
+                return
+            await asyncio.wait([waiting])
+            await asyncio.sleep(0)  # lets the done callbacks release what was answered
 
     async def _send_again(self, records: list[Sent]) -> None:
         for r in records:
@@ -286,6 +323,11 @@ class Publisher:
             await self._abort()
             raise
         self._in_txn = False
+        self._release_all()
+
+    def _release_all(self) -> None:
+        for r in self._pending:
+            self._release(r)
         self._pending.clear()
 
     async def _settle_transaction(self) -> None:
@@ -312,4 +354,4 @@ class Publisher:
             log.warning("aborting the transaction failed: %s", e)
         finally:
             self._in_txn = False
-            self._pending.clear()
+            self._release_all()

@@ -26,6 +26,7 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from rankwatch import __version__
 from rankwatch.catalog_loader import Catalog
 from rankwatch.daemon import kafka_clients, rawrecords
+from rankwatch.daemon.allocator import TRIM_AFTER_BYTES, release_free_heap
 from rankwatch.daemon.bounds import max_entries
 from rankwatch.daemon.config import DaemonConfig, load_catalog
 from rankwatch.daemon.engine_worker import EngineWorker
@@ -124,7 +125,8 @@ class Daemon:
         self.failure: BaseException | None = None
         self.generation = 0  # bumped by every rebalance callback
         self.pos = Positions()
-        self.outbox = Outbox(self.index, self.jobmap, self.metrics)
+        self.outbox = Outbox(self.index, self.jobmap, self.metrics, cfg.budget().outbox_bytes)
+        self.metrics.outbox_share.set(self.outbox.share)
         self._inflight: asyncio.Task[None] | None = None
         self.rebalancing = False  # revoked, not yet assigned: nothing is fed
         self.started = False
@@ -369,6 +371,8 @@ class Daemon:
             self.notifier.watchdog()
             try:
                 await self._settle()
+                if self.outbox.over_share:
+                    await self._relieve_outbox()
                 parts = self._accept(batch, rebalanced=generation != self.generation)
                 if parts:
                     t0 = time.perf_counter()
@@ -381,6 +385,14 @@ class Daemon:
                     await self._checkpoint()
             except PublishError as e:
                 self._fail(e)
+
+    async def _relieve_outbox(self) -> None:
+        """What keeps the outbox above its share between polls (held updates; in a transaction,
+        the values sent) leaves only at a checkpoint: take it now, before the next batch is
+        fed (counted as time the feed waited)."""
+        t0 = time.monotonic()
+        await self._checkpoint()
+        self.metrics.outbox_paused.inc(time.monotonic() - t0)
 
     async def _settle(self) -> None:
         """Waits for the batch being fed, polled and published (raises what it raised)."""
@@ -500,6 +512,8 @@ class Daemon:
     async def _poll_and_publish(self) -> None:
         diagnoses = await self.engine.poll_lazily(now_ms())
         await self.outbox.offer(diagnoses, self._replaying)
+        if diagnoses.total_bytes >= TRIM_AFTER_BYTES:
+            release_free_heap()  # the burst's pages, decoded and dropped (allocator.py)
 
     async def _checkpoint(self) -> None:
         """Waits for every publish to be acknowledged, then commits the offsets of what was
@@ -536,6 +550,8 @@ class Daemon:
         if self.publisher is not None:
             self.metrics.unacknowledged.set(self.publisher.unacknowledged)
         self.metrics.held.set(len(self.outbox.held))
+        self.metrics.outbox_bytes.set(self.outbox.bytes)
+        self.metrics.outbox_peak.set(self.outbox.peak_queued)
         self.metrics.loops.inc()
         self._bound_bookkeeping()
         mono = time.monotonic()

@@ -16,7 +16,7 @@ use rankwatch_core::prefix::{docker_json, peel};
 use rankwatch_core::records::{DecoderConfig, RecordDecoder};
 use rankwatch_core::{Catalog, Config, Engine, FileInput, StreamHints};
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
@@ -67,6 +67,38 @@ impl PyFeedProgress {
     #[getter]
     fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// The diagnoses of one `Engine.poll_each`, one JSON document each, handed to Python one at a
+/// time: a burst of a thousand diagnoses (7 MB) is held once, as Rust strings, not twice (the
+/// strings and all their Python copies at once).
+#[pyclass(name = "EncodedDiagnoses", module = "rankwatch._core")]
+struct PyEncodedDiagnoses {
+    docs: VecDeque<String>,
+    waiting: usize,
+}
+
+#[pymethods]
+impl PyEncodedDiagnoses {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&mut self, py: Python<'_>) -> Option<Py<PyBytes>> {
+        let doc = self.docs.pop_front()?;
+        self.waiting -= doc.len();
+        Some(PyBytes::new(py, doc.as_bytes()).unbind())
+    }
+
+    fn __len__(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// Bytes of the documents not yet handed out.
+    #[getter]
+    fn waiting_bytes(&self) -> usize {
+        self.waiting
     }
 }
 
@@ -583,16 +615,19 @@ impl PyEngine {
 
     /// `poll`, one JSON document per diagnosis: a caller that decodes and drops them one at a
     /// time never holds a whole burst of diagnoses as Python objects (several times the JSON).
-    fn poll_each(&mut self, py: Python<'_>, now_ms: i64) -> Vec<Py<PyBytes>> {
+    fn poll_each(&mut self, py: Python<'_>, now_ms: i64) -> PyEncodedDiagnoses {
         let engine = &mut self.inner;
-        let docs: Vec<String> = py.detach(|| {
-            let mut docs = Vec::new();
-            engine.poll_each(now_ms, |d| docs.push(d.json.to_string()));
+        let docs: VecDeque<String> = py.detach(|| {
+            let mut docs = VecDeque::new();
+            engine.poll_each(now_ms, |d| {
+                let mut doc = d.json.to_string();
+                doc.shrink_to_fit(); // serialising doubles the buffer as it grows
+                docs.push_back(doc);
+            });
             docs
         });
-        docs.iter()
-            .map(|doc| PyBytes::new(py, doc.as_bytes()).unbind())
-            .collect()
+        let waiting = docs.iter().map(String::len).sum();
+        PyEncodedDiagnoses { docs, waiting }
     }
 
     /// Ends the input: every incident is diagnosed; JSON array.
@@ -663,6 +698,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEngine>()?;
     m.add_class::<PyDecoder>()?;
     m.add_class::<PyFeedProgress>()?;
+    m.add_class::<PyEncodedDiagnoses>()?;
     m.add("CatalogError", m.py().get_type::<CatalogError>())?;
     m.add_function(wrap_pyfunction!(hyperscan_version, m)?)?;
     Ok(())
