@@ -123,6 +123,12 @@ struct Stream {
     open_hit: Option<usize>,
 }
 
+/// The engine's tables of jobs and streams are looked up once or more per record; SipHash was
+/// a seventh of the daemon's cost per record. Job and source names come from the records, so
+/// the hash is seeded at random per process (foldhash's `RandomState`): an input cannot choose
+/// colliding names without knowing the seed. Stream ids are the engine's own counter.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 pub struct Engine {
     catalog: Arc<Catalog>,
     decoder: LineDecoder,
@@ -131,8 +137,8 @@ pub struct Engine {
     pub cfg: Config,
     // Boxed: a table's entries are its buckets, and a table that doubles by hundreds of
     // bytes per entry jumps past the budget between two checks.
-    jobs: HashMap<String, Box<Job>>,
-    streams: HashMap<u64, Box<Stream>>,
+    jobs: FastMap<String, Box<Job>>,
+    streams: FastMap<u64, Box<Stream>>,
     next_stream: u64,
     tick: u64,
     pub stats: Stats,
@@ -140,7 +146,7 @@ pub struct Engine {
     pending: Vec<Parked>,
     wall_ms: i64,
     /// job -> source -> stream id, for record-fed streams.
-    record_streams: HashMap<String, HashMap<String, u64>>,
+    record_streams: FastMap<String, FastMap<String, u64>>,
     baseline: Baseline,
     /// Accounted bytes of all jobs (the sum of their `mem_bytes`, taken out or not).
     jobs_bytes: usize,
@@ -173,7 +179,7 @@ impl Stream {
 }
 
 /// What the record-stream index holds for one job (its table, its key and the source names).
-fn index_bytes(job: &String, sources: &HashMap<String, u64>) -> usize {
+fn index_bytes(job: &String, sources: &FastMap<String, u64>) -> usize {
     memsize::string(job)
         + memsize::map(sources)
         + sources.keys().map(memsize::string).sum::<usize>()
@@ -292,14 +298,14 @@ impl Engine {
             batch: Batch::default(),
             segment: Segment::default(),
             cfg,
-            jobs: HashMap::new(),
-            streams: HashMap::new(),
+            jobs: FastMap::default(),
+            streams: FastMap::default(),
             next_stream: 1,
             tick: 0,
             stats: Stats::default(),
             pending: Vec::new(),
             wall_ms: 0,
-            record_streams: HashMap::new(),
+            record_streams: FastMap::default(),
             baseline: Baseline::default(),
             jobs_bytes: 0,
             streams_bytes: 0,

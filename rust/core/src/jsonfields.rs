@@ -9,6 +9,10 @@
 //! document unreadable (both are valid JSON grammar; serde_json rejects them only when it
 //! builds the value), and skipped values are not held to the 128-level nesting limit.
 
+mod flat;
+#[cfg(test)]
+mod flat_tests;
+
 use serde::de::{DeserializeSeed, Deserializer, Error, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
 use std::fmt;
@@ -106,6 +110,19 @@ impl FieldPaths {
     /// object; `out` (at least [`FieldPaths::slots`] long, all `Missing`) receives the values
     /// at the wanted paths.
     pub fn extract<'a>(
+        &self,
+        json: &'a str,
+        out: &mut [Scalar<'a>],
+    ) -> Result<bool, serde_json::Error> {
+        if let Some(is_object) = flat::extract(&self.root, json, out) {
+            return Ok(is_object);
+        }
+        self.root.clear(out);
+        self.extract_serde(json, out)
+    }
+
+    /// [`FieldPaths::extract`] by serde_json alone, for documents the flat scanner leaves.
+    fn extract_serde<'a>(
         &self,
         json: &'a str,
         out: &mut [Scalar<'a>],

@@ -372,12 +372,20 @@ struct RecordFields<'py> {
 }
 
 /// The distinct values, in order of first appearance (the same objects, not copies).
+/// Records of a job come in runs, so a value equal to the one before is not hashed again.
 fn distinct<'a, 'py: 'a>(
     values: impl Iterator<Item = Option<&'a Bound<'py, PyBytes>>>,
 ) -> Vec<Option<Bound<'py, PyBytes>>> {
     let mut seen: HashSet<Option<&[u8]>> = HashSet::new();
+    let mut last = None;
     values
-        .filter(|v| seen.insert(v.map(|b| b.as_bytes())))
+        .filter(|v| {
+            let bytes = v.map(|b| b.as_bytes());
+            last != Some(bytes) && {
+                last = Some(bytes);
+                seen.insert(bytes)
+            }
+        })
         .map(|v| v.cloned())
         .collect()
 }

@@ -19,13 +19,40 @@ struct FieldView<'a> {
     spans: &'a [FieldSpan],
 }
 
+/// The values the apply stage learns from, found in one pass over a hit's spans (the first
+/// span of a name wins). Asking the spans name by name cost a scan of them per name, about
+/// a dozen names per context line.
+#[derive(Default)]
+struct Learned<'a> {
+    cuda_dev: Option<&'a str>,
+    bus_id: Option<&'a str>,
+    rank: Option<&'a str>,
+    nranks: Option<&'a str>,
+    seq: Option<&'a str>,
+    /// By position in `CONTEXT_FIELDS`.
+    context: [Option<&'a str>; CONTEXT_FIELDS.len()],
+}
+
 impl<'a> FieldView<'a> {
-    fn get(&self, name: &str) -> Option<&'a str> {
-        let msg = self.msg;
-        self.spans
-            .iter()
-            .find(|s| self.catalog.field_name(self.sig, s) == name)
-            .map(|s| &msg[s.range()])
+    fn learned(&self) -> Learned<'a> {
+        let mut l = Learned::default();
+        for s in self.spans {
+            let slot = match self.catalog.field_name(self.sig, s) {
+                "cuda_dev" => &mut l.cuda_dev,
+                "bus_id" => &mut l.bus_id,
+                "rank" => &mut l.rank,
+                "nranks" => &mut l.nranks,
+                "seq" => &mut l.seq,
+                name => match CONTEXT_FIELDS.iter().position(|f| *f == name) {
+                    Some(i) => &mut l.context[i],
+                    None => continue,
+                },
+            };
+            if slot.is_none() {
+                *slot = Some(&self.msg[s.range()]);
+            }
+        }
+        l
     }
 
     fn to_pairs(&self) -> Vec<(String, String)> {
@@ -365,12 +392,12 @@ impl Engine {
             exact,
         } = at;
         let spec = &self.catalog.signatures[sig as usize];
-        let get = |k: &str| fields.get(k);
+        let got = fields.learned();
         if spec.role == Role::Context {
-            if let Some(d) = get("cuda_dev").and_then(|v| v.parse::<u16>().ok()) {
+            if let Some(d) = got.cuda_dev.and_then(|v| v.parse::<u16>().ok()) {
                 job.sources[src as usize].cuda_dev = Some(d);
             }
-            if let Some(b) = get("bus_id") {
+            if let Some(b) = got.bus_id {
                 let b = b.trim_start_matches("0x").to_lowercase();
                 let s = &mut job.sources[src as usize];
                 let old = s.bus_id.as_ref().map_or(0, memsize::string);
@@ -378,21 +405,22 @@ impl Engine {
                 s.bus_id = Some(b);
             }
             if let (Some(r), Some(n)) = (
-                get("rank").and_then(|v| v.parse::<u32>().ok()),
-                get("nranks").and_then(|v| v.parse::<u32>().ok()),
+                got.rank.and_then(|v| v.parse::<u32>().ok()),
+                got.nranks.and_then(|v| v.parse::<u32>().ok()),
             ) {
                 job.learn_rank(src, r, n);
             }
-            let host = job.source_host(src);
-            for &f in CONTEXT_FIELDS {
-                let Some(v) = get(f) else { continue };
+            for (&f, v) in CONTEXT_FIELDS.iter().zip(got.context) {
+                let Some(v) = v else { continue };
                 if f == "socket_ifname" {
                     if job.socket_ifname_kept {
                         continue;
                     }
                     job.socket_ifname_kept = true;
                 }
-                if let (Some(h), "ip") = (host, f) {
+                // The host is looked up only for the one field that needs it.
+                let ip_host = (f == "ip").then(|| job.source_host(src)).flatten();
+                if let Some(h) = ip_host {
                     if !job.ip_host.contains_key(v) {
                         job.content_bytes += memsize::block(v.len());
                         job.ip_host.insert(v.to_string(), h);
@@ -428,7 +456,7 @@ impl Engine {
         // Clock-sync points are kept per process; its host may only be learned later.
         if let (Some(sync), Some(t), true) = (spec.sync, ts, exact) {
             let key = match sync {
-                Sync::Seq => get("seq").and_then(|v| v.parse::<u64>().ok()),
+                Sync::Seq => got.seq.and_then(|v| v.parse::<u64>().ok()),
                 Sync::Init => Some(0),
             };
             if let (Some(key), true) = (key, job.sync.len() < 200_000) {

@@ -208,6 +208,41 @@ pub(crate) struct LineDecoder {
     /// Where each pending line's expression ids end in `expr_buf`.
     expr_ends: Vec<usize>,
     sig_buf: Vec<u16>,
+    /// By signature: the message its field regexes last ran over here, and what they found.
+    field_memo: Vec<FieldMemo>,
+}
+
+/// Messages longer than this are not remembered (they rarely repeat, and each signature's
+/// memo keeps one message).
+const MEMO_MAX_MSG: usize = 512;
+
+/// The last message one signature's field regexes ran over in a decoder and the spans they
+/// found in it. The same message comes again and again (an NCCL banner from every rank of a
+/// node, a per-step line); the regexes are deterministic, so an identical message gets the
+/// same spans without running them.
+#[derive(Debug, Default)]
+struct FieldMemo {
+    msg: String,
+    spans: Vec<FieldSpan>,
+}
+
+impl FieldMemo {
+    /// Appends the spans of `sig`'s field regexes in `msg` to `out`, from the memo when `msg`
+    /// is the message they last ran over.
+    fn field_spans(&mut self, catalog: &Catalog, sig: u16, msg: &str, out: &mut Vec<FieldSpan>) {
+        if !self.msg.is_empty() && self.msg == msg {
+            out.extend_from_slice(&self.spans);
+            return;
+        }
+        let first = out.len();
+        catalog.field_spans(sig, msg, true, |_| false, out);
+        self.msg.clear();
+        self.spans.clear();
+        if msg.len() <= MEMO_MAX_MSG {
+            self.msg.push_str(msg);
+            self.spans.extend_from_slice(&out[first..]);
+        }
+    }
 }
 
 /// The chunk being decoded: where its bytes start and end, to tell a line cut from it from
@@ -253,6 +288,7 @@ impl LineDecoder {
             expr_buf: Vec::new(),
             expr_ends: Vec::new(),
             sig_buf: Vec::new(),
+            field_memo: Vec::new(),
         }
     }
 
@@ -534,7 +570,8 @@ impl LineDecoder {
                 for &sig in &self.sig_buf {
                     let first = out.fields.len();
                     if catalog.signatures[sig as usize].ingest_fields {
-                        catalog.field_spans(sig, msg, true, |_| false, &mut out.fields);
+                        let memo = memo_of(&mut self.field_memo, sig);
+                        memo.field_spans(catalog, sig, msg, &mut out.fields);
                     }
                     out.hits.push(SigHit {
                         sig,
@@ -547,6 +584,15 @@ impl LineDecoder {
         }
         out.scanned = out.lines.len();
     }
+}
+
+/// `sig`'s memo, made on first use.
+fn memo_of(memos: &mut Vec<FieldMemo>, sig: u16) -> &mut FieldMemo {
+    let i = sig as usize;
+    if memos.len() <= i {
+        memos.resize_with(i + 1, FieldMemo::default);
+    }
+    &mut memos[i]
 }
 
 #[cfg(test)]

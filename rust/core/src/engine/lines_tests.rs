@@ -150,3 +150,56 @@ fn cleaned_and_joined_lines_get_their_own_hits() {
     let (_, hits) = check(&catalog, body, &mut rec);
     assert!(hits > 0);
 }
+
+#[test]
+fn repeated_messages_get_the_fields_of_their_own_text() {
+    // The same message from many ranks (field spans taken from the decoder's memo), other
+    // messages of the same signature between them, and messages too long to be remembered.
+    let (catalog, mut dec) = decoder();
+    let long_error = "x".repeat(2 * MEMO_MAX_MSG);
+    let mut text = String::new();
+    for i in 0..3 * SCAN_RUN {
+        let addr = if i % 7 == 3 { 9 } else { 5 };
+        let error = if i % 11 == 5 {
+            &long_error
+        } else {
+            "Network is unreachable"
+        };
+        text += &format!(
+            "node-{r}:8{r}:8{r} [{r}] misc/socket.cc:484 NCCL WARN socketStartConnect: \
+             Connect to 172.17.0.{addr}<7> failed : {error}\n",
+            r = i % 8
+        );
+    }
+    let bytes = text.as_bytes();
+    let mut batch = Batch::default();
+    dec.chunk(
+        &mut LineState::default(),
+        bytes,
+        Times::default(),
+        &mut batch,
+    );
+    let (texts, hits) = check(&catalog, bytes, &mut batch);
+    assert_eq!(texts.len(), 3 * SCAN_RUN);
+    assert!(hits >= 3 * SCAN_RUN, "{hits} hits");
+    let sig = catalog.index_of("sock_connect").unwrap();
+    let memo = &dec.field_memo[sig as usize];
+    assert!(
+        memo.msg.ends_with("failed : Network is unreachable"),
+        "{:?}",
+        memo.msg
+    );
+    assert!(!memo.spans.is_empty());
+
+    // A message over the limit is not kept, and the one before it is forgotten.
+    let mut batch = Batch::default();
+    let line = format!("node-1:1:1 [1] NCCL WARN socketStartConnect: Connect to 172.17.0.5<7> failed : {long_error}\n");
+    dec.chunk(
+        &mut LineState::default(),
+        line.as_bytes(),
+        Times::default(),
+        &mut batch,
+    );
+    check(&catalog, line.as_bytes(), &mut batch);
+    assert!(dec.field_memo[sig as usize].msg.is_empty());
+}
