@@ -168,6 +168,24 @@ pub fn peel(line: &str, year: i32) -> LineMeta {
     m
 }
 
+/// Quote marks a poster put around a pasted line (`"…"`, `“…”`, `”…“`, `` `…` ``): the
+/// lengths of the opening and closing marks, when the quoted text opens with a header-like tag.
+pub(super) fn quoted_whole(b: &[u8]) -> Option<(usize, usize)> {
+    const MARKS: [&[u8]; 7] = [
+        b"\"",
+        b"'",
+        b"`",
+        "\u{201c}".as_bytes(),
+        "\u{201d}".as_bytes(),
+        "\u{2018}".as_bytes(),
+        "\u{2019}".as_bytes(),
+    ];
+    let open = MARKS.iter().find(|q| b.starts_with(q))?.len();
+    let close = MARKS.iter().find(|q| b.ends_with(q))?.len();
+    let inner = b.get(open..b.len().checked_sub(close)?)?;
+    (!inner.is_empty() && anchor::opens_with_tag(inner)).then_some((open, close))
+}
+
 /// What one peeling step found at the current position.
 enum Step {
     /// A launcher/transport layer of this many bytes; more may follow.
@@ -184,6 +202,10 @@ enum Step {
 fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     if let Some(n) = launcher::ansi(rest) {
         return Step::Prefix(n);
+    }
+    if let Some((open, close)) = quoted_whole(rest) {
+        m.msg_end -= close;
+        return Step::Prefix(open);
     }
     // Also behind a launcher's label: a console export re-shipped by another pipeline.
     if let Some(n) = launcher::cloudwatch(rest, m) {
@@ -241,6 +263,9 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
         return Step::Prose;
     }
     if let Some(n) = producer::nccl_bare(rest, m) {
+        return Step::Producer(n);
+    }
+    if let Some(n) = producer::nccl_bare_pre_2_3(rest, m) {
         return Step::Producer(n);
     }
     if let Some(n) = launcher::grep_file(rest) {

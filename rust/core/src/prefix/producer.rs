@@ -171,6 +171,36 @@ pub(super) fn nccl_bare(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     Some(j + n)
 }
 
+/// NCCL 2.3 and older with the `host:pid:tid [dev]` header cut off: `include/socket.h:344 WARN
+/// msg`. Without the `NCCL` marker only a C/C++/CUDA source file keeps this from matching any
+/// `file:line WARN` a tool might print.
+#[inline]
+pub(super) fn nccl_bare_pre_2_3(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let sp = position(&b[..b.len().min(NCCL_MARKER_WINDOW)], b' ')?;
+    if !b[sp + 1..].starts_with(b"WARN ") {
+        return None;
+    }
+    let colon = memchr::memrchr(b':', &b[..sp])?;
+    let line_no = &b[colon + 1..sp];
+    if line_no.is_empty() || !line_no.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let file = &b[..colon];
+    let dot = memchr::memrchr(b'.', file)?;
+    let stem_ok = dot > 0 && file[..dot].iter().all(|c| is_host_byte(*c) || *c == b'/');
+    if !stem_ok
+        || !matches!(
+            &file[dot + 1..],
+            b"h" | b"c" | b"cc" | b"cu" | b"cpp" | b"hpp"
+        )
+    {
+        return None;
+    }
+    m.level = Level::Warn;
+    m.producer = Producer::Nccl;
+    Some(sp + 1 + b"WARN ".len())
+}
+
 fn severity_letter(c: u8) -> Option<Level> {
     match c {
         b'F' => Some(Level::Fatal),
@@ -494,6 +524,25 @@ mod tests {
         assert_eq!(&b[nccl_bare(b, &mut m).unwrap()..], b"x");
         assert!(nccl_bare(b"RuntimeError: NCCL WARN x", &mut m).is_none());
         assert!(nccl_bare(b"socket.cc: NCCL WARN x", &mut m).is_none());
+    }
+
+    #[test]
+    fn bare_pre_2_3_warn_needs_a_source_file() {
+        let mut m = LineMeta::default();
+        let b = b"transport/tcp.cu:77 WARN Could not bind listening socket";
+        let n = nccl_bare_pre_2_3(b, &mut m).unwrap();
+        assert_eq!(&b[n..], b"Could not bind listening socket");
+        assert_eq!((m.level, m.producer), (Level::Warn, Producer::Nccl));
+        for other in [
+            &b"settings.py:12 WARN low disk"[..],
+            b"net.cc:abc WARN x",
+            b"net.cc:12 INFO x",
+            b".cc:12 WARN x",
+            b"a b.cc:12 WARN x",
+            b"Warning: x.h:3 WARN y",
+        ] {
+            assert!(nccl_bare_pre_2_3(other, &mut LineMeta::default()).is_none());
+        }
     }
 
     #[test]

@@ -300,3 +300,16 @@ fn application_tag_and_python_logging_format() {
     let p = peeled("[c10d] a tag without a date");
     assert_eq!(p.msg, "[c10d] a tag without a date");
 }
+
+#[test]
+fn pdsh_label_before_headerless_and_quoted_nccl_lines() {
+    let p = peeled("gpu-b12: include/shm.h:31 NCCL WARN Call to posix_fallocate failed");
+    assert_eq!(p.msg, "Call to posix_fallocate failed");
+    assert_eq!(p.host, Some("gpu-b12"));
+    let p = peeled("gpu-b12: misc/utils.cu:58 WARN Call to cudaMalloc failed");
+    assert_eq!(p.msg, "Call to cudaMalloc failed");
+    assert_eq!((p.host, p.m.level), (Some("gpu-b12"), Level::Warn));
+    let p = peeled("gpu-b12: \"misc/ibvwrap.cc:130 NCCL WARN Call to ibv_open_device failed\"");
+    assert_eq!(p.msg, "Call to ibv_open_device failed");
+    assert_eq!(p.host, Some("gpu-b12"));
+}

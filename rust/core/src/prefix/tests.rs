@@ -164,3 +164,31 @@ fn message_printed_behind_a_progress_bar() {
     let (t, _) = msg("Epoch 1:  6%|██        | 3021/50000 [2:01:13<31:22:05,  2.41s/it]");
     assert!(t.starts_with("Epoch 1:"));
 }
+
+#[test]
+fn a_line_quoted_whole_by_its_poster() {
+    // Chinese input methods often put the closing mark first.
+    let (t, m) = msg("\u{201d}net/ibwrap.cc:91 NCCL WARN Call to ibv_alloc_pd failed\u{201c}");
+    assert_eq!(t, "Call to ibv_alloc_pd failed");
+    assert_eq!((m.level, m.producer), (Level::Warn, Producer::Nccl));
+    let line =
+        "`gpu-a7:5012:5090 [2] misc/socket.cc:64 NCCL WARN Net : Connect to 10.2.0.9<4410> failed`";
+    let (t, m) = msg(line);
+    assert_eq!(t, "Net : Connect to 10.2.0.9<4410> failed");
+    assert_eq!(m.host(line), Some("gpu-a7"));
+    // Quoted prose stays as it was.
+    let (t, _) = msg("\"please help with this error\"");
+    assert_eq!(t, "\"please help with this error\"");
+    let (t, _) = msg("'");
+    assert_eq!(t, "'");
+}
+
+#[test]
+fn nccl_2_3_warn_without_its_header() {
+    let (t, m) = msg("include/socket.h:502 WARN Net : No interface found in the same subnet");
+    assert_eq!(t, "Net : No interface found in the same subnet");
+    assert_eq!(
+        (m.level, m.producer, m.host),
+        (Level::Warn, Producer::Nccl, None)
+    );
+}
