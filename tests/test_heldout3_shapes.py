@@ -7,26 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rankwatch.catalog_loader import Catalog
-from rankwatch.engine import Engine, EngineConfig
-from rankwatch.local import analyze_files, discover
-
-
-def diagnose(tmp_path: Path, text: str) -> list[dict[str, Any]]:
-    case = tmp_path / "case"
-    case.mkdir()
-    (case / "log.txt").write_text(text)
-    files, _ = discover([str(case)], job="case")
-    engine = Engine(Catalog([]), EngineConfig())
-    result = analyze_files(engine, files, progress=False, on_error=lambda _m: None)
-    return [dict(d) for d in result.diagnoses]
+from one_log import diagnose, root
 
 
 def root_line(diagnoses: list[dict[str, Any]]) -> str:
-    assert diagnoses, "no diagnosis"
-    rc = diagnoses[0]["root_cause"]
-    assert isinstance(rc, dict)
-    return str(rc["line"])
+    return str(root(diagnoses)["line"])
 
 
 def signature(diagnoses: list[dict[str, Any]]) -> str:
