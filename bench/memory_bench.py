@@ -119,40 +119,69 @@ def engine_child(kind: str, n: int, budget: int) -> dict[str, Any]:
 # --- daemon (a `rankwatch run` process on the dev broker) ----------------------------------
 
 
-def daemon_run(kind: str, n: int, budget: int, port: int) -> dict[str, Any]:
+def daemon_run(kind: str, n: int, budget: int, port: int, backlog: bool = False) -> dict[str, Any]:
+    """One daemon row. With `backlog`, every record is on the topic before the daemon starts
+    (the shape of a quiet machine, whatever the load: the whole burst waits to be read), and
+    the baseline is that of a first daemon started alike on an empty topic."""
     sys.path.insert(0, str(ROOT / "bench"))
-    from daemon_bench import create_topics, free_port
+    from daemon_bench import create_topics
 
     bootstrap = f"127.0.0.1:{port}"
     tag = f"mem-{kind}-{n}-{budget}-{os.getpid()}-{int(time.time())}"
     topic, out = f"{tag}-in", f"{tag}-out"
-    asyncio.run(create_topics(bootstrap, {topic: 1, out: 1}))
+    asyncio.run(create_topics(bootstrap, {topic: 1, out: 1, f"{topic}-empty": 1}))
+    if kind == "ranks":
+        keyed = (("wide", rec) for rec in rank_records(n))
+    else:
+        keyed = ((f"job-{i}", rec) for i in range(n) for rec in job_records(i))
+    if not backlog:
+        return watch_daemon(
+            bootstrap, topic, out, budget, lambda: produce_now(bootstrap, topic, keyed), kind
+        )
+    total = produce_now(bootstrap, topic, keyed)
+    empty = watch_daemon(bootstrap, f"{topic}-empty", out, budget, lambda: 0, kind)
+    r = watch_daemon(bootstrap, topic, out, budget, lambda: total, kind, base_wait=0)
+    r["base"] = empty["base"]
+    return r
+
+
+def produce_now(bootstrap: str, topic: str, keyed: Iterator[tuple[str, bytes]]) -> int:
+    return asyncio.run(produce(bootstrap, topic, keyed))
+
+
+def watch_daemon(
+    bootstrap: str,
+    topic: str,
+    out: str,
+    budget: int,
+    feed: Any,
+    kind: str,
+    base_wait: float = 3,
+) -> dict[str, Any]:
+    """Starts `rankwatch run` on `topic`, takes its baseline, calls `feed` (how many records
+    the daemon will read), waits until it read them and released its quiet jobs."""
+    from daemon_bench import DaemonProc, free_port
+
     mport = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="rankwatch-mem-"))
     log_path = workdir / "daemon.log"
     cmd = [
         *(sys.executable, "-m", "rankwatch.cli", "run", "--bootstrap-servers", bootstrap),
-        *("--topic", topic, "--output-topic", out, "--group-id", tag),
+        *("--topic", topic, "--output-topic", out, "--group-id", f"{topic}-group"),
         *("--initial-offset", "earliest", "--metrics-addr", f"127.0.0.1:{mport}"),
         *("--memory-budget-bytes", str(budget), "--release-quiet-ms", "2000"),
     ]
     with open(log_path, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
-        from daemon_bench import DaemonProc
-
         d = DaemonProc(proc, mport, log_path)
         while not d.metrics():
             if proc.poll() is not None:
                 raise SystemExit(f"daemon exited: {log_path.read_text()[-3000:]}")
             time.sleep(0.2)
-        time.sleep(3)
+        time.sleep(base_wait)
         base = proc_kib(proc.pid, "VmRSS")
-        if kind == "ranks":
-            keyed = (("wide", rec) for rec in rank_records(n))
-        else:
-            keyed = ((f"job-{i}", rec) for i in range(n) for rec in job_records(i))
-        total = asyncio.run(produce(bootstrap, topic, keyed))
+        total = feed()
         peak_acc, m = 0.0, {}
         while True:
             if proc.poll() is not None:
@@ -203,8 +232,8 @@ async def produce(bootstrap: str, topic: str, keyed: Iterator[tuple[str, bytes]]
 # --- driver ----------------------------------------------------------------------------------
 
 
-def run_child(args: list[str], port: int) -> dict[str, Any]:
-    cmd = [sys.executable, __file__, "--port", str(port), "--child", *args]
+def run_child(args: list[str], port: int, extra: list[str]) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--port", str(port), *extra, "--child", *args]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode:
         raise SystemExit(f"child {args} failed:\n{out.stderr[-3000:]}")
@@ -236,6 +265,12 @@ def main() -> None:
     p.add_argument(
         "--port", type=int, default=int(os.environ.get("RANKWATCH_TEST_KAFKA_PORT", 19392))
     )
+    p.add_argument(
+        "--backlog",
+        action="store_true",
+        help="daemon rows: produce every record before the daemon starts (a burst read at "
+        "full speed, as on a quiet machine; baseline from a daemon on an empty topic)",
+    )
     p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
@@ -244,7 +279,7 @@ def main() -> None:
         if run is not None:
             print(json.dumps(run(kind, int(n), int(budget))))
         else:
-            print(json.dumps(daemon_run(kind, int(n), int(budget), a.port)))
+            print(json.dumps(daemon_run(kind, int(n), int(budget), a.port, a.backlog)))
         return
     scenarios = [("ranks", r, f"one job, {r:,} distinct ranks") for r in a.ranks]
     if a.jobs:
@@ -258,7 +293,7 @@ def main() -> None:
         dev_broker("start", a.port, "--fresh")
         wheres.append("daemon")
     try:
-        print_rows(wheres, scenarios, a.budgets_mib, a.port)
+        print_rows(wheres, scenarios, a.budgets_mib, a.port, ["--backlog"] if a.backlog else [])
     finally:
         if broker:  # an idle broker left running takes a fifth of a core from what follows
             dev_broker("stop", a.port)
@@ -270,7 +305,11 @@ def dev_broker(action: str, port: int, *extra: str) -> None:
 
 
 def print_rows(
-    wheres: list[str], scenarios: list[tuple[str, int, str]], budgets_mib: list[int], port: int
+    wheres: list[str],
+    scenarios: list[tuple[str, int, str]],
+    budgets_mib: list[int],
+    port: int,
+    extra: list[str],
 ) -> None:
     print(
         "| Where | Scenario | Budget MiB | Baseline RSS | Peak RSS | End RSS | Peak accounted | "
@@ -284,7 +323,7 @@ def print_rows(
                 continue
             for b in budgets_mib:
                 budget = b << 20
-                r = run_child([where, kind, str(n), str(budget)], port)
+                r = run_child([where, kind, str(n), str(budget)], port, extra)
                 print(row(where, title, budget, r), flush=True)
 
 

@@ -43,6 +43,8 @@ def test_the_parts_of_the_daemon_add_up_to_its_budget(budget_mib: int) -> None:
     held = split.engine_bytes + split.fetch_max_bytes + batches + split.bookkeeping_bytes
     assert held + split.outbox_bytes <= cfg.memory_budget_bytes
     assert split.max_partition_fetch_bytes <= split.fetch_max_bytes
+    # what one engine poll hands out is a part of the outbox's share, not more
+    assert 0 < split.poll_bytes <= split.outbox_bytes // 2
 
 
 @pytest.mark.parametrize("build", [input_consumer, reader_consumer])

@@ -199,10 +199,12 @@ class Engine:
         result: list[Diagnosis] = orjson.loads(self._core.poll(now_ms))
         return result
 
-    def poll_encoded(self, now_ms: int) -> _core.EncodedDiagnoses:
+    def poll_encoded(self, now_ms: int, max_bytes: int = 0) -> _core.EncodedDiagnoses:
         """`poll`, each diagnosis as its own JSON document, handed out one at a time (the
-        documents not yet handed out stay in Rust: `waiting_bytes`)."""
-        return self._core.poll_each(now_ms)
+        documents not yet handed out stay in Rust: `waiting_bytes`). With `max_bytes` (0: no
+        bound) the poll stops once its documents reach that size (at least one job's); the
+        rest come, in order, from the next call (`more`)."""
+        return self._core.poll_each(now_ms, max_bytes)
 
     def finish(self) -> list[Diagnosis]:
         """Ends the input and returns a diagnosis for every incident, most likely first."""

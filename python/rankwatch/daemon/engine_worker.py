@@ -27,6 +27,8 @@ class Polled:
         self._encoded = encoded
         self._note = note
         self.total_bytes = encoded.waiting_bytes
+        # the poll stopped at its byte bound: more diagnoses are ready, poll again
+        self.more = encoded.more
 
     @property
     def waiting_bytes(self) -> int:
@@ -87,11 +89,11 @@ class EngineWorker:
             self.note_diagnosed(d)
         return diagnoses
 
-    async def poll_lazily(self, now_ms: int) -> Polled:
+    async def poll_lazily(self, now_ms: int, max_bytes: int = 0) -> Polled:
         """`poll`, decoding each diagnosis only when the iterator reaches it: a burst of
         thousands of jobs diagnosed at once is held as JSON, not as Python objects (about
-        five times larger)."""
-        encoded = await self._call(self.engine.poll_encoded, now_ms)
+        five times larger). `max_bytes` bounds the JSON of one call (`Polled.more`)."""
+        encoded = await self._call(self.engine.poll_encoded, now_ms, max_bytes)
         return Polled(encoded, self.note_diagnosed)
 
     def note_diagnosed(self, d: Diagnosis) -> None:

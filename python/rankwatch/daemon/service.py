@@ -126,6 +126,7 @@ class Daemon:
         self.generation = 0  # bumped by every rebalance callback
         self.pos = Positions()
         self.outbox = Outbox(self.index, self.jobmap, self.metrics, cfg.budget().outbox_bytes)
+        self.poll_bytes = cfg.budget().poll_bytes
         self.metrics.outbox_share.set(self.outbox.share)
         self._inflight: asyncio.Task[None] | None = None
         self.rebalancing = False  # revoked, not yet assigned: nothing is fed
@@ -510,9 +511,12 @@ class Daemon:
         return self.pos.replaying(self.jobmap.partitions_of(job))
 
     async def _poll_and_publish(self) -> None:
-        diagnoses = await self.engine.poll_lazily(now_ms())
-        await self.outbox.offer(diagnoses, self._replaying)
-        if diagnoses.total_bytes >= TRIM_AFTER_BYTES:
+        polled, more = 0, True
+        while more:  # a burst in parts of at most `poll_bytes`, each published first
+            diagnoses = await self.engine.poll_lazily(now_ms(), self.poll_bytes)
+            await self.outbox.offer(diagnoses, self._replaying)
+            polled, more = polled + diagnoses.total_bytes, diagnoses.more
+        if polled >= TRIM_AFTER_BYTES:
             release_free_heap()  # the burst's pages, decoded and dropped (allocator.py)
 
     async def _checkpoint(self) -> None:

@@ -156,6 +156,9 @@ pub struct Engine {
     freed_since_trim: usize,
     /// Bytes of the diagnoses in `pending` (of evicted jobs, until the next poll).
     pending_bytes: usize,
+    /// The job after which the next poll resumes its walk of the jobs table, when the last
+    /// poll stopped at its byte bound (so that every job gets its turn).
+    resume_after: Option<String>,
 }
 
 impl Stream {
@@ -215,6 +218,30 @@ impl Segment {
 /// The block a job's own fields take (jobs are boxed in the jobs table).
 fn job_box() -> usize {
     memsize::block(std::mem::size_of::<Job>())
+}
+
+/// Visits the jobs in table order, starting after `start` (from the first if absent) and
+/// wrapping around, until `visit` says stop; returns the job it stopped at, unless that was
+/// the last of the walk.
+fn walk_from(
+    jobs: &mut FastMap<String, Box<Job>>,
+    start: Option<&str>,
+    mut visit: impl FnMut(&str, &mut Job) -> bool,
+) -> Option<String> {
+    let first = start
+        .and_then(|s| jobs.keys().position(|k| k == s))
+        .map_or(0, |i| i + 1);
+    let n = jobs.len();
+    let mut visited = 0;
+    for part in [first..n, 0..first] {
+        for (name, job) in jobs.iter_mut().skip(part.start).take(part.len()) {
+            visited += 1;
+            if visit(name, job) {
+                return (visited < n).then(|| name.clone());
+            }
+        }
+    }
+    None
 }
 
 /// A diagnosis waiting in the engine for the next poll, as JSON text: a diagnosis's value
@@ -311,6 +338,7 @@ impl Engine {
             streams_bytes: 0,
             freed_since_trim: 0,
             pending_bytes: 0,
+            resume_after: None,
         }
     }
 
@@ -339,6 +367,8 @@ impl Engine {
             + self.streams_bytes
             + self.pending_bytes
             + memsize::vec(&self.pending)
+            + self.resume_after.as_ref().map_or(0, memsize::string)
+            + self.decoder.memo_bytes()
             + memsize::map(&self.jobs)
             + memsize::map(&self.streams)
             + memsize::map(&self.record_streams);
@@ -937,31 +967,80 @@ impl Engine {
     /// `poll`, handing each diagnosis to `sink` as soon as its job is diagnosed: a caller
     /// that serialises them one at a time never holds a burst's value trees at once.
     pub fn poll_each(&mut self, now_wall_ms: i64, mut sink: impl FnMut(Diagnosis)) {
+        self.poll_bounded(now_wall_ms, usize::MAX, |d| {
+            sink(d);
+            0
+        });
+    }
+
+    /// `poll_each`, stopping once the sizes `sink` returns add up to `max_bytes`: a burst
+    /// of thousands of jobs diagnosed at once (megabytes of JSON) comes out in parts. What
+    /// was not handed out stays where it was (evicted jobs' diagnoses parked, in order;
+    /// jobs not yet visited, quiet jobs not yet released) for the next call, which resumes
+    /// where this one stopped. Returns whether it stopped early (poll again for the rest).
+    pub fn poll_bounded(
+        &mut self,
+        now_wall_ms: i64,
+        max_bytes: usize,
+        mut sink: impl FnMut(Diagnosis) -> usize,
+    ) -> bool {
         self.wall_ms = now_wall_ms;
-        let mut emit = |engine: &mut Engine, diags: Vec<Diagnosis>| {
+        let mut sent = 0usize;
+        let mut emit = |engine: &mut Engine, diags: Vec<Diagnosis>, sent: &mut usize| {
             for mut d in diags {
                 engine.stats.diagnoses_emitted += 1;
                 engine.annotate(&mut d);
-                sink(d);
+                *sent = sent.saturating_add(sink(d));
             }
         };
-        let parked = self.take_pending();
-        emit(self, parked);
+        // At least one diagnosis (or one job's) per call, whatever the bound: callers that
+        // poll again while `more` always make progress.
+        let full = |sent: usize| sent > 0 && sent >= max_bytes;
+        let mut parked = std::mem::take(&mut self.pending).into_iter();
+        while !full(sent) {
+            let Some(p) = parked.next() else { break };
+            emit(self, vec![p.into_diagnosis()], &mut sent);
+        }
+        self.repark_front(parked.collect());
+        if !self.pending.is_empty() {
+            return true;
+        }
         // Taken out while diagnosed: `emit` counts and annotates on the engine, which reads
         // no job.
         let mut jobs = std::mem::take(&mut self.jobs);
-        for job in jobs.values_mut() {
+        let start = self.resume_after.take();
+        let stopped = walk_from(&mut jobs, start.as_deref(), |_, job| {
             let ready =
                 correlate::diagnose_ready(job, &self.catalog, &self.cfg, now_wall_ms, false);
-            emit(self, ready);
-        }
+            emit(self, ready, &mut sent);
+            full(sent)
+        });
         self.jobs = jobs;
-        for name in self.quiet_jobs(now_wall_ms) {
-            let ready = self.release_job_finally(&name);
-            emit(self, ready);
+        let mut more = stopped.is_some();
+        self.resume_after = stopped;
+        if !more {
+            for name in self.quiet_jobs(now_wall_ms) {
+                if full(sent) {
+                    more = true; // the rest are released by the next call
+                    break;
+                }
+                let ready = self.release_job_finally(&name);
+                emit(self, ready, &mut sent);
+            }
         }
+        self.settle_total();
         self.shrink_tables();
         self.trim_if_freed();
+        more
+    }
+
+    /// Puts diagnoses a bounded poll did not hand out back in front of `pending`, counted.
+    fn repark_front(&mut self, mut rest: Vec<Parked>) {
+        self.pending_bytes = 0;
+        rest.append(&mut self.pending);
+        self.pending = rest;
+        self.pending_bytes = self.pending.iter().map(Parked::heap_bytes).sum();
+        self.settle_total();
     }
 
     /// The jobs quiet for `release_quiet_ms`, to be released after their final diagnoses.
@@ -1098,7 +1177,10 @@ impl Engine {
             out[4] += sources;
             out[6] += total + job_box() - rings - hits - snaps - context - sources;
         }
-        out[6] += self.pending_bytes + vec(&self.pending);
+        out[6] += self.pending_bytes
+            + vec(&self.pending)
+            + self.resume_after.as_ref().map_or(0, string)
+            + self.decoder.memo_bytes_recounted();
         out[5] = self.streams.values().map(|s| s.heap_bytes()).sum::<usize>()
             + self
                 .record_streams
@@ -1229,7 +1311,8 @@ mod tests {
         /// What an engine without jobs or streams still holds: its tables' buckets.
         fn empty_tables_bytes(&self) -> usize {
             assert_eq!((self.jobs_bytes, self.streams_bytes), (0, 0));
-            memsize::map(&self.jobs)
+            self.decoder.memo_bytes()
+                + memsize::map(&self.jobs)
                 + memsize::map(&self.streams)
                 + memsize::map(&self.record_streams)
         }
@@ -1315,3 +1398,7 @@ mod tests {
 #[cfg(test)]
 #[path = "engine/records_tests.rs"]
 mod records_tests;
+
+#[cfg(test)]
+#[path = "engine/poll_tests.rs"]
+mod poll_tests;

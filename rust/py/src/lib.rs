@@ -77,6 +77,7 @@ impl PyFeedProgress {
 struct PyEncodedDiagnoses {
     docs: VecDeque<String>,
     waiting: usize,
+    more: bool,
 }
 
 #[pymethods]
@@ -99,6 +100,12 @@ impl PyEncodedDiagnoses {
     #[getter]
     fn waiting_bytes(&self) -> usize {
         self.waiting
+    }
+
+    /// Whether the poll stopped at its byte bound with more diagnoses ready: poll again.
+    #[getter]
+    fn more(&self) -> bool {
+        self.more
     }
 }
 
@@ -623,19 +630,33 @@ impl PyEngine {
 
     /// `poll`, one JSON document per diagnosis: a caller that decodes and drops them one at a
     /// time never holds a whole burst of diagnoses as Python objects (several times the JSON).
-    fn poll_each(&mut self, py: Python<'_>, now_ms: i64) -> PyEncodedDiagnoses {
+    /// With `max_bytes` (0: no bound) the poll stops once its documents reach that size; the
+    /// rest come, in order, from the next call (`more` says whether there are any).
+    #[pyo3(signature = (now_ms, max_bytes = 0))]
+    fn poll_each(&mut self, py: Python<'_>, now_ms: i64, max_bytes: usize) -> PyEncodedDiagnoses {
         let engine = &mut self.inner;
-        let docs: VecDeque<String> = py.detach(|| {
+        let bound = if max_bytes == 0 {
+            usize::MAX
+        } else {
+            max_bytes
+        };
+        let (docs, more) = py.detach(|| {
             let mut docs = VecDeque::new();
-            engine.poll_each(now_ms, |d| {
+            let more = engine.poll_bounded(now_ms, bound, |d| {
                 let mut doc = d.json.to_string();
                 doc.shrink_to_fit(); // serialising doubles the buffer as it grows
+                let len = doc.len();
                 docs.push_back(doc);
+                len
             });
-            docs
+            (docs, more)
         });
         let waiting = docs.iter().map(String::len).sum();
-        PyEncodedDiagnoses { docs, waiting }
+        PyEncodedDiagnoses {
+            docs,
+            waiting,
+            more,
+        }
     }
 
     /// Ends the input: every incident is diagnosed; JSON array.

@@ -8,6 +8,7 @@
 use crate::catalog::Catalog;
 use crate::fieldre::FieldSpan;
 use crate::matcher::Scratch;
+use crate::memsize;
 use crate::prefix::{docker_json, is_exception_line, peel, Level, LineMeta};
 use std::ops::Range;
 use std::sync::Arc;
@@ -210,6 +211,8 @@ pub(crate) struct LineDecoder {
     sig_buf: Vec<u16>,
     /// By signature: the message its field regexes last ran over here, and what they found.
     field_memo: Vec<FieldMemo>,
+    /// Heap bytes of the memos' messages and spans (counted in the engine's budget).
+    memo_contents: usize,
 }
 
 /// Messages longer than this are not remembered (they rarely repeat, and each signature's
@@ -227,6 +230,10 @@ struct FieldMemo {
 }
 
 impl FieldMemo {
+    fn heap_bytes(&self) -> usize {
+        memsize::string(&self.msg) + memsize::vec(&self.spans)
+    }
+
     /// Appends the spans of `sig`'s field regexes in `msg` to `out`, from the memo when `msg`
     /// is the message they last ran over.
     fn field_spans(&mut self, catalog: &Catalog, sig: u16, msg: &str, out: &mut Vec<FieldSpan>) {
@@ -289,7 +296,24 @@ impl LineDecoder {
             expr_ends: Vec::new(),
             sig_buf: Vec::new(),
             field_memo: Vec::new(),
+            memo_contents: 0,
         }
+    }
+
+    /// What the remembered field results hold: the table by signature and each memo's
+    /// message and spans.
+    pub(crate) fn memo_bytes(&self) -> usize {
+        memsize::vec(&self.field_memo) + self.memo_contents
+    }
+
+    /// `memo_bytes`, counted from scratch.
+    pub(crate) fn memo_bytes_recounted(&self) -> usize {
+        memsize::vec(&self.field_memo)
+            + self
+                .field_memo
+                .iter()
+                .map(FieldMemo::heap_bytes)
+                .sum::<usize>()
     }
 
     /// Decodes the complete lines of `data` into `out`; an unfinished last line waits in `st`
@@ -571,7 +595,10 @@ impl LineDecoder {
                     let first = out.fields.len();
                     if catalog.signatures[sig as usize].ingest_fields {
                         let memo = memo_of(&mut self.field_memo, sig);
+                        let before = memo.heap_bytes();
                         memo.field_spans(catalog, sig, msg, &mut out.fields);
+                        self.memo_contents =
+                            (self.memo_contents + memo.heap_bytes()).saturating_sub(before);
                     }
                     out.hits.push(SigHit {
                         sig,
