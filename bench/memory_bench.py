@@ -171,8 +171,12 @@ def watch_daemon(
         *("--initial-offset", "earliest", "--metrics-addr", f"127.0.0.1:{mport}"),
         *("--memory-budget-bytes", str(budget), "--release-quiet-ms", "2000"),
     ]
+    env = dict(os.environ)
+    if os.environ.get("RANKWATCH_PEAK_FILE"):  # where the bytes are at the peak (peak_sampler)
+        path = [str(ROOT / "bench/peak_sampler"), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
     with open(log_path, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     try:
         d = DaemonProc(proc, mport, log_path)
         while not d.metrics():

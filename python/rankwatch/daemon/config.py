@@ -287,7 +287,7 @@ class DaemonConfig:
     ring_bytes: int = _opt(_ENGINE.ring_bytes, "bytes kept per rank", kind=INT, minimum=1)
     memory_budget_bytes: int = _opt(
         _ENGINE.memory_budget_bytes,
-        "the daemon's memory budget above its baseline: the engine gets 60%%, fetches, "
+        "the daemon's memory budget above its baseline: the engine gets 45%%, fetches, "
         "batches and bookkeeping the rest",
         kind=INT,
         minimum=1 << 16,
