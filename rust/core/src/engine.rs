@@ -1139,9 +1139,10 @@ impl Engine {
 
     /// Where the accounted memory is, in bytes, counted from scratch: rings, hits (with
     /// their incidents), snapshots, context, sources (their slots, keys and identity
-    /// tables), streams (with the record-stream index and the engine's tables), other (the
-    /// remaining job tables: sync points, hit counters, names; diagnoses of evicted jobs
-    /// waiting for the next poll). Sums to `memory_bytes`.
+    /// tables), streams (with the record-stream index, the engine's tables and its decoder's
+    /// remembered field results), other (the remaining job tables: sync points, hit
+    /// counters, names; diagnoses of evicted jobs waiting for the next poll; where a bounded
+    /// poll resumes). Sums to `memory_bytes`.
     pub fn memory_breakdown(&self) -> [usize; 7] {
         use memsize::{map, string, vec};
         let mut out = [0usize; 7];
@@ -1177,10 +1178,8 @@ impl Engine {
             out[4] += sources;
             out[6] += total + job_box() - rings - hits - snaps - context - sources;
         }
-        out[6] += self.pending_bytes
-            + vec(&self.pending)
-            + self.resume_after.as_ref().map_or(0, string)
-            + self.decoder.memo_bytes_recounted();
+        out[6] +=
+            self.pending_bytes + vec(&self.pending) + self.resume_after.as_ref().map_or(0, string);
         out[5] = self.streams.values().map(|s| s.heap_bytes()).sum::<usize>()
             + self
                 .record_streams
@@ -1189,7 +1188,8 @@ impl Engine {
                 .sum::<usize>()
             + map(&self.jobs)
             + map(&self.streams)
-            + map(&self.record_streams);
+            + map(&self.record_streams)
+            + self.decoder.memo_bytes_recounted();
         out
     }
 
@@ -1357,7 +1357,7 @@ mod tests {
         let b = e.memory_breakdown();
         let tables =
             memsize::map(&e.jobs) + memsize::map(&e.streams) + memsize::map(&e.record_streams);
-        assert_eq!(b[5], e.streams_bytes + tables);
+        assert_eq!(b[5], e.streams_bytes + tables + e.decoder.memo_bytes());
         assert_eq!(e.stats.memory_bytes, b.iter().sum::<usize>());
         e.close_stream(a);
         e.drop_job("rec");
