@@ -119,6 +119,8 @@ pub(crate) struct Decoded {
     pub level: Level,
     /// The line continues the record above it (traceback frame, indented text).
     pub continuation: bool,
+    /// The line follows `Last error:`: NCCL's own text of the error a PyTorch block reports.
+    pub last_error_text: bool,
     pub ingest_ms: Option<i64>,
     pub event_ms: Option<i64>,
     /// This line's entries in `Batch::hits`.
@@ -488,6 +490,7 @@ impl LineDecoder {
         if is_exception_line(msg) && (st.in_traceback || msg.contains(": ")) {
             level = level.max(Level::Error);
         }
+        let last_error_text = st.after_last_error;
         st.after_last_error = msg.trim_end() == "Last error:";
         let span = match o.span(line) {
             Some((a, b)) => Span::Chunk(a, b),
@@ -503,6 +506,7 @@ impl LineDecoder {
             line_no: st.line_no,
             level,
             continuation,
+            last_error_text,
             ingest_ms: t.ingest_ms,
             event_ms: t.event_ms,
             hits: 0..0,
