@@ -106,3 +106,25 @@ def test_nccl_2_25_shared_memory_info_line_is_the_cause(tmp_path: Path) -> None:
     diagnoses = diagnose(tmp_path, text)
     assert signature(diagnoses) == "nccl_kernel_resources_exceeded"
     assert root_line(diagnoses) == info
+
+
+def test_last_error_under_a_pdsh_label_and_a_timestamp_column(tmp_path: Path) -> None:
+    reset = (
+        "socketProgressOpt: Call to recv from 10.77.0.15<41120> failed : Connection reset by peer"
+    )
+    block = pytorch_block(
+        "",
+        "/opt/torch/csrc/distributed/c10d/NCCLUtils.hpp:275, remote process exited or there "
+        "was a network error, NCCL version 2.20.5",
+        "ncclRemoteError: A call failed possibly due to a network error.",
+        reset,
+    ).splitlines()
+    for sub in ("pdsh", "stamped"):
+        (tmp_path / sub).mkdir()
+    labelled = "".join(f"gpu-node-12: {line}\n" for line in block)
+    assert root_line(diagnose(tmp_path / "pdsh", labelled)) == f"gpu-node-12: {reset}"
+    stamped = "".join(
+        f"2026-05-02T11:40:{i:02d}.000000001Z {line}\n" for i, line in enumerate(block)
+    )
+    stamped_root = f"2026-05-02T11:40:{len(block) - 1:02d}.000000001Z {reset}"
+    assert root_line(diagnose(tmp_path / "stamped", stamped)) == stamped_root

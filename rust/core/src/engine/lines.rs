@@ -491,7 +491,8 @@ impl LineDecoder {
             level = level.max(Level::Error);
         }
         let last_error_text = st.after_last_error;
-        st.after_last_error = msg.trim_end() == "Last error:";
+        // Also behind a label no layer peels (`node-3: Last error:`).
+        st.after_last_error = msg.trim_end().ends_with("Last error:");
         let span = match o.span(line) {
             Some((a, b)) => Span::Chunk(a, b),
             None => {

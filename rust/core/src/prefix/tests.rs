@@ -192,3 +192,14 @@ fn nccl_2_3_warn_without_its_header() {
         (Level::Warn, Producer::Nccl, None)
     );
 }
+
+#[test]
+fn a_message_ending_in_a_colon_behind_a_timestamp_column() {
+    let (t, m) = msg("2026-05-02T11:40:09.123456789Z Last error:");
+    assert_eq!(t, "Last error:");
+    assert_eq!(m.host, None);
+    // A syslog header still is one when a message follows it.
+    let (t, m) = msg("2026-05-02T11:40:09.123456Z gpu-b3 kernel: NVRM: Xid 79");
+    assert_eq!(t, "NVRM: Xid 79");
+    assert_eq!(m.producer, Producer::Kernel);
+}
