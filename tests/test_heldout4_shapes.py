@@ -128,3 +128,17 @@ def test_last_error_under_a_pdsh_label_and_a_timestamp_column(tmp_path: Path) ->
     )
     stamped_root = f"2026-05-02T11:40:{len(block) - 1:02d}.000000001Z {reset}"
     assert root_line(diagnose(tmp_path / "stamped", stamped)) == stamped_root
+
+
+def test_elastic_failure_box_rows_behind_a_pdsh_label(tmp_path: Path) -> None:
+    rows = [
+        "  time      : 2026-04-11_08:15:40",
+        "  host      : trn-b7",
+        "  rank      : 3 (local_rank: 3)",
+        "  exitcode  : -11 (pid: 77120)",
+        "  error_file: <N/A>",
+        "  traceback : Signal 11 (SIGSEGV) received by PID 77120",
+        "============================================================",
+    ]
+    text = "".join(f"trn-b7: {row}\n" for row in rows)
+    assert root_line(diagnose(tmp_path, text)) == "trn-b7:   exitcode  : -11 (pid: 77120)"
