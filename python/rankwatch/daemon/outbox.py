@@ -81,6 +81,8 @@ class Outbox:
             skip, chash = self.index.decide(d, replaying(str(full.get("job", ""))))
             if skip is not None:
                 self.metrics.diagnoses_skipped.labels(skip).inc()
+                if skip == EARLIER:  # rare: a restart re-fed what the killed one published
+                    log.info("diagnosis %s: an earlier version, already published", did)
                 if skip in (IDENTICAL, EARLIER):
                     self._unhold(did)  # back to a version the topic carries
                 continue

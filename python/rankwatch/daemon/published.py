@@ -129,9 +129,11 @@ class PublishedIndex:
         if entry is not None:
             if entry.hash == chash:
                 return IDENTICAL, chash
+            if replaying:
+                return REPLAY, chash
             if entry.had(chash):
                 return EARLIER, chash
-            return (REPLAY if replaying else None), chash
+            return None, chash
         if did in self.shadowed:
             return OVERLAP, chash
         if replaying and self._overlaps(diagnosis):
