@@ -94,3 +94,16 @@ def test_the_index_knows_every_version_of_an_id_within_its_bound() -> None:
     assert all(index.decide(v, replaying=False)[0] == EARLIER for v in kept)
     assert index.decide(versions_[0], replaying=False)[0] is None  # past the bound
     assert index.decide({**versions_[0], "status": "final"}, replaying=False)[0] is None
+
+
+def test_reading_back_its_own_versions_keeps_each_earlier_version_once() -> None:
+    index = PublishedIndex(horizon_ms=60_000, retain_s=3600)
+    versions_ = [{"id": "d-1", "job": "j", "collateral": list(range(n))} for n in range(20)]
+    for v in versions_:  # sent
+        index.remember(v)
+    for v in versions_:  # and read back from the topic by the fleet sync
+        index.load(orjson.dumps(v))
+    entry = index.entries["d-1"]
+    assert entry.hash == content_hash(versions_[-1])
+    assert len(entry.earlier) == 8 * (len(versions_) - 1)
+    assert all(index.decide(v, replaying=False)[0] == EARLIER for v in versions_[:-1])

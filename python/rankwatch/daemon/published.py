@@ -70,11 +70,14 @@ class Entry:
         return any(e[i : i + _PREFIX] == p for i in range(0, len(e), _PREFIX))
 
     def superseded_by(self, chash: str) -> bytes:
-        """The earlier versions once `chash` becomes the latest."""
+        """The earlier versions once `chash` becomes the latest, each once (the topic is read
+        back after the daemon's own sends: the same versions come again, in order)."""
         if chash == self.hash:
             return self.earlier
-        kept = self.earlier + _prefix(self.hash)
-        return kept[-EARLIER_VERSIONS * _PREFIX :]
+        e, new = self.earlier, _prefix(chash)
+        kept = [e[i : i + _PREFIX] for i in range(0, len(e), _PREFIX)]
+        kept = [k for k in kept if k != new and k != _prefix(self.hash)] + [_prefix(self.hash)]
+        return b"".join(kept[-EARLIER_VERSIONS:])
 
 
 class PublishedIndex:
