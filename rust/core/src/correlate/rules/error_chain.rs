@@ -181,7 +181,7 @@ fn failure_before(v: &View, scope: &Scope, start: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::ends_trace;
-    use crate::correlate::rules::test_support::{diagnose, root_line};
+    use crate::correlate::testkit::{diagnose, root_line};
 
     const WARN: &str = "tn-41:5120:5188 [2] ib_plugin.c:1007 NCCL WARN NET/IB : Got completion \
         from peer 10.9.8.7<41022> with error 5, opcode 0, len 0, vendor err 249";

@@ -70,7 +70,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
 
 #[cfg(test)]
 mod tests {
-    use crate::correlate::rules::test_support::{diagnose, root_line};
+    use crate::correlate::testkit::{diagnose, root_line};
 
     const SETTING: &str =
         "gx-12:3301:3301 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ens9f7";

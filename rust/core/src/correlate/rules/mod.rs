@@ -13,8 +13,6 @@ mod peer_naming;
 mod seq_lag;
 mod silence;
 mod symptoms;
-#[cfg(test)]
-mod test_support;
 
 use super::board::Board;
 use super::view::View;

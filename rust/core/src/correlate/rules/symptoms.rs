@@ -54,7 +54,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
 
 #[cfg(test)]
 mod tests {
-    use crate::correlate::rules::test_support::{diagnose, root_line};
+    use crate::correlate::testkit::{diagnose, root_line};
 
     const WRAPPER: &str = "torch.distributed.DistBackendError: NCCL error in: \
         /src/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error \

@@ -1,4 +1,4 @@
-//! Test helpers for the rules: the engine with the shipped catalog on one invented log.
+//! Test helpers: the engine with the shipped catalog, fed one invented log.
 
 use crate::{Catalog, Config, Diagnosis, Engine, StreamHints};
 use std::sync::Arc;
@@ -23,17 +23,15 @@ pub fn shipped_catalog() -> Catalog {
     Catalog::from_sources(&sources).unwrap()
 }
 
-/// The diagnoses of `text` fed as one file of one job.
+/// Diagnoses of `text` fed as one file of one job, at the end of input (as `analyze` does).
 pub fn diagnose(text: &str) -> Vec<Diagnosis> {
     let mut e = Engine::new(Arc::new(shipped_catalog()), Config::default());
     let id = e.open_stream("j", "node.log", StreamHints::default());
     e.feed(id, text.as_bytes(), Some(1_000));
-    e.close_stream(id);
-    e.poll(1_000);
-    e.poll(600_000)
+    e.finish()
 }
 
-/// The first diagnosis's root cause line.
+/// The root-cause line of the first diagnosis.
 pub fn root_line(d: &[Diagnosis]) -> String {
     d[0].json["root_cause"]["line"]
         .as_str()
