@@ -76,6 +76,8 @@ pub struct Hit {
     pub fields: Vec<(String, String)>,
     /// The multi-line record this line belongs to: its start and continuation lines.
     pub record: Vec<String>,
+    /// The line follows `Last error:` (see `Decoded::last_error_text`).
+    pub last_error_text: bool,
 }
 
 impl Hit {

@@ -335,6 +335,7 @@ impl Engine {
                             .into_iter()
                             .map(|l| l.text)
                             .collect(),
+                        last_error_text: d.last_error_text,
                     };
                     st.open_hit = Some(self.add_hit(job, hit, spec.role == Role::Cause));
                 }
@@ -364,6 +365,7 @@ impl Engine {
                         .into_iter()
                         .map(|l| l.text)
                         .collect(),
+                    last_error_text: d.last_error_text,
                 };
                 st.open_hit = Some(self.add_hit(job, hit, false));
             }

@@ -120,6 +120,8 @@ pub(crate) struct Decoded {
     pub level: Level,
     /// The line continues the record above it (traceback frame, indented text).
     pub continuation: bool,
+    /// The line follows `Last error:`: NCCL's own text of the error a PyTorch block reports.
+    pub last_error_text: bool,
     pub ingest_ms: Option<i64>,
     pub event_ms: Option<i64>,
     /// This line's entries in `Batch::hits`.
@@ -512,7 +514,9 @@ impl LineDecoder {
         if is_exception_line(msg) && (st.in_traceback || msg.contains(": ")) {
             level = level.max(Level::Error);
         }
-        st.after_last_error = msg.trim_end() == "Last error:";
+        let last_error_text = st.after_last_error;
+        // Also behind a label no layer peels (`node-3: Last error:`).
+        st.after_last_error = msg.trim_end().ends_with("Last error:");
         let span = match o.span(line) {
             Some((a, b)) => Span::Chunk(a, b),
             None => {
@@ -527,6 +531,7 @@ impl LineDecoder {
             line_no: st.line_no,
             level,
             continuation,
+            last_error_text,
             ingest_ms: t.ingest_ms,
             event_ms: t.event_ms,
             hits: 0..0,

@@ -240,7 +240,8 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
         || nccl_bare(rest, &mut probe).is_some()
         || nccl_bare_pre_2_3(rest, &mut probe).is_some()
         || quoted_whole(rest).is_some()
-        || opens_python_error(rest);
+        || opens_python_error(rest)
+        || elastic_summary_row(rest);
     if !inner_known {
         return None;
     }
@@ -264,6 +265,27 @@ fn het_component(b: &[u8]) -> usize {
         return 0;
     }
     1 + digits + spaces
+}
+
+/// A row of torch elastic's failure summary (`ChildFailedError`): `  exitcode  : -9 (pid: N)`.
+fn elastic_summary_row(rest: &[u8]) -> bool {
+    const KEYS: [&[u8]; 6] = [
+        b"time",
+        b"host",
+        b"rank",
+        b"exitcode",
+        b"error_file",
+        b"traceback",
+    ];
+    let Some(row) = rest.strip_prefix(b"  ") else {
+        return false;
+    };
+    KEYS.iter().any(|k| {
+        row.strip_prefix(*k).is_some_and(|after| {
+            let pad = after.iter().take_while(|c| **c == b' ').count();
+            after.get(pad) == Some(&b':')
+        })
+    })
 }
 
 /// What Python prints for an uncaught exception: the traceback header, its frames, and the

@@ -369,16 +369,21 @@ pub(super) fn syslog_host(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usiz
     if prog.is_empty() || prog.contains(&b' ') {
         return None;
     }
+    let mut end = colon + 1;
+    if b.get(end) == Some(&b' ') {
+        end += 1;
+    }
+    if end >= b.len() {
+        // `host prog:` with nothing behind it is a message ending in a colon (`Last error:`
+        // after a timestamp column), not a syslog header.
+        return None;
+    }
     m.host = Some(host);
     m.producer = if prog == b"kernel" {
         Producer::Kernel
     } else {
         Producer::Syslog
     };
-    let mut end = colon + 1;
-    if b.get(end) == Some(&b' ') {
-        end += 1;
-    }
     Some(end)
 }
 

@@ -133,6 +133,17 @@ fn launcher_labels_before_python_errors() {
             "torch.distributed.DistBackendError: NCCL error",
             Some("gpu-12"),
         ),
+        // Rows of torch elastic's failure summary box.
+        (
+            "node-07:   exitcode  : -11 (pid: 4410)",
+            "  exitcode  : -11 (pid: 4410)",
+            Some("node-07"),
+        ),
+        (
+            "node-07:   error_file: <N/A>",
+            "  error_file: <N/A>",
+            Some("node-07"),
+        ),
     ] {
         let (t, m) = msg(line);
         assert_eq!(t, message, "{line:?}");
@@ -146,6 +157,7 @@ fn names_before_ordinary_text_stay_message_text() {
         "eth0: link up",
         "mlx5_0: port 1 state changed",
         "rank0: loss 1.25",
+        "node-07:   time to first batch : 3 s",
         "Epoch 3: loss 1.25",
         "1234567: a number too long for a task id",
     ] {
@@ -191,4 +203,15 @@ fn nccl_2_3_warn_without_its_header() {
         (m.level, m.producer, m.host),
         (Level::Warn, Producer::Nccl, None)
     );
+}
+
+#[test]
+fn a_message_ending_in_a_colon_behind_a_timestamp_column() {
+    let (t, m) = msg("2026-05-02T11:40:09.123456789Z Last error:");
+    assert_eq!(t, "Last error:");
+    assert_eq!(m.host, None);
+    // A syslog header still is one when a message follows it.
+    let (t, m) = msg("2026-05-02T11:40:09.123456Z gpu-b3 kernel: NVRM: Xid 79");
+    assert_eq!(t, "NVRM: Xid 79");
+    assert_eq!(m.producer, Producer::Kernel);
 }

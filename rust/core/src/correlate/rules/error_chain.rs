@@ -4,7 +4,11 @@
 //!   exception re-raised by the watchdog): the first occurrence is the root line;
 //! - NCCL's error-return trace (`misc/socket.cc:567 -> 2`, hits with an `error_return`
 //!   field) running straight into the cause line: the failure started where the trace starts,
-//!   often in a call that printed no WARN of its own.
+//!   often in a call that printed no WARN of its own. A trace line that names its thread
+//!   (`proxy.cc:872 -> 6 [Progress Thread]`) is where the error left the thread's top
+//!   function: that trace ends there and leads into nothing printed after it. When such a
+//!   line is all a process shows of a failure (an excerpt cut mid-trace), the process's next
+//!   failure line stands for it.
 
 use crate::correlate::board::Board;
 use crate::correlate::rules::Scope;
@@ -36,6 +40,16 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
                 start = head;
                 let why = "the error-return trace follows this process's failure line".to_string();
                 board.add(who, host, "error_chain", 0, why);
+            } else if ends_trace(message(v, start)) {
+                // The trace's last line, its failure not in view (an excerpt cut mid-trace):
+                // the process's next failure line stands for it.
+                if let Some(next) = failure_after(v, scope, start) {
+                    start = next;
+                    let why = "the error-return trace before this line ends an earlier failure \
+                               that is not in view"
+                        .to_string();
+                    board.add(who, host, "error_chain", 0, why);
+                }
             }
         } else if let Some(chain) = chain_start(v, scope, start) {
             start = chain;
@@ -108,6 +122,7 @@ fn chain_start(v: &View, scope: &Scope, line: usize) -> Option<usize> {
         let prev = scope.hits.iter().copied().find(|&i| {
             let h = v.hit(i);
             h.field("error_return").is_some()
+                && !ends_trace(message(v, i))
                 && h.source == target.source
                 && h.origin == target.origin
                 && h.line_no < c.line_no
@@ -124,6 +139,31 @@ fn chain_start(v: &View, scope: &Scope, line: usize) -> Option<usize> {
     Some(cur)
 }
 
+/// NCCL's last line of an error-return trace: the thread's top function names the thread
+/// (`-> 6 [Progress Thread]`, `[Proxy Thread]`, `[Async thread]`).
+fn ends_trace(msg: &str) -> bool {
+    msg.strip_suffix(']')
+        .and_then(|m| m.rsplit_once(" ["))
+        .is_some_and(|(_, tag)| tag.to_ascii_lowercase().ends_with("thread"))
+}
+
+/// The first failure line (not a trace line) the same process printed after `start`.
+fn failure_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
+    let s = v.hit(start);
+    scope
+        .hits
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let h = v.hit(i);
+            h.source == s.source
+                && h.origin == s.origin
+                && h.field("error_return").is_none()
+                && h.line_no > s.line_no
+        })
+        .min_by_key(|&i| v.hit(i).line_no)
+}
+
 /// NCCL prints a trace after the WARN that started it: a trace right behind another failure
 /// line of the same process is that failure's tail; returns that line.
 fn failure_before(v: &View, scope: &Scope, start: usize) -> Option<usize> {
@@ -136,4 +176,36 @@ fn failure_before(v: &View, scope: &Scope, start: usize) -> Option<usize> {
             && h.line_no < s.line_no
             && h.line_no + MAX_LINE_GAP + 1 >= s.line_no
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ends_trace;
+    use crate::correlate::testkit::{diagnose, root_line};
+
+    const WARN: &str = "tn-41:5120:5188 [2] ib_plugin.c:1007 NCCL WARN NET/IB : Got completion \
+        from peer 10.9.8.7<41022> with error 5, opcode 0, len 0, vendor err 249";
+
+    #[test]
+    fn a_thread_tag_ends_a_trace() {
+        assert!(ends_trace("proxy.cc:872 -> 6 [Progress Thread]"));
+        assert!(ends_trace("group.cc:68 -> 3 [Async thread]"));
+        assert!(!ends_trace("misc/socket.cc:564 -> 2"));
+        assert!(!ends_trace("proxy.cc:1119 -> 6 [Proxy Service 9]"));
+    }
+
+    #[test]
+    fn the_tail_of_an_earlier_trace_is_not_where_the_next_failure_starts() {
+        let tail = "tn-41:5120:5188 [2] NCCL INFO proxy.cc:872 -> 6 [Progress Thread]";
+        let after = "tn-41:5120:5188 [2] NCCL INFO transport/net.cc:1117 -> 6";
+        let d = diagnose(&format!("{tail}\n\n{WARN}\n{after}\n"));
+        assert_eq!(root_line(&d), WARN);
+    }
+
+    #[test]
+    fn an_open_trace_still_leads_into_the_warn_after_it() {
+        let open = "tn-41:5120:5188 [2] NCCL INFO misc/socket.cc:564 -> 2";
+        let d = diagnose(&format!("{open}\n\n{WARN}\n"));
+        assert_eq!(root_line(&d), open);
+    }
 }

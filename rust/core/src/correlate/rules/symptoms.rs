@@ -1,5 +1,9 @@
 //! A process that only printed symptoms (its line: the most telling one) (or, in an incident no signature recognised, only
 //! unclassified errors) is a weak suspect: a quarter of the symptom's weight.
+//!
+//! The most telling symptom is the one with the highest weight, except that the text after
+//! `Last error:` in PyTorch's NCCL error block comes first: it is NCCL's own account of the
+//! failure the block's wrapper line (`NCCL error in: ..., unhandled system error`) only names.
 
 use crate::catalog::Role;
 use crate::correlate::board::Board;
@@ -18,10 +22,11 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         let who = v.printer(h);
         let host = v.host_of(h.source);
         let c = board.cand(who, host);
-        // The most telling symptom (highest weight), the first of equals.
+        // The most telling symptom, the first of equals.
         let better = c.symptom.is_none_or(|s| {
-            let w = v.sig(v.hit(s)).map_or(0, |x| x.weight);
-            weight > w || (weight == w && v.order_key(i) < v.order_key(s))
+            let (b, w) = (v.hit(s), v.sig(v.hit(s)).map_or(0, |x| x.weight));
+            let (ours, theirs) = ((h.last_error_text, weight), (b.last_error_text, w));
+            ours > theirs || (ours == theirs && v.order_key(i) < v.order_key(s))
         });
         if !better {
             continue;
@@ -44,5 +49,31 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
                 format!("printed a symptom: {id}"),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::correlate::testkit::{diagnose, root_line};
+
+    const WRAPPER: &str = "torch.distributed.DistBackendError: NCCL error in: \
+        /src/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error \
+        (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3";
+    const DETAIL: &str = "ncclSystemError: System call (e.g. socket, malloc) or external \
+        library call failed or device error. ";
+    // A symptom (the peer went away) weaker than the wrapper.
+    const RESET: &str =
+        "socketProgressOpt: Call to recv from 10.8.3.4<40112> failed : Connection reset by peer";
+
+    #[test]
+    fn the_last_error_text_is_the_process_root() {
+        let d = diagnose(&format!("{WRAPPER}\n{DETAIL}\nLast error:\n{RESET}\n"));
+        assert_eq!(root_line(&d), RESET);
+    }
+
+    #[test]
+    fn without_last_error_the_stronger_symptom_stays_the_root() {
+        let d = diagnose(&format!("{WRAPPER}\n{RESET}\n"));
+        assert_eq!(root_line(&d), WRAPPER);
     }
 }
