@@ -7,7 +7,7 @@
 
 use crate::catalog::Catalog;
 use crate::fieldre::FieldSpan;
-use crate::matcher::Scratch;
+use crate::matcher::{ScanMemo, Scratch};
 use crate::prefix::{docker_json, is_exception_line, peel, Level, LineMeta};
 use std::ops::Range;
 use std::sync::Arc;
@@ -202,6 +202,8 @@ impl Batch {
 pub(crate) struct LineDecoder {
     catalog: Arc<Catalog>,
     scratch: Scratch,
+    /// The expression ids of recently scanned messages (many repeat from rank to rank).
+    scan_memo: ScanMemo,
     max_line_bytes: usize,
     year: i32,
     expr_buf: Vec<u32>,
@@ -283,6 +285,7 @@ impl LineDecoder {
         LineDecoder {
             catalog,
             scratch,
+            scan_memo: ScanMemo::default(),
             max_line_bytes,
             year,
             expr_buf: Vec::new(),
@@ -558,7 +561,12 @@ impl LineDecoder {
         self.expr_ends.clear();
         for d in &out.lines[from..] {
             let msg = d.meta.message(d.span.text(chunk, &out.own));
-            matcher.scan_into(msg.as_bytes(), &mut self.scratch, &mut self.expr_buf);
+            self.scan_memo.scan_into(
+                matcher,
+                msg.as_bytes(),
+                &mut self.scratch,
+                &mut self.expr_buf,
+            );
             self.expr_ends.push(self.expr_buf.len());
         }
         let mut start = 0;
