@@ -206,7 +206,7 @@ fn main() {
     println!("\n== matches per pattern on the messages (pattern: matches)");
     let mut fired: Vec<(usize, u64)> = counts.iter().copied().enumerate().collect();
     fired.retain(|(_, c)| *c > 0);
-    fired.sort_by(|a, b| b.1.cmp(&a.1));
+    fired.sort_by_key(|f| std::cmp::Reverse(f.1));
     for (i, c) in &fired {
         println!("{c:>7}  {}  {:?}", pats[*i].sig, pats[*i].pattern);
     }
