@@ -2,7 +2,9 @@
 (`[defaultN]:` interleaving), in one run with alternating repeats:
 
 1. `rankwatch analyze --json` with a cold cache (an empty cache folder each time) and a warm one,
-2. `cat FILES | grep -c -F -f FRAGMENTS` with 20 literal fragments taken from the catalog,
+2. `cat FILES | grep -c -F -f FRAGMENTS` with 20 literal fragments taken from the catalog
+   (pinned in bench/grep_fragments.txt so that grep's figure does not move when the catalog
+   grows; `--fragments-from-catalog` picks 20 spread over the current catalog instead),
 3. Hyperscan alone over the same lines with the catalog's database (no decoding, no state),
 
 then start-up (`rankwatch analyze` of a one-line file with a cold and a warm cache, and
@@ -48,6 +50,7 @@ JOB_DIR = HERE / "out" / "analyze-healthy-16384-per-node"
 PER_RANK_JOB = dict(JOB, layout="per-rank")
 PER_RANK_DIR = HERE / "out" / "analyze-healthy-16384-per-rank"
 FRAGMENTS = 20
+PINNED_FRAGMENTS = HERE / "grep_fragments.txt"
 ONE_LINE = "node1:11:11 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
 
 
@@ -142,6 +145,20 @@ def catalog_fragments(signatures: list[dict[str, Any]], count: int) -> list[str]
     return [per_sig[round(i * (len(per_sig) - 1) / (count - 1))] for i in range(count)]
 
 
+def pinned_fragments(signatures: list[dict[str, Any]]) -> list[str]:
+    """The fragments of bench/grep_fragments.txt, each checked to still be a literal run of a
+    catalog pattern (so grep keeps searching for what the catalog looks for)."""
+    runs = {r.strip() for sig in signatures for p in sig["patterns"] for r in literal_runs(p)}
+    wanted = [f for f in PINNED_FRAGMENTS.read_text().splitlines() if f]
+    gone = [f for f in wanted if not any(f in run for run in runs)]
+    if gone:
+        raise SystemExit(
+            f"{PINNED_FRAGMENTS.name}: no longer in the catalog: {gone}; "
+            "rerun with --fragments-from-catalog and pin a new set"
+        )
+    return wanted
+
+
 # --- one measurement each -------------------------------------------------------------------
 
 
@@ -226,6 +243,18 @@ ONE_WARM = "analyze of a one-line file, warm cache"
 VALIDATE = "validate, warm cache"
 
 
+def byte_compile(rankwatch: str) -> None:
+    """Write the .pyc files of the build's rankwatch package, as `pip install` does for a
+    wheel: with PYTHONDONTWRITEBYTECODE set (as on this machine) an editable install would
+    otherwise compile every rankwatch module from source on each start (30-40 ms of CPU)."""
+    python = Path(rankwatch).read_text().splitlines()[0].removeprefix("#!").strip()
+    code = (
+        "import compileall, os, rankwatch; "
+        "compileall.compile_dir(os.path.dirname(rankwatch.__file__), quiet=1)"
+    )
+    subprocess.run([python, "-c", code], check=True)
+
+
 def has_threads_option(rankwatch: str) -> bool:
     proc = subprocess.run([rankwatch, "analyze", "--help"], capture_output=True, check=False)
     return b"--threads" in proc.stdout
@@ -274,6 +303,11 @@ def main() -> None:
     ap.add_argument("--rankwatch", default=str(Path(sys.executable).parent / "rankwatch"))
     ap.add_argument("--before", help="the rankwatch script of the build to compare with")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument(
+        "--fragments-from-catalog",
+        action="store_true",
+        help=f"grep for {FRAGMENTS} fragments spread over the current catalog, not the pinned set",
+    )
     args = ap.parse_args()
 
     from rankwatch import Catalog, hyperscan_version
@@ -281,7 +315,13 @@ def main() -> None:
     files = ensure_job()
     blob = b"".join(p.read_bytes() for p in files)
     catalog = Catalog()
-    corpus = Corpus(files, blob, blob.count(b"\n"), catalog_fragments(catalog.signatures(), 20))
+    signatures = catalog.signatures()
+    fragments = (
+        catalog_fragments(signatures, FRAGMENTS)
+        if args.fragments_from_catalog
+        else pinned_fragments(signatures)
+    )
+    corpus = Corpus(files, blob, blob.count(b"\n"), fragments)
     print(f"job: {len(files)} files, {corpus.lines:,} lines, {len(blob) / 1e6:,.1f} MB", flush=True)
     per_rank_files = ensure_job(PER_RANK_JOB, PER_RANK_DIR)
     corpus.per_rank_files = len(per_rank_files)
@@ -291,6 +331,7 @@ def main() -> None:
         builds.insert(0, Build("before", args.before))
     for b in builds:
         b.threads_option = has_threads_option(b.rankwatch)
+        byte_compile(b.rankwatch)
     grep_t, hs_t = Timing(), Timing()
     grep_count = hs_matches = 0
     with tempfile.TemporaryDirectory() as tmpd:

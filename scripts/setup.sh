@@ -40,4 +40,7 @@ fi
 log "building rankwatch (Rust core, release) into .venv"
 VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" \
     .venv/bin/maturin develop --release --extras dev -q 2>&1 | grep -v '^\s*$' | tail -3 >&2
+# Byte-compile the package as pip does when it installs a wheel: an editable install under
+# PYTHONDONTWRITEBYTECODE would otherwise compile every module again on each start.
+.venv/bin/python -m compileall -q python/rankwatch >/dev/null
 .venv/bin/rankwatch validate >&2

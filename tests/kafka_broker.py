@@ -230,3 +230,9 @@ if __name__ == "__main__":  # manual check: python tests/kafka_broker.py [PORT]
 
     _port = int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_PORT
     print(ensure_broker(_port), "running" if broker_running(_port) else "NOT running")
+
+
+def broker_pid(port: int = DEFAULT_PORT) -> int:
+    """Process id of the broker on ``port`` (to SIGSTOP/SIGCONT it: a broker that accepts
+    connections but answers nothing, as in a long GC pause)."""
+    return int((KAFKA_DIR / ".run" / str(port) / "broker.pid").read_text().strip())

@@ -227,7 +227,7 @@ class DaemonMetrics:
             ["reason"],
             registry=r,
         )
-        for reason in ("identical", "replay", "overlap"):
+        for reason in ("identical", "earlier", "replay", "overlap"):
             self.diagnoses_skipped.labels(reason)
         self.publish_trimmed = Counter(
             "rankwatch_publish_trimmed",
@@ -270,6 +270,12 @@ class DaemonMetrics:
             "rankwatch_outbox_paused_seconds",
             "time the feed waited for the broker to acknowledge diagnoses (outbox above its "
             "share), including early checkpoints",
+            registry=r,
+        )
+        self.outbox_waiting = Gauge(
+            "rankwatch_outbox_waiting",
+            "1 while the feed waits for the broker to acknowledge diagnoses (the publisher "
+            "holds more than the outbox's share), else 0",
             registry=r,
         )
         self.held = Gauge(

@@ -25,7 +25,7 @@ import orjson
 
 from rankwatch.daemon.jobs import JobMap
 from rankwatch.daemon.metrics import DaemonMetrics
-from rankwatch.daemon.published import IDENTICAL, PublishedIndex
+from rankwatch.daemon.published import EARLIER, IDENTICAL, PublishedIndex
 from rankwatch.daemon.publisher import Publisher
 from rankwatch.engine import Diagnosis
 
@@ -81,8 +81,10 @@ class Outbox:
             skip, chash = self.index.decide(d, replaying(str(full.get("job", ""))))
             if skip is not None:
                 self.metrics.diagnoses_skipped.labels(skip).inc()
-                if skip == IDENTICAL:
-                    self._unhold(did)  # back to what was published
+                if skip == EARLIER:  # rare: a restart re-fed what the killed one published
+                    log.info("diagnosis %s: an earlier version, already published", did)
+                if skip in (IDENTICAL, EARLIER):
+                    self._unhold(did)  # back to a version the topic carries
                 continue
             if did in self.index:
                 self._unhold(did)
@@ -110,8 +112,14 @@ class Outbox:
         if self.publisher.queued_bytes <= self.share:
             return
         t0 = time.monotonic()
-        await self.publisher.wait_below(self.share)
-        self.metrics.outbox_paused.inc(time.monotonic() - t0)
+        # set here, not by the loop's gauges: the loop does not run while the feed waits
+        self.metrics.outbox_waiting.set(1)
+        self.metrics.outbox_bytes.set(self.bytes)
+        try:
+            await self.publisher.wait_below(self.share)
+        finally:
+            self.metrics.outbox_waiting.set(0)
+            self.metrics.outbox_paused.inc(time.monotonic() - t0)
 
     async def _send(self, d: Diagnosis, chash: str, kind: str) -> None:
         assert self.publisher is not None

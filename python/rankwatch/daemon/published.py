@@ -1,6 +1,12 @@
 """What was already published: diagnosis id -> content hash, rebuilt from the tail of the output
 topic at start and on assignment, so that a restarted or rebalanced daemon never publishes the
-same diagnosis twice and publishes an update under the same id only when the content changed."""
+same diagnosis twice and publishes an update under the same id only when the content changed.
+
+Every version an id had on the topic counts, not only the latest: a daemon restarted after
+SIGKILL re-feeds the records after its last commit, and its engine passes again through the
+versions the previous incarnation published (and got acknowledged, or had in flight) from those
+records before it died. Comparing with the latest version alone published each earlier one a
+second time (issue 9, the SIGKILL x20 test under load)."""
 
 from __future__ import annotations
 
@@ -19,7 +25,13 @@ from rankwatch.daemon.bounds import oldest_not_kept
 # final is news to every consumer (a settled diagnosis), so it is content.
 VOLATILE_FIELDS: frozenset[str] = frozenset()
 
-IDENTICAL, REPLAY, OVERLAP = "identical", "replay", "overlap"
+IDENTICAL, EARLIER, REPLAY, OVERLAP = "identical", "earlier", "replay", "overlap"
+
+# Earlier versions remembered per id (the latest is `Entry.hash`), as 8-byte prefixes of their
+# content hash in one bytes object: 32 versions cost 256 bytes. A restart can only replay
+# versions published since the last commit (`commit_interval_ms`), far fewer than this.
+EARLIER_VERSIONS = 32
+_PREFIX = 8
 
 
 def content_hash(diagnosis: dict[str, Any]) -> str:
@@ -40,12 +52,32 @@ def incident_start_ms(diagnosis: dict[str, Any]) -> int | None:
         return None
 
 
+def _prefix(chash: str) -> bytes:
+    return bytes.fromhex(chash[: 2 * _PREFIX])
+
+
 @dataclass(slots=True)
 class Entry:
     hash: str
     job: str
     start_ms: int | None
     seen_s: float
+    earlier: bytes = b""  # prefixes of the versions before `hash`, oldest first
+
+    def had(self, chash: str) -> bool:
+        """Whether `chash` is one of the earlier versions."""
+        p, e = _prefix(chash), self.earlier
+        return any(e[i : i + _PREFIX] == p for i in range(0, len(e), _PREFIX))
+
+    def superseded_by(self, chash: str) -> bytes:
+        """The earlier versions once `chash` becomes the latest, each once (the topic is read
+        back after the daemon's own sends: the same versions come again, in order)."""
+        if chash == self.hash:
+            return self.earlier
+        e, new = self.earlier, _prefix(chash)
+        kept = [e[i : i + _PREFIX] for i in range(0, len(e), _PREFIX)]
+        kept = [k for k in kept if k != new and k != _prefix(self.hash)] + [_prefix(self.hash)]
+        return b"".join(kept[-EARLIER_VERSIONS:])
 
 
 class PublishedIndex:
@@ -78,27 +110,33 @@ class PublishedIndex:
     def remember(self, diagnosis: dict[str, Any], chash: str | None = None) -> None:
         did = str(diagnosis["id"])
         job = str(diagnosis.get("job", ""))
+        chash = chash or content_hash(diagnosis)
+        old = self.entries.get(did)
+        earlier = old.superseded_by(chash) if old is not None else b""
         self._forget(did)  # re-inserted last: the entries stay oldest first
-        self.entries[did] = Entry(
-            chash or content_hash(diagnosis), job, incident_start_ms(diagnosis), time.time()
-        )
+        self.entries[did] = Entry(chash, job, incident_start_ms(diagnosis), time.time(), earlier)
         self.by_job.setdefault(job, set()).add(did)
 
     def decide(self, diagnosis: dict[str, Any], replaying: bool) -> tuple[str | None, str]:
         """(skip reason or None to publish, content hash).
 
-        Outside a replay an id's update is published whenever its content differs from what
-        was published. While the daemon re-reads input to rebuild state, the versions it
-        already published came from at least as much input, so a known id is not re-published,
-        and an unknown id whose incident overlaps a published one of the same job (the replay
-        window cut the incident, so it got another start) is suppressed for good."""
+        Outside a replay an id's update is published whenever its content differs from every
+        version the id had on the topic (an earlier one is skipped, see the module). While the
+        daemon re-reads input to rebuild state, the versions it already published came from at
+        least as much input, so a known id is not re-published, and an unknown id whose
+        incident overlaps a published one of the same job (the replay window cut the
+        incident, so it got another start) is suppressed for good."""
         did = str(diagnosis["id"])
         chash = content_hash(diagnosis)
         entry = self.entries.get(did)
         if entry is not None:
             if entry.hash == chash:
                 return IDENTICAL, chash
-            return (REPLAY if replaying else None), chash
+            if replaying:
+                return REPLAY, chash
+            if entry.had(chash):
+                return EARLIER, chash
+            return None, chash
         if did in self.shadowed:
             return OVERLAP, chash
         if replaying and self._overlaps(diagnosis):

@@ -53,6 +53,7 @@ log = logging.getLogger("rankwatch.daemon")
 
 HOUSEKEEPING_S = 60.0
 FLEET_SYNC_S = 15.0  # how often the diagnoses topic is read on for the suspect-host metrics
+FLEET_SYNC_LIMIT_S = 10.0  # the most one such read may hold the loop
 KAFKA_PROBE_S = 5.0  # how often the broker is asked for metadata (rankwatch_kafka_up, /readyz)
 
 
@@ -558,8 +559,10 @@ class Daemon:
         if mono - self.last_fleet_sync >= FLEET_SYNC_S and self.tail is not None:
             self.last_fleet_sync = mono
             try:
-                await self._read_output(timeout_s=5.0)
-            except (KafkaError, OSError) as e:  # the metrics wait; the next sync reads on
+                # bounded as a whole: a broker that holds the connection but answers nothing
+                # (a long GC pause) would hold the loop here for request_timeout_ms
+                await asyncio.wait_for(self._read_output(timeout_s=5.0), FLEET_SYNC_LIMIT_S)
+            except (KafkaError, OSError, TimeoutError) as e:  # the next sync reads on
                 log.warning("reading %s for fleet metrics failed: %r", self.cfg.output_topic, e)
         if mono - self.last_housekeeping >= HOUSEKEEPING_S:
             self.last_housekeeping = mono

@@ -71,6 +71,8 @@ class TopicTail:
                     if rec.offset < ends[tp]:
                         handle(rec)
                         self.records_read += 1
+                        # kept per record: a read cancelled below reads none of them again
+                        self.positions[tp] = rec.offset + 1
             for tp in todo:
                 self.positions[tp] = min(await self.consumer.position(tp), ends[tp])
             todo = [tp for tp in todo if self.positions[tp] < ends[tp]]

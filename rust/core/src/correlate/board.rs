@@ -90,6 +90,15 @@ impl Cand {
             .map(LineRef::Hit)
     }
 
+    /// Where the line standing for this candidate arrived (hits are kept in arrival order);
+    /// a context root or no line sorts last.
+    fn arrival(&self) -> usize {
+        match self.root() {
+            Some(LineRef::Hit(i)) => i,
+            _ => usize::MAX,
+        }
+    }
+
     pub fn rank(&self) -> Option<u32> {
         match self.who {
             Who::Rank(r) => Some(r),
@@ -123,7 +132,8 @@ impl Board {
             .push(Evidence { rule, weight, why });
     }
 
-    /// Candidates best first: evidence score, cause weight, earlier corrected time, identity.
+    /// Candidates best first: evidence score, cause weight, earlier corrected time, earlier
+    /// arrival (lines without a time keep the order they were printed or pasted in), identity.
     /// Host-only candidates whose host also has a process candidate are folded into it, unless
     /// a cause or configuration blames the host itself.
     pub fn ranked(&self) -> Vec<&Cand> {
@@ -149,8 +159,37 @@ impl Board {
                 .cmp(&a.score())
                 .then(b.cause_weight.cmp(&a.cause_weight))
                 .then(a.ts.unwrap_or(i64::MAX).cmp(&b.ts.unwrap_or(i64::MAX)))
+                .then(a.arrival().cmp(&b.arrival()))
                 .then(a.who.cmp(&b.who))
         });
         ranked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::correlate::testkit::{diagnose, root_line};
+
+    const HB: &str = "Heartbeat monitor timed out! Process will be terminated after dumping \
+        debug info. workMetaList_.size()=";
+
+    #[test]
+    fn lines_without_time_keep_the_order_they_were_printed_in() {
+        let log = format!(
+            "[rank5]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 5] {HB}40\n\
+             [rank2]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 2] {HB}40\n"
+        );
+        let d = diagnose(&log);
+        assert!(root_line(&d).starts_with("[rank5]:"), "{}", root_line(&d));
+    }
+
+    #[test]
+    fn an_earlier_time_still_beats_the_printing_order() {
+        let log = format!(
+            "[rank5]:[E1002 10:00:09.000000000 ProcessGroupNCCL.cpp:1316] [PG 0 Rank 5] {HB}4\n\
+             [rank2]:[E1002 10:00:01.000000000 ProcessGroupNCCL.cpp:1316] [PG 0 Rank 2] {HB}4\n"
+        );
+        let d = diagnose(&log);
+        assert!(root_line(&d).starts_with("[rank2]:"), "{}", root_line(&d));
     }
 }

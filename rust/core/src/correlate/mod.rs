@@ -8,6 +8,8 @@ pub mod clock;
 mod facts;
 mod render;
 mod rules;
+#[cfg(test)]
+mod testkit;
 pub mod util;
 mod view;
 

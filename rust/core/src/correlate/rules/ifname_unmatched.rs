@@ -70,49 +70,12 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Catalog, Config, Diagnosis, Engine, StreamHints};
-    use std::sync::Arc;
-
-    /// The shipped catalog, as the engine loads it.
-    fn shipped_catalog() -> Catalog {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/rankwatch/catalog");
-        let mut sources: Vec<(String, String)> = std::fs::read_dir(dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-            .map(|p| {
-                (
-                    p.display().to_string(),
-                    std::fs::read_to_string(&p).unwrap(),
-                )
-            })
-            .collect();
-        sources.sort();
-        Catalog::from_sources(&sources).unwrap()
-    }
-
-    fn diagnose(text: &str) -> Vec<Diagnosis> {
-        let mut e = Engine::new(Arc::new(shipped_catalog()), Config::default());
-        let id = e.open_stream("j", "node.log", StreamHints::default());
-        e.feed(id, text.as_bytes(), Some(1_000));
-        e.close_stream(id);
-        e.poll(1_000);
-        e.poll(600_000)
-    }
+    use crate::correlate::testkit::{diagnose, root_line};
 
     const SETTING: &str =
         "gx-12:3301:3301 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ens9f7";
     const FAMILY: &str = "gx-12:3301:3344 [0] misc/socket.cc:421 NCCL WARN ncclSocketInit: \
         connecting to address  with family 41233 is neither AF_INET(2) nor AF_INET6(10)";
-
-    fn root_line(d: &[Diagnosis]) -> String {
-        d[0].json["root_cause"]["line"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    }
 
     #[test]
     fn a_setting_that_matched_no_interface_is_the_root() {

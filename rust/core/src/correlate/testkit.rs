@@ -1,0 +1,40 @@
+//! Test helpers: the engine with the shipped catalog, fed one invented log.
+
+use crate::{Catalog, Config, Diagnosis, Engine, StreamHints};
+use std::sync::Arc;
+
+/// The shipped catalog, as the engine loads it.
+pub fn shipped_catalog() -> Catalog {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/rankwatch/catalog");
+    let mut sources: Vec<(String, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| {
+            (
+                p.display().to_string(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
+        .collect();
+    sources.sort();
+    Catalog::from_sources(&sources).unwrap()
+}
+
+/// Diagnoses of `text` fed as one file of one job, at the end of input (as `analyze` does).
+pub fn diagnose(text: &str) -> Vec<Diagnosis> {
+    let mut e = Engine::new(Arc::new(shipped_catalog()), Config::default());
+    let id = e.open_stream("j", "node.log", StreamHints::default());
+    e.feed(id, text.as_bytes(), Some(1_000));
+    e.finish()
+}
+
+/// The root-cause line of the first diagnosis.
+pub fn root_line(d: &[Diagnosis]) -> String {
+    d[0].json["root_cause"]["line"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
