@@ -2,6 +2,7 @@
 //! expressions, scanned line by line. Only the calls rankwatch needs are bound.
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr, CString};
+use std::hash::BuildHasher;
 use std::ptr;
 
 #[repr(C)]
@@ -301,6 +302,70 @@ impl Matcher {
     }
 }
 
+/// How many distinct messages a [`ScanMemo`] remembers (a power of two: slots by hash).
+const SCAN_MEMO_SLOTS: usize = 512;
+/// Messages longer than this are scanned without the memo, which holds at most
+/// `SCAN_MEMO_SLOTS` times this many bytes.
+pub const SCAN_MEMO_MAX_BYTES: usize = 1024;
+
+/// Remembers the expression ids Hyperscan found in recently scanned messages, so that an
+/// identical message is answered without scanning it again. Logs repeat messages all the
+/// time (every rank of a node prints the same NCCL banner, topology and per-step lines), and
+/// a scan of a short message costs thousands of instructions in a database of a thousand
+/// patterns, against tens for hashing and comparing it. A scan's result depends on the
+/// message's bytes alone, so the ids (in the order the scan reported them) are the same.
+/// Direct-mapped by hash: a message replaces whatever held its slot. For one database only.
+pub struct ScanMemo {
+    slots: Vec<MemoSlot>,
+    hasher: foldhash::fast::FixedState,
+}
+
+#[derive(Default)]
+struct MemoSlot {
+    filled: bool,
+    msg: Vec<u8>,
+    ids: Vec<u32>,
+}
+
+impl Default for ScanMemo {
+    fn default() -> Self {
+        ScanMemo {
+            slots: (0..SCAN_MEMO_SLOTS).map(|_| MemoSlot::default()).collect(),
+            hasher: foldhash::fast::FixedState::with_seed(0x5ca7_3e30),
+        }
+    }
+}
+
+impl ScanMemo {
+    /// [`Matcher::scan_into`] of `data`, from the memo when `data` was the last message of
+    /// its slot; `matcher` must be the database every earlier call used.
+    pub fn scan_into(
+        &mut self,
+        matcher: &Matcher,
+        data: &[u8],
+        scratch: &mut Scratch,
+        out: &mut Vec<u32>,
+    ) {
+        if data.len() > SCAN_MEMO_MAX_BYTES {
+            matcher.scan_into(data, scratch, out);
+            return;
+        }
+        let h = self.hasher.hash_one(data) as usize;
+        let slot = &mut self.slots[h & (SCAN_MEMO_SLOTS - 1)];
+        if slot.filled && slot.msg == data {
+            out.extend_from_slice(&slot.ids);
+            return;
+        }
+        let first = out.len();
+        matcher.scan_into(data, scratch, out);
+        slot.filled = true;
+        slot.msg.clear();
+        slot.msg.extend_from_slice(data);
+        slot.ids.clear();
+        slot.ids.extend_from_slice(&out[first..]);
+    }
+}
+
 impl Drop for Matcher {
     fn drop(&mut self) {
         unsafe {
@@ -407,6 +472,39 @@ mod tests {
         let mut bad_magic = bytes.clone();
         bad_magic[0] ^= 0xff;
         assert!(Matcher::deserialize(&bad_magic, 1).is_err());
+    }
+
+    #[test]
+    fn memo_answers_like_a_scan_in_any_order() {
+        let m = compile(&[
+            "Connect to \\S+ failed",
+            "NCCL WARN",
+            "^Using network \\S",
+            "WARN$",
+        ])
+        .unwrap();
+        let mut s = m.scratch();
+        let long = format!("NCCL WARN {}", "x".repeat(SCAN_MEMO_MAX_BYTES));
+        let messages: Vec<&[u8]> = vec![
+            b"x NCCL WARN Connect to 1.2.3.4<5> failed : no",
+            b"Using network Socket",
+            b"nothing here",
+            b"",
+            b"NCCL WARN",
+            long.as_bytes(),
+        ];
+        let mut memo = ScanMemo::default();
+        // Every message many times, in an order that revisits and evicts slots.
+        for round in 0..(3 * SCAN_MEMO_SLOTS) {
+            let msg = messages[(round * 7 + round / 5) % messages.len()];
+            let filler = format!("filler {round} NCCL WARN");
+            for data in [msg, filler.as_bytes()] {
+                let (mut direct, mut memoed) = (vec![99], vec![99]);
+                m.scan_into(data, &mut s, &mut direct);
+                memo.scan_into(&m, data, &mut s, &mut memoed);
+                assert_eq!(direct, memoed, "{:?}", String::from_utf8_lossy(data));
+            }
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use crate::catalog::Catalog;
 use crate::fieldre::FieldSpan;
-use crate::matcher::Scratch;
+use crate::matcher::{ScanMemo, Scratch};
 use crate::memsize;
 use crate::prefix::{docker_json, is_exception_line, peel, Level, LineMeta};
 use std::ops::Range;
@@ -205,6 +205,8 @@ impl Batch {
 pub(crate) struct LineDecoder {
     catalog: Arc<Catalog>,
     scratch: Scratch,
+    /// The expression ids of recently scanned messages (many repeat from rank to rank).
+    scan_memo: ScanMemo,
     max_line_bytes: usize,
     year: i32,
     expr_buf: Vec<u32>,
@@ -292,6 +294,7 @@ impl LineDecoder {
         LineDecoder {
             catalog,
             scratch,
+            scan_memo: ScanMemo::default(),
             max_line_bytes,
             year,
             expr_buf: Vec::new(),
@@ -303,7 +306,10 @@ impl LineDecoder {
     }
 
     /// What the remembered field results hold: the table by signature and each memo's
-    /// message and spans.
+    /// message and spans. The remembered scans are not counted: like Hyperscan's scratch they
+    /// are a fixed cost of each decoder (at most `SCAN_MEMO_SLOTS` messages of 1 KiB), and a
+    /// file-reading thread's decoder is not the engine's, so counting them here would make a
+    /// tight budget evict at other moments depending on where lines were decoded.
     pub(crate) fn memo_bytes(&self) -> usize {
         memsize::vec(&self.field_memo) + self.memo_contents
     }
@@ -587,7 +593,12 @@ impl LineDecoder {
         self.expr_ends.clear();
         for d in &out.lines[from..] {
             let msg = d.meta.message(d.span.text(chunk, &out.own));
-            matcher.scan_into(msg.as_bytes(), &mut self.scratch, &mut self.expr_buf);
+            self.scan_memo.scan_into(
+                matcher,
+                msg.as_bytes(),
+                &mut self.scratch,
+                &mut self.expr_buf,
+            );
             self.expr_ends.push(self.expr_buf.len());
         }
         let mut start = 0;
