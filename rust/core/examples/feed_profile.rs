@@ -12,22 +12,12 @@
 use rankwatch_core::dbcache::DbCache;
 use rankwatch_core::prefix::peel;
 use rankwatch_core::{Catalog, Config, Engine, StreamHints};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
-    entries.sort_by_key(|e| e.path());
-    for e in entries {
-        let p = e.path();
-        if p.is_dir() {
-            files(&p, out);
-        } else if p.extension().is_none_or(|x| x != "json") {
-            out.push(p);
-        }
-    }
-}
+mod common;
+use common::files;
 
 #[inline(never)]
 fn engine_feed(catalog: &Arc<Catalog>, data: &[(String, Vec<u8>)]) -> usize {

@@ -19,21 +19,11 @@ use rankwatch_core::matcher::{Expression, Matcher, FLAG_CASELESS, FLAG_SINGLEMAT
 use rankwatch_core::prefix::peel;
 use rankwatch_core::Catalog;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
-    entries.sort_by_key(|e| e.path());
-    for e in entries {
-        let p = e.path();
-        if p.is_dir() {
-            files(&p, out);
-        } else if p.extension().is_none_or(|x| x != "json") {
-            out.push(p);
-        }
-    }
-}
+mod common;
+use common::files;
 
 /// Seconds this thread has run on a CPU (Linux `schedstat`); wall time where unavailable.
 fn cpu_seconds(wall: Instant) -> f64 {
