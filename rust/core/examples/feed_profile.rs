@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod common;
-use common::files;
+use common::{files, peeled_messages};
 
 #[inline(never)]
 fn engine_feed(catalog: &Arc<Catalog>, data: &[(String, Vec<u8>)]) -> usize {
@@ -108,13 +108,7 @@ fn main() {
         .flat_map(|(_, b)| std::str::from_utf8(b).unwrap().split('\n'))
         .filter(|l| !l.trim().is_empty())
         .collect();
-    let messages: Vec<&str> = lines
-        .iter()
-        .map(|l| {
-            let m = peel(l, 2026);
-            &l[m.msg_start..m.msg_end.max(m.msg_start)]
-        })
-        .collect();
+    let messages = peeled_messages(&lines);
     let rounds: usize = args.get(3).map_or(5, |s| s.parse().unwrap());
     for _ in 0..rounds {
         let (fed, feed) = timed(|| engine_feed(&catalog, &data));

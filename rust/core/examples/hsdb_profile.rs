@@ -16,14 +16,13 @@
 //! - per pattern, its matches on messages and the time of a database of that pattern alone
 //!   (the TOP costliest), so that patterns without a good literal factor stand out.
 use rankwatch_core::matcher::{Expression, Matcher, FLAG_CASELESS, FLAG_SINGLEMATCH};
-use rankwatch_core::prefix::peel;
 use rankwatch_core::Catalog;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
 mod common;
-use common::files;
+use common::{files, peeled_messages};
 
 /// Seconds this thread has run on a CPU (Linux `schedstat`); wall time where unavailable.
 fn cpu_seconds(wall: Instant) -> f64 {
@@ -127,13 +126,7 @@ fn main() {
         .flat_map(|d| d.split('\n'))
         .filter(|l| !l.trim().is_empty())
         .collect();
-    let messages: Vec<&str> = lines
-        .iter()
-        .map(|l| {
-            let m = peel(l, 2026);
-            &l[m.msg_start..m.msg_end.max(m.msg_start)]
-        })
-        .collect();
+    let messages = peeled_messages(&lines);
     let mode = args.get(5).map_or("all", |s| s.as_str());
     if let Some(db) = mode.strip_prefix("scan:") {
         // No catalog here: under valgrind, compiling it would take minutes.

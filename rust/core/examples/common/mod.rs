@@ -15,3 +15,14 @@ pub fn files(dir: &Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// Each line's message, as the engine scans it: what is left once the prefixes are peeled.
+pub fn peeled_messages<'a>(lines: &[&'a str]) -> Vec<&'a str> {
+    lines
+        .iter()
+        .map(|l| {
+            let m = rankwatch_core::prefix::peel(l, 2026);
+            &l[m.msg_start..m.msg_end.max(m.msg_start)]
+        })
+        .collect()
+}
