@@ -105,3 +105,23 @@ def test_connection_closed_by_a_named_peer_still_names_it(tmp_path: Path) -> Non
     diagnoses = diagnose(tmp_path, f"{closed}\n")
     assert signature(diagnoses) == "nccl_sock_closed_by_peer"
     assert root(diagnoses)["line"] == closed
+
+
+def test_connect_refused_in_the_nccl_2_4_form_beats_the_ibverbs_warnings(tmp_path: Path) -> None:
+    # NCCL 2.4 printed 'Connect to <addr> failed : ...' without a 'Net : ' tag; before it, each
+    # process warned that libibverbs is missing (IB disabled, not a failure).
+    refused = (
+        "worker-b2:931:1004 [1] include/socket.h:382 NCCL WARN Connect to 10.77.0.1<51312> "
+        "failed : Connection refused"
+    )
+    text = (
+        "worker-b2:930:930 [0] misc/ibvwrap.cu:63 NCCL WARN Failed to open libibverbs.so[.1]\n"
+        "NCCL version 2.4.2+cuda10.0\n\n"
+        "worker-b2:931:931 [1] misc/ibvwrap.cu:63 NCCL WARN Failed to open libibverbs.so[.1]\n\n"
+        f"{refused}\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 88, in <module>\n'
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "nccl_sock_connect_refused"
+    assert root_line(diagnoses) == refused
