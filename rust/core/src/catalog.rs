@@ -77,6 +77,8 @@ struct SignatureSpec {
     #[serde(default)]
     blames_outlier: Vec<String>,
     #[serde(default)]
+    blames_setting: Vec<String>,
+    #[serde(default)]
     blames: Option<String>,
     #[serde(default)]
     hypotheses: Vec<Hypothesis>,
@@ -123,6 +125,9 @@ pub struct Signature {
     #[serde(skip)]
     pub explains_idx: Vec<u16>,
     pub blames_outlier: Vec<String>,
+    /// Settings (context fields) that, when a process reported them, are the fault behind this
+    /// cause: the line that reported the setting becomes the root.
+    pub blames_setting: Vec<String>,
     /// The fault is at the peer the line names (`blames = "peer"`), not at the printer.
     pub blames_peer: bool,
     pub hypotheses: Vec<Hypothesis>,
@@ -167,6 +172,8 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "ib_dev",
     "transport",
     "socket_ifname",
+    "graph_file",
+    "non_pci_nic",
 ];
 
 /// Field names the engine reads from context lines as they arrive.
@@ -182,7 +189,13 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "ib_dev",
     "transport",
     "socket_ifname",
+    "graph_file",
+    "non_pci_nic",
 ];
+
+/// Context fields a cause may name in `blames_setting`: settings that, once in effect, make a
+/// failure of that kind the setting's fault (an injected search graph, a NIC outside PCI).
+pub const SETTING_FIELDS: &[&str] = &["graph_file", "non_pci_nic"];
 
 /// Error from loading a catalog: which file, which signature and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -506,6 +519,17 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
             )));
         }
     }
+    for f in &s.blames_setting {
+        if !SETTING_FIELDS.contains(&f.as_str()) {
+            return Err(e(format!(
+                "blames_setting '{f}' is not one of {}",
+                SETTING_FIELDS.join(", ")
+            )));
+        }
+    }
+    if !s.blames_setting.is_empty() && s.role != Role::Cause {
+        return Err(e("blames_setting is only for causes".into()));
+    }
     let blames_peer = match s.blames.as_deref() {
         None | Some("printer") => false,
         Some("peer") => true,
@@ -564,6 +588,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         explains: s.explains,
         explains_idx: Vec::new(),
         blames_outlier: s.blames_outlier,
+        blames_setting: s.blames_setting,
         blames_peer,
         hypotheses: s.hypotheses,
         sync,

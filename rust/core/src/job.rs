@@ -216,6 +216,8 @@ pub const CONTEXT_FIELDS: &[&str] = &[
     "ib_dev",
     "transport",
     "socket_ifname",
+    "graph_file",
+    "non_pci_nic",
 ];
 
 impl Job {

@@ -375,10 +375,12 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
     let sig_json = sig_json(root.sig);
     let headline = match (top.config, cause_sig) {
         (Some(_), Some(c)) if root.sig.is_none_or(|r| r.id != c.id) => {
-            format!(
-                "{} (this host's configuration differs from the job)",
-                c.title
-            )
+            let why = if c.blames_setting.is_empty() {
+                "this host's configuration differs from the job"
+            } else {
+                "a setting in effect on this host"
+            };
+            format!("{} ({why})", c.title)
         }
         _ => sig_json["title"].as_str().unwrap_or("").to_string(),
     };

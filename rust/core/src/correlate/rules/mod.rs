@@ -11,6 +11,7 @@ mod error_chain;
 mod ifname_unmatched;
 mod peer_naming;
 mod seq_lag;
+mod setting_blame;
 mod silence;
 mod symptoms;
 
@@ -39,6 +40,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("silence", silence::apply),
     ("bad_interface", bad_interface::apply),
     ("ifname_unmatched", ifname_unmatched::apply),
+    ("setting_blame", setting_blame::apply),
     ("config_outlier", config_outlier::apply),
     ("symptoms", symptoms::apply),
 ];
