@@ -102,3 +102,20 @@ def test_other_missing_attributes_keep_the_warning_as_the_root(tmp_path: Path) -
     )
     diagnoses = diagnose(tmp_path, text)
     assert root_line(diagnoses) == warn
+
+
+def test_cuda_system_not_ready_in_nccl_tests_is_the_cause(tmp_path: Path) -> None:
+    # Without the Fabric Manager on an NVSwitch machine CUDA fails with error 802 before NCCL
+    # prints anything; nccl-tests reports it in its own words.
+    failure = "hgx-b-04: Test CUDA failure common.cu:1002 'system not yet initialized'"
+    text = (
+        "# nThread 1 nGpus 8 minBytes 8 maxBytes 67108864 step: 2(factor) warmup iters: 5 "
+        "iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+        "#\n"
+        "# Using devices\n"
+        f"{failure}\n"
+        " .. hgx-b-04 pid 7781: Test failure common.cu:905\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "cuda_system_not_ready"
+    assert root_line(diagnoses) == failure

@@ -811,4 +811,22 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
         let e = load_err(&SMALL.replace("subsystem = \"socket\"", "subsystem = \"sockets\""));
         assert!(e.reason.contains("sockets"), "{e}");
     }
+
+    #[test]
+    fn blames_setting_takes_known_settings_on_causes_only() {
+        let ok = SMALL.replace(
+            "blames_outlier = [\"subnet\"]",
+            "blames_setting = [\"graph_file\"]",
+        );
+        let c = Catalog::from_sources(&[("small.toml".into(), ok.clone())]).unwrap();
+        let sig = &c.signatures[c.index_of("sock_connect").unwrap() as usize];
+        assert_eq!(sig.blames_setting, vec!["graph_file".to_string()]);
+        let e = load_err(&ok.replace("[\"graph_file\"]", "[\"ifname\"]"));
+        assert!(e.reason.contains("ifname"), "{e}");
+        let e = load_err(&ok.replace(
+            "role = \"cause\"\nseverity = \"error\"\nweight = 60",
+            "role = \"context\"\nseverity = \"error\"\nweight = 60",
+        ));
+        assert!(e.reason.contains("only for causes"), "{e}");
+    }
 }
