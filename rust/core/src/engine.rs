@@ -123,7 +123,6 @@ struct Stream {
     open_hit: Option<usize>,
 }
 
-
 pub struct Engine {
     catalog: Arc<Catalog>,
     decoder: LineDecoder,
