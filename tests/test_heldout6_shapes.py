@@ -1,0 +1,65 @@
+"""Classes and shapes found in the sixth held-out set of real logs (bench/RESULTS.md, "Held-out
+real cases, sixth set"). Every line here is invented in our own words: other hosts, numbers
+and text, the same message shapes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from one_log import diagnose, root
+
+PAD = " " * 57
+
+
+def signature(diagnoses: list[dict[str, Any]]) -> str:
+    return str(diagnoses[0]["signature"]["id"])
+
+
+def test_a_line_padded_to_the_terminal_width_still_matches_its_signature(tmp_path: Path) -> None:
+    # pdsh/DeepSpeed output pasted from a terminal pads every line with spaces; signatures
+    # anchored at the end of the message (`failed$`) must still match.
+    warn = (
+        "trn-b4: trn-b4:7712:7790 [2] misc/ibvwrap.cc:301 NCCL WARN Call to ibv_create_qp "
+        f"failed{PAD}"
+    )
+    text = (
+        "trn-b4: trn-b4:7712:7712 [2] NCCL INFO NET/IB : Using [0]mlx5_3:1/IB ; "
+        f"OOB ib0:10.9.0.4<0>{PAD}\n"
+        f"{warn}\n"
+        f"trn-b4: trn-b4:7712:7790 [2] NCCL INFO transport/net_ib.cc:611 -> 2{PAD}\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "nccl_ibv_call_failed"
+    assert root(diagnoses)["line"] == warn
+
+
+def test_field_values_do_not_keep_the_padding(tmp_path: Path) -> None:
+    text = (
+        "gw-3: Last error:\n"
+        f"gw-3: Net : Call to recv from 10.20.0.8<41177> failed : Connection refused{PAD}\n"
+    )
+    rc = root(diagnose(tmp_path, text))
+    assert rc["fields"]["error"] == "Connection refused"
+
+
+def test_a_watchdog_record_wrapped_after_timeout_is_still_a_watchdog_timeout(
+    tmp_path: Path,
+) -> None:
+    # A console wrapped each record after "timeout: ": the WorkNCCL part sits on its own line.
+    first = (
+        "train-x.node-07 [stderr] [rank5]:[E311 04:10:12.100200300 ProcessGroupNCCL.cpp:612] "
+        "[Rank 5] Watchdog caught collective operation timeout: "
+    )
+    text = (
+        f"{first}\n"
+        "WorkNCCL(SeqNum=912, OpType=ALLGATHER, NumelIn=4, NumelOut=32, Timeout(ms)=300000) ran "
+        "for 300021 milliseconds before timing out.\n"
+        "train-x.node-07 [stderr] [rank6]:[E311 04:10:12.100400500 ProcessGroupNCCL.cpp:612] "
+        "[Rank 6] Watchdog caught collective operation timeout: \n"
+        "WorkNCCL(SeqNum=912, OpType=ALLGATHER, NumelIn=4, NumelOut=32, Timeout(ms)=300000) ran "
+        "for 300025 milliseconds before timing out.\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "pt_watchdog_timeout"
+    assert root(diagnoses)["line"] == first
