@@ -63,3 +63,49 @@ def test_a_watchdog_record_wrapped_after_timeout_is_still_a_watchdog_timeout(
     diagnoses = diagnose(tmp_path, text)
     assert signature(diagnoses) == "pt_watchdog_timeout"
     assert root(diagnoses)["line"] == first
+
+
+PADDLE_NCCL_ERROR = "OSError: (External) NCCL error(2), unhandled system error."
+
+
+def test_paddles_nccl_error_is_a_wrapper_not_a_user_exception(tmp_path: Path) -> None:
+    # PaddlePaddle raises every failed NCCL call as an OSError "(External) NCCL error(N)";
+    # NCCL's own WARN before it is the failure, as with torch's DistBackendError.
+    warn = (
+        "gpu-h2:3311:3390 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+        "10.7.0.3<40112> failed : Connection refused"
+    )
+    text = (
+        "I0412 10:00:01.100000  3311 nccl_context.cc:74] init nccl context nranks: 2 local "
+        "rank: 0 gpu id: 0 ring id: 0\n"
+        f"{warn}\n"
+        "gpu-h2:3311:3390 [0] NCCL INFO bootstrap.cc:98 -> 2\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 40, in <module>\n'
+        "    dist.init_parallel_env()\n"
+        f"{PADDLE_NCCL_ERROR}\n"
+        "  [Hint: Please search for the error code(2) on website to get the official advice "
+        "about NCCL Error.] (at /paddle/paddle/fluid/platform/collective_helper.cc:110)\n"
+    )
+    assert root(diagnose(tmp_path, text))["line"] == warn
+
+
+def test_paddles_nccl_error_alone_names_itself(tmp_path: Path) -> None:
+    text = (
+        '  File "/opt/py/paddle/distributed/collective.py", line 301, in barrier\n'
+        "    task = group.process_group.barrier()\n"
+        f"{PADDLE_NCCL_ERROR}\n"
+        "LAUNCH INFO 2024-03-01 08:00:02,001 Exit code 1\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "paddle_nccl_error"
+    assert root(diagnoses)["line"] == PADDLE_NCCL_ERROR
+
+
+def test_an_oserror_of_user_code_is_still_a_python_exception(tmp_path: Path) -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "prep.py", line 12, in <module>\n'
+        "OSError: [Errno 28] No space left on device: '/scratch/shard-0041.bin'\n"
+    )
+    assert signature(diagnose(tmp_path, text)) == "py_exception"
