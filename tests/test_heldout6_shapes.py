@@ -109,3 +109,16 @@ def test_an_oserror_of_user_code_is_still_a_python_exception(tmp_path: Path) -> 
         "OSError: [Errno 28] No space left on device: '/scratch/shard-0041.bin'\n"
     )
     assert signature(diagnose(tmp_path, text)) == "py_exception"
+
+
+def test_a_pdsh_last_error_block_is_put_on_its_labelled_host(tmp_path: Path) -> None:
+    # pdsh labels the PyTorch NCCL error block of one node; another node's NCCL lines follow.
+    text = (
+        "gw-3: Last error:\n"
+        "gw-3: Net : Call to recv from 10.20.0.8<41177> failed : Connection refused\n"
+        "gw-1: gw-1:5120:5188 [2] NCCL INFO Channel 00 : 2[61000] -> 1[42000] via SHM/direct\n"
+        "gw-1: gw-1:5120:5188 [2] NCCL INFO Channel 01 : 2[61000] -> 1[42000] via SHM/direct\n"
+    )
+    rc = root(diagnose(tmp_path, text))
+    assert rc["line"].startswith("gw-3: Net : Call to recv")
+    assert rc["host"] == "gw-3"

@@ -230,3 +230,13 @@ fn padding_to_the_terminal_width_is_no_part_of_the_message() {
     let (t, _) = msg("     ");
     assert_eq!(t, "");
 }
+
+#[test]
+fn a_label_before_pytorchs_last_error_names_the_host() {
+    let line = "trn-07: Last error:";
+    let (t, m) = msg(line);
+    assert_eq!(t, "Last error:");
+    assert_eq!(m.host(line), Some("trn-07"));
+    // Without a digit a name stays message text, as before other text.
+    assert_eq!(msg("Reason: Last error:").0, "Reason: Last error:");
+}
