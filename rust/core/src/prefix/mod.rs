@@ -199,6 +199,10 @@ pub(super) fn quoted_whole(b: &[u8]) -> Option<(usize, usize)> {
         "\u{2018}".as_bytes(),
         "\u{2019}".as_bytes(),
     ];
+    // Every mark opens with one of these bytes (the curly ones with 0xE2): most lines stop here.
+    if !matches!(b.first(), Some(b'"' | b'\'' | b'`' | 0xE2)) {
+        return None;
+    }
     let open = MARKS.iter().find(|q| b.starts_with(q))?.len();
     let close = MARKS.iter().find(|q| b.ends_with(q))?.len();
     let inner = b.get(open..b.len().checked_sub(close)?)?;
