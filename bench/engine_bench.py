@@ -15,7 +15,7 @@ into bench/RESULTS.md (section "Engine") unless --no-write.
 
     .venv/bin/python bench/engine_bench.py [--lines 1000000] [--repeat 5]
         [--before-python /path/to/other/.venv/bin/python [--before-pythonpath DIR]]
-        [--engine-only]
+        [--engine-only] [--fresh-process]
 """
 
 from __future__ import annotations
@@ -279,6 +279,12 @@ def main() -> None:
         help="only the engine and Hyperscan rounds (no PyPI binding, re loop or memory check; "
         "implies --no-write)",
     )
+    ap.add_argument(
+        "--fresh-process",
+        action="store_true",
+        help="measure this build in a subprocess each round too, as 'before' is (a process that "
+        "has fed the engine before runs it faster: a fair side-by-side needs both fresh)",
+    )
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
@@ -314,6 +320,8 @@ def main() -> None:
                             args.before_python, args.before_pythonpath, fleets[lay]
                         )
                         r.lines = results[("this build", lay)].lines
+                    elif args.fresh_process:
+                        t_e, t_h, r.diagnoses = run_before(sys.executable, None, fleets[lay])
                     else:
                         t_e, t_h, r.diagnoses = one_round(catalog, data[lay], blobs[lay])
                     r.add(t_e, t_h)
