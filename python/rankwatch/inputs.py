@@ -57,7 +57,7 @@ class _Found:
     files: list[LogFile] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     seen_roots: set[Path] = field(default_factory=set)
-    seen_files: set[Path] = field(default_factory=set)
+    seen_files: set[str] = field(default_factory=set)
     jobs: dict[str, Path] = field(default_factory=dict)
 
     def skip(self, path: Path | str, why: str) -> None:
@@ -119,10 +119,25 @@ def _is_inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def _entry_file(entry: os.DirEntry[str], root: Path, found: _Found) -> tuple[Path, int] | None:
-    """A directory entry that is a file to read, with its size; None (reported when it is not
-    an ordinary omission) otherwise."""
+@dataclass(frozen=True)
+class _Candidate:
+    """A file to read: its path as found, its size, and where it really is (links followed),
+    so that a file reached through two PATHs is read once."""
+
+    path: Path
+    size: int
+    real: str
+
+
+def _entry_file(
+    entry: os.DirEntry[str], folder_real: str, root: Path, found: _Found
+) -> _Candidate | None:
+    """A directory entry that is a file to read; None (reported when it is not an ordinary
+    omission) otherwise. `folder_real` is where the entry's folder really is: an entry that
+    is not a link is there under its own name, so only links need resolving (resolving
+    every file cost most of the time to list a 2,000-file folder)."""
     path = Path(entry.path)
+    real = os.path.join(folder_real, entry.name)
     if entry.is_symlink():
         target = _real(path)
         if target is None:
@@ -131,8 +146,9 @@ def _entry_file(entry: os.DirEntry[str], root: Path, found: _Found) -> tuple[Pat
         if not _is_inside(target, root):
             found.skip(path, f"link to {printable(target)}, outside {printable(root)}")
             return None
+        real = str(target)
     try:
-        st = os.stat(path)
+        st = entry.stat()
     except OSError as e:
         found.skip(path, _why(e))
         return None
@@ -143,16 +159,16 @@ def _entry_file(entry: os.DirEntry[str], root: Path, found: _Found) -> tuple[Pat
     if not stat.S_ISREG(st.st_mode):
         found.skip(path, "not a regular file")
         return None
-    return path, st.st_size
+    return _Candidate(path, st.st_size, real)
 
 
-def _walk(top: Path, found: _Found) -> Iterator[tuple[Path, int]]:
+def _walk(top: Path, found: _Found) -> Iterator[_Candidate]:
     """Regular files under `top`, folder by folder in name order, without recursion (a tree
     a thousand folders deep must not exhaust the stack) and without following links out."""
     root = _real(top) or top
-    stack = [top]
+    stack = [(str(top), str(root))]
     while stack:
-        folder = stack.pop()
+        folder, folder_real = stack.pop()
         try:
             with os.scandir(folder) as it:
                 entries = sorted(it, key=lambda e: e.name)
@@ -163,14 +179,14 @@ def _walk(top: Path, found: _Found) -> Iterator[tuple[Path, int]]:
         for entry in entries:
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    subfolders.append(Path(entry.path))
+                    subfolders.append((entry.path, os.path.join(folder_real, entry.name)))
                     continue
             except OSError as e:
                 found.skip(entry.path, _why(e))
                 continue
             if entry.name.startswith("."):
                 continue
-            hit = _entry_file(entry, root, found)
+            hit = _entry_file(entry, folder_real, root, found)
             if hit is not None:
                 yield hit
         stack.extend(reversed(subfolders))
@@ -194,7 +210,7 @@ def _job_name(p: Path, is_dir: bool, job: str | None, found: _Found) -> tuple[st
     )
 
 
-def _candidates(p: Path, found: _Found) -> tuple[list[tuple[Path, int]], bool] | None:
+def _candidates(p: Path, found: _Found) -> tuple[list[_Candidate], bool] | None:
     """The files one PATH stands for and whether it is a folder; None if it holds nothing."""
     try:
         st = os.stat(p)
@@ -211,7 +227,7 @@ def _candidates(p: Path, found: _Found) -> tuple[list[tuple[Path, int]], bool] |
         return None
     if not os.access(p, os.R_OK):
         raise InputError(f"{printable(p)}: permission denied", found.skipped)
-    return [(p, st.st_size)], False
+    return [_Candidate(p, st.st_size, str(_real(p) or p))], False
 
 
 def discover(
@@ -252,7 +268,7 @@ def discover(
 
 def _add_files(
     p: Path,
-    candidates: list[tuple[Path, int]],
+    candidates: list[_Candidate],
     is_dir: bool,
     job: str | None,
     pattern: re.Pattern[str] | None,
@@ -263,14 +279,13 @@ def _add_files(
     if renamed:
         tell(renamed)
     repeats = 0
-    for path, size in candidates:
-        real = _real(path) or path
-        if real in found.seen_files:
+    for c in candidates:
+        if c.real in found.seen_files:
             repeats += 1
             continue
-        found.seen_files.add(real)
-        lf = classify_path(path, name, pattern)
-        lf.size = size
+        found.seen_files.add(c.real)
+        lf = classify_path(c.path, name, pattern)
+        lf.size = c.size
         found.files.append(lf)
     if repeats:
         tell(f"{printable(p)}: {repeats} file(s) already read through another PATH; read once")

@@ -12,7 +12,7 @@ use lines::{Batch, LineCounts, LineDecoder, LineState, Times};
 use crate::baseline::Baseline;
 use crate::catalog::{Catalog, Role};
 use crate::correlate::{self, Diagnosis};
-use crate::job::{ContextObs, Hit, Incident, Job, SourceKey};
+use crate::job::{ContextObs, FastMap, Hit, Incident, Job, SourceKey};
 use crate::memsize;
 use crate::records::{Decoded, DecoderConfig, RecordDecoder};
 use std::collections::HashMap;
@@ -122,12 +122,6 @@ struct Stream {
     record_start: u64,
     open_hit: Option<usize>,
 }
-
-/// The engine's tables of jobs and streams are looked up once or more per record; SipHash was
-/// a seventh of the daemon's cost per record. Job and source names come from the records, so
-/// the hash is seeded at random per process (foldhash's `RandomState`): an input cannot choose
-/// colliding names without knowing the seed. Stream ids are the engine's own counter.
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 pub struct Engine {
     catalog: Arc<Catalog>,

@@ -7,6 +7,12 @@ use crate::ring::{Ring, RingLine};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// The engine's and the jobs' tables are looked up once or more per line; SipHash was a
+/// seventh of the daemon's cost per record. Job, host and source names come from the input,
+/// so the hash is seeded at random per process (foldhash's `RandomState`): an input cannot
+/// choose colliding names without knowing the seed.
+pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 pub type HostId = u32;
 
 /// How lines are routed to a source (one process, as far as the logs let us tell).
@@ -167,19 +173,19 @@ pub struct Job {
     /// one per process would grow the context table by a field for every rank.
     pub socket_ifname_kept: bool,
     pub hosts: Vec<String>,
-    pub host_ids: HashMap<String, HostId>,
+    pub host_ids: FastMap<String, HostId>,
     pub sources: Vec<Source>,
-    pub source_keys: HashMap<SourceKey, u32>,
-    pub stream_hosts: HashMap<Arc<str>, HostId>,
-    pub by_host_pid: HashMap<(HostId, u32), u32>,
-    pub by_host_local: HashMap<(HostId, u16), u32>,
-    pub by_host_bus: HashMap<(HostId, String), u32>,
-    pub ip_host: HashMap<String, HostId>,
+    pub source_keys: FastMap<SourceKey, u32>,
+    pub stream_hosts: FastMap<Arc<str>, HostId>,
+    pub by_host_pid: FastMap<(HostId, u32), u32>,
+    pub by_host_local: FastMap<(HostId, u16), u32>,
+    pub by_host_bus: FastMap<(HostId, String), u32>,
+    pub ip_host: FastMap<String, HostId>,
     /// (field, source) -> the observation from the most specific signature (highest weight).
-    pub context: HashMap<(&'static str, u32), ContextObs>,
+    pub context: FastMap<(&'static str, u32), ContextObs>,
     pub sync: Vec<SyncObs>,
     pub hits: Vec<Hit>,
-    pub hit_counts: HashMap<(u32, Option<u16>), u32>,
+    pub hit_counts: FastMap<(u32, Option<u16>), u32>,
     pub incidents: Vec<Incident>,
     pub max_nranks: u32,
     /// Some line showed a failure outcome: an error or worse, a cause signature.
@@ -205,7 +211,7 @@ pub struct Job {
     /// Hits before this index were already considered for compaction under memory pressure.
     pub compacted_upto: usize,
     /// Symptom hits per signature that kept their text through compaction.
-    pub kept_text: HashMap<Option<u16>, u32>,
+    pub kept_text: FastMap<Option<u16>, u32>,
 }
 
 pub const CONTEXT_FIELDS: &[&str] = &[

@@ -400,7 +400,7 @@ impl Engine {
                 job.sources[src as usize].cuda_dev = Some(d);
             }
             if let Some(b) = got.bus_id {
-                let b = b.trim_start_matches("0x").to_lowercase();
+                let b = b.trim_start_matches("0x").to_ascii_lowercase();
                 let s = &mut job.sources[src as usize];
                 let old = s.bus_id.as_ref().map_or(0, memsize::string);
                 job.content_bytes = (job.content_bytes + memsize::string(&b)).saturating_sub(old);

@@ -207,10 +207,10 @@ fn is_ipv4(token: &[u8]) -> bool {
 
 /// A launcher label: pdsh `host: `, srun -l ` 5: ` (or `P1 13: ` in a heterogeneous job).
 /// `Word: ` is also ordinary message text, so a name is only peeled when it holds a digit and
-/// a known inner prefix or the start of a Python error follows (srun and pdsh label every
-/// line a process prints, its tracebacks included), or when it is an IPv4 address (pdsh run
-/// against addresses). A task number is always peeled: a line that opens with a number, a
-/// colon and a space is a label far more often than message text.
+/// a known inner prefix, the start of a Python error or PyTorch's `Last error:` follows (srun
+/// and pdsh label every line a process prints, its tracebacks included), or when it is an
+/// IPv4 address (pdsh run against addresses). A task number is always peeled: a line that
+/// opens with a number, a colon and a space is a label far more often than message text.
 #[inline]
 pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) -> Option<usize> {
     let mut start = b.iter().take_while(|c| **c == b' ').count();
@@ -241,6 +241,7 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
         || nccl_bare_pre_2_3(rest, &mut probe).is_some()
         || quoted_whole(rest).is_some()
         || opens_python_error(rest)
+        || rest.starts_with(b"Last error:")
         || elastic_summary_row(rest);
     if !inner_known {
         return None;

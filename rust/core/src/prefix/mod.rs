@@ -181,10 +181,22 @@ fn peel_layers(b: &[u8], year: i32, mut m: LineMeta, mut pos: usize, layers: usi
         }
     }
     m.msg_start = pos.min(m.msg_end);
+    // Terminals and pdsh pad lines to their width; the padding is no part of the message
+    // (patterns anchored at its end, field values). Trimmed after peeling: a prefix with
+    // nothing behind it keeps its own trailing space.
+    m.msg_end = trim_end_blanks(b, m.msg_end).max(m.msg_start);
     if m.producer == Producer::C10 && m.grank.is_none() {
         m.grank = pg_rank(&b[m.msg_start..m.msg_end]).and_then(PgRank::global);
     }
     m
+}
+
+/// `end` moved back over trailing spaces and tabs of `b[..end]`.
+fn trim_end_blanks(b: &[u8], end: usize) -> usize {
+    b[..end]
+        .iter()
+        .rposition(|c| !matches!(c, b' ' | b'\t'))
+        .map_or(0, |p| p + 1)
 }
 
 /// Quote marks a poster put around a pasted line (`"…"`, `“…”`, `”…“`, `` `…` ``): the

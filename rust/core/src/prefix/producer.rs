@@ -64,7 +64,10 @@ pub(super) fn nccl(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
             i += 1;
         }
     }
-    if i == 0 || b.get(i) != Some(&b':') {
+    // Posters often blank the host name out (`:166:1226 [0] NCCL WARN ...`); such a header
+    // still names the process and its GPU, but only with the `NCCL ` marker after it.
+    let blank_host = i == 0;
+    if b.get(i) != Some(&b':') {
         return None;
     }
     let host = (off, off + i);
@@ -93,13 +96,13 @@ pub(super) fn nccl(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
             (level, j + pos + n)
         }
         // Without the marker, insist on the whole old header so `12:34:56 INFO` stays a time.
-        None if dev.is_some() && !b[..i].iter().all(u8::is_ascii_digit) => {
+        None if dev.is_some() && !blank_host && !b[..i].iter().all(u8::is_ascii_digit) => {
             let (level, n) = pre_2_3_level(&b[j..])?;
             (level, j + n)
         }
         None => return None,
     };
-    m.host = Some(host);
+    m.host = (!blank_host).then_some(host);
     m.pid = u32::try_from(pid).ok();
     m.tid = u32::try_from(tid).ok();
     m.cuda_dev = dev;
@@ -496,6 +499,21 @@ mod tests {
         assert_eq!((m.pid, m.cuda_dev), (Some(922), Some(3)));
         assert_eq!(m.message(line), "misc/socket.cc:567 -> 2");
         assert_eq!(redacted_host(b"<a b>:1:2"), None);
+    }
+
+    #[test]
+    fn a_blanked_host_name_still_names_the_process() {
+        let line = ":5120:5377 [6] misc/socket.cc:50 NCCL WARN socketProgress: Connection reset";
+        let m = crate::prefix::peel(line, 2026);
+        assert_eq!(
+            (m.host(line), m.pid, m.cuda_dev),
+            (None, Some(5120), Some(6))
+        );
+        assert_eq!((m.level, m.producer), (Level::Warn, Producer::Nccl));
+        assert_eq!(m.message(line), "socketProgress: Connection reset");
+        // Without the marker a leading `:1:2 [3]` is not taken for a header.
+        let line = ":12:34 [5] INFO something";
+        assert_ne!(crate::prefix::peel(line, 2026).producer, Producer::Nccl);
     }
 
     #[test]

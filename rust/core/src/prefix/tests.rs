@@ -228,3 +228,28 @@ fn a_message_ending_in_a_colon_behind_a_timestamp_column() {
     assert_eq!(t, "NVRM: Xid 79");
     assert_eq!(m.producer, Producer::Kernel);
 }
+
+#[test]
+fn padding_to_the_terminal_width_is_no_part_of_the_message() {
+    let line = "gw-2: gw-2:4410:4490 [1] misc/ibvwrap.cc:301 NCCL WARN Call to ibv_create_qp failed   \t  ";
+    let (t, m) = msg(line);
+    assert_eq!(t, "Call to ibv_create_qp failed");
+    assert_eq!(m.host(line), Some("gw-2"));
+    // A prefix with nothing behind it stays an empty message.
+    let (t, _) = msg("[default5]:   ");
+    assert_eq!(t, "");
+    let (t, _) = msg("(TrainWorker pid=812) ");
+    assert_eq!(t, "");
+    let (t, _) = msg("     ");
+    assert_eq!(t, "");
+}
+
+#[test]
+fn a_label_before_pytorchs_last_error_names_the_host() {
+    let line = "trn-07: Last error:";
+    let (t, m) = msg(line);
+    assert_eq!(t, "Last error:");
+    assert_eq!(m.host(line), Some("trn-07"));
+    // Without a digit a name stays message text, as before other text.
+    assert_eq!(msg("Reason: Last error:").0, "Reason: Last error:");
+}

@@ -1,7 +1,12 @@
-//! Where a process's failure starts. Two shapes move a candidate's root line earlier than
+//! Where a process's failure starts. Three shapes move a candidate's root line earlier than
 //! its strongest cause line:
 //! - the same error text printed earlier by the same process (a `what():` repeat, an
 //!   exception re-raised by the watchdog): the first occurrence is the root line;
+//! - the failed attempts a summary line sums up: warnings of the same process that begin
+//!   with the same words, printed just before it (c10d's `failed to connect to [addr]:port
+//!   (errno: 110 - Connection timed out)` for each address, then `failed to connect to any
+//!   network address of (host, port)`): the first attempt, which carries the errno, is where
+//!   the failure shows first;
 //! - NCCL's error-return trace (`misc/socket.cc:567 -> 2`, hits with an `error_return`
 //!   field) running straight into the cause line: the failure started where the trace starts,
 //!   often in a call that printed no WARN of its own. A trace line that names its thread
@@ -19,6 +24,8 @@ use crate::prefix::peel;
 const MIN_SHARED_TAIL: usize = 32;
 /// Blank lines NCCL leaves between a trace and the WARN that follows it.
 const MAX_LINE_GAP: u64 = 2;
+/// Shortest shared head of a summary line and the attempts it sums up.
+const MIN_SHARED_HEAD: usize = 40;
 
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let roots: Vec<_> = board
@@ -32,6 +39,11 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         if let Some(first) = first_occurrence(v, scope, &srcs, cause) {
             start = first;
             let why = "the same error was printed earlier by this process".to_string();
+            board.add(who, host, "error_chain", 0, why);
+        }
+        if let Some(first) = first_attempt(v, scope, start) {
+            start = first;
+            let why = "the failed attempts this line sums up start here".to_string();
             board.add(who, host, "error_chain", 0, why);
         }
         if v.hit(start).field("error_return").is_some() {
@@ -99,6 +111,41 @@ fn first_occurrence(v: &View, scope: &Scope, srcs: &[u32], cause: usize) -> Opti
         .filter(|&i| provably_before(v, i, cause))
         .filter(|&i| shared_tail(message(v, i), msg) >= MIN_SHARED_TAIL)
         .min_by_key(|&i| v.hit(i).seq)
+}
+
+/// The first of the unclassified warnings that run straight into `summary` from the same
+/// process and file, each beginning with the same words as it: the attempts it sums up.
+/// Any other hit of the process in between breaks the run.
+fn first_attempt(v: &View, scope: &Scope, summary: usize) -> Option<usize> {
+    let s = v.hit(summary);
+    let head = message(v, summary);
+    let mut before: Vec<usize> = scope
+        .hits
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let h = v.hit(i);
+            h.source == s.source && h.origin == s.origin && h.line_no < s.line_no
+        })
+        .collect();
+    before.sort_by_key(|&i| std::cmp::Reverse(v.hit(i).line_no));
+    let mut first = None;
+    for i in before {
+        let h = v.hit(i);
+        let attempt = h.sig.is_none()
+            && h.warn_only
+            && shared_head(message(v, i), head) >= MIN_SHARED_HEAD
+            && provably_before(v, i, summary);
+        if !attempt {
+            break;
+        }
+        first = Some(i);
+    }
+    first
+}
+
+fn shared_head(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
 }
 
 /// Arrival order says nothing when the later line printed its own time and the earlier one
@@ -200,6 +247,26 @@ mod tests {
         let after = "tn-41:5120:5188 [2] NCCL INFO transport/net.cc:1117 -> 6";
         let d = diagnose(&format!("{tail}\n\n{WARN}\n{after}\n"));
         assert_eq!(root_line(&d), WARN);
+    }
+
+    #[test]
+    fn a_summary_line_starts_at_the_first_attempt_it_sums_up() {
+        let v6 = "[W socket.cpp:601] [c10d] The client socket has failed to connect to \
+            [::ffff:10.20.0.9]:29511 (errno: 110 - Connection timed out).";
+        let v4 = "[W socket.cpp:601] [c10d] The client socket has failed to connect to \
+            10.20.0.9:29511 (errno: 110 - Connection timed out).";
+        let sum = "[E socket.cpp:652] [c10d] The client socket has failed to connect to any \
+            network address of (trainhost-3, 29511).";
+        let d = diagnose(&format!("{v6}\n{v4}\n{sum}\n"));
+        assert_eq!(root_line(&d), v6);
+        // Another warning of the process in between breaks the run of attempts.
+        let other = "[W init.cpp:20] [c10d] some other warning the launcher printed here";
+        let d = diagnose(&format!("{v6}\n{other}\n{sum}\n"));
+        assert_eq!(root_line(&d), sum);
+        // A warning that only shares a few words with the failure is not one of its attempts.
+        let unrelated = "[W socket.cpp:601] [c10d] The client socket will retry later.";
+        let d = diagnose(&format!("{unrelated}\n{sum}\n"));
+        assert_eq!(root_line(&d), sum);
     }
 
     #[test]
