@@ -13,7 +13,7 @@
 //! peeled or run from the start. `fast_tests.rs` checks the two give the same `LineMeta`.
 
 use super::producer::nccl_level;
-use super::{is_host_byte, LineMeta, Producer};
+use super::{is_host_byte, trim_end_blanks, LineMeta, Producer};
 
 /// What the fast path leaves to the general chain.
 pub(super) enum Fast {
@@ -64,6 +64,7 @@ pub(super) fn common_header(b: &[u8]) -> Fast {
     match nccl_header(&b[pos..], pos, &mut meta) {
         Some(n) => {
             meta.msg_start = pos + n;
+            meta.msg_end = trim_end_blanks(b, meta.msg_end).max(meta.msg_start);
             Fast::Done(meta)
         }
         None => Fast::Resume { meta, pos, layers },

@@ -59,6 +59,11 @@ const LINES: &[&str] = &[
     "[",
     "[default3]",
     "[default3]:",
+    "[default3]:node-1:1:1 [0] NCCL INFO padded to the terminal width   ",
+    "node-1:1:1 [0] NCCL INFO padded with a tab\t ",
+    "node-1:1:1 [0] NCCL INFO    ",
+    ":5120:5377 [6] NCCL INFO a blanked host",
+    "[default3]::5120:5377 [6] misc/socket.cc:50 NCCL WARN socketProgress: x",
 ];
 
 #[test]
@@ -125,6 +130,7 @@ fn host() -> impl Strategy<Value = String> {
         4 => (1u32..999).prop_map(|n| format!("node-{n:03}")),
         1 => "[a-zA-Z0-9._<> -]{0,12}".prop_map(String::from),
         1 => Just("<redacted>".to_string()),
+        1 => Just(String::new()),
         1 => Just("2026-03-14T09:22:05.412233870Z stdout F".to_string()),
     ]
 }
@@ -162,6 +168,7 @@ fn message() -> impl Strategy<Value = String> {
         1 => Just(String::new()),
         1 => Just("x [repeated 3x across cluster]".to_string()),
         1 => Just("a | a".to_string()),
+        1 => Just("padded \t  ".to_string()),
         1 => "[ -~]{0,40}".prop_map(String::from),
     ]
 }
