@@ -14,7 +14,8 @@ too. Adds ring memory on a 4,096-rank job against its configured budget. Writes 
 into bench/RESULTS.md (section "Engine") unless --no-write.
 
     .venv/bin/python bench/engine_bench.py [--lines 1000000] [--repeat 5]
-        [--before-python /path/to/other/.venv/bin/python]
+        [--before-python /path/to/other/.venv/bin/python [--before-pythonpath DIR]]
+        [--engine-only] [--fresh-process]
 """
 
 from __future__ import annotations
@@ -224,9 +225,12 @@ def worker(root: Path, rounds: int) -> None:
     )
 
 
-def run_before(python: str, root: Path) -> tuple[float, float, int]:
+def run_before(python: str, pythonpath: str | None, root: Path) -> tuple[float, float, int]:
     cmd = [python, str(Path(__file__).resolve()), "--worker", str(root), "--repeat", "1"]
-    res = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     got = json.loads(res.stdout.strip().splitlines()[-1])
     return float(got["engine"][0]), float(got["hs"][0]), int(got["diagnoses"])
 
@@ -264,6 +268,23 @@ def main() -> None:
         "--before-python",
         help="interpreter of another build (its venv's python) measured alternately as 'before'",
     )
+    ap.add_argument(
+        "--before-pythonpath",
+        help="put this folder first on the 'before' interpreter's path (a copy of another "
+        "build's python/ folder, its compiled core included)",
+    )
+    ap.add_argument(
+        "--engine-only",
+        action="store_true",
+        help="only the engine and Hyperscan rounds (no PyPI binding, re loop or memory check; "
+        "implies --no-write)",
+    )
+    ap.add_argument(
+        "--fresh-process",
+        action="store_true",
+        help="measure this build in a subprocess each round too, as 'before' is (a process that "
+        "has fed the engine before runs it faster: a fair side-by-side needs both fresh)",
+    )
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
@@ -295,8 +316,12 @@ def main() -> None:
                 for build in order:
                     r = results[(build, lay)]
                     if build == "before":
-                        t_e, t_h, r.diagnoses = run_before(args.before_python, fleets[lay])
+                        t_e, t_h, r.diagnoses = run_before(
+                            args.before_python, args.before_pythonpath, fleets[lay]
+                        )
                         r.lines = results[("this build", lay)].lines
+                    elif args.fresh_process:
+                        t_e, t_h, r.diagnoses = run_before(sys.executable, None, fleets[lay])
                     else:
                         t_e, t_h, r.diagnoses = one_round(catalog, data[lay], blobs[lay])
                     r.add(t_e, t_h)
@@ -305,6 +330,9 @@ def main() -> None:
                         f"{t_h:.3f}s ({t_h / t_e * 100:.0f}%), {r.diagnoses} diagnoses",
                         flush=True,
                     )
+        if args.engine_only:
+            print("\n".join(layout_table(results, builds)))
+            return
         blob = blobs["per-rank"]
         mb = len(blob) / 1e6
         raw_lines = [ln for ln in blob.split(b"\n") if ln]

@@ -36,12 +36,34 @@ fn is_continuation(msg: &str, st: &LineState) -> bool {
     if st.after_last_error {
         return true;
     }
-    msg.starts_with("frame #")
-        || msg.starts_with("Exception raised from ")
-        || msg.starts_with("Last error:")
-        || msg.starts_with("During handling of the above exception")
-        || msg.starts_with("The above exception was the direct cause")
-        || (st.in_traceback && is_exception_line(msg))
+    // One first byte decides which opener could follow (most messages: none).
+    let opener = match b.first() {
+        Some(b'f') => msg.starts_with("frame #"),
+        Some(b'E') => msg.starts_with("Exception raised from "),
+        Some(b'L') => msg.starts_with("Last error:"),
+        Some(b'D') => msg.starts_with("During handling of the above exception"),
+        Some(b'T') => msg.starts_with("The above exception was the direct cause"),
+        _ => false,
+    };
+    opener || (st.in_traceback && is_exception_line(msg))
+}
+
+/// `s.trim().is_empty()`, decided by the first byte when it is ASCII and not white space
+/// (nearly every line): `trim` walks both ends char by char.
+fn is_blank(s: &str) -> bool {
+    match s.as_bytes().first() {
+        Some(&c) if c.is_ascii() && !char::from(c).is_whitespace() => false,
+        _ => s.trim().is_empty(),
+    }
+}
+
+/// `s.trim_end().ends_with(suffix)` for an ASCII `suffix` that does not end in white space,
+/// decided without trimming when `s` ends in an ASCII byte that is not white space.
+fn ends_with_trimmed(s: &str, suffix: &str) -> bool {
+    match s.as_bytes().last() {
+        Some(&c) if c.is_ascii() && !char::from(c).is_whitespace() => s.ends_with(suffix),
+        _ => s.trim_end().ends_with(suffix),
+    }
 }
 
 pub(super) fn strip_ansi(s: &str) -> String {
@@ -490,7 +512,7 @@ impl LineDecoder {
     /// A line known to be free of '\r' and ANSI escapes.
     fn plain_line(&mut self, st: &mut LineState, line: &str, o: Origin, t: Times, out: &mut Batch) {
         st.line_no += 1;
-        if line.trim().is_empty() {
+        if is_blank(line) {
             out.counts.blank += 1;
             return;
         }
@@ -504,7 +526,7 @@ impl LineDecoder {
             return self.envelope_piece(st, content, !meta.cri_partial, meta.ts_ms, t, out);
         }
         let msg = meta.message(line);
-        if msg.trim().is_empty() {
+        if is_blank(msg) {
             // A prefix with nothing behind it (`[default6]:` before an NCCL WARN's blank line).
             out.counts.blank += 1;
             return;
@@ -522,7 +544,7 @@ impl LineDecoder {
         }
         let last_error_text = st.after_last_error;
         // Also behind a label no layer peels (`node-3: Last error:`).
-        st.after_last_error = msg.trim_end().ends_with("Last error:");
+        st.after_last_error = ends_with_trimmed(msg, "Last error:");
         let span = match o.span(line) {
             Some((a, b)) => Span::Chunk(a, b),
             None => {

@@ -203,3 +203,42 @@ fn repeated_messages_get_the_fields_of_their_own_text() {
     check(&catalog, line.as_bytes(), &mut batch);
     assert!(dec.field_memo[sig as usize].msg.is_empty());
 }
+
+/// The first-byte shortcuts answer exactly what trimming answers, for ASCII and Unicode
+/// white space at either end.
+#[test]
+fn blank_and_suffix_checks_match_trimming() {
+    let samples = [
+        "",
+        " ",
+        "\t",
+        "\u{b}",
+        "\u{c}",
+        "\r",
+        "\u{a0}",
+        "\u{3000}",
+        "\u{2028}",
+        "x",
+        " x",
+        "x ",
+        "\u{3000}x",
+        "x\u{3000}",
+        "é",
+        "Last error:",
+        "Last error: ",
+        "Last error:\u{3000}",
+        "Last error:\u{b}",
+        "a Last error:",
+        "Last error:x",
+        "Last error",
+        "\u{a0}\u{a0}",
+    ];
+    for s in samples {
+        assert_eq!(is_blank(s), s.trim().is_empty(), "{s:?}");
+        assert_eq!(
+            ends_with_trimmed(s, "Last error:"),
+            s.trim_end().ends_with("Last error:"),
+            "{s:?}"
+        );
+    }
+}

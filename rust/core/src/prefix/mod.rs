@@ -9,6 +9,7 @@
 
 mod anchor;
 mod docker_json;
+mod fast;
 mod launcher;
 mod pg_rank;
 mod producer;
@@ -125,6 +126,20 @@ const MAX_LAYERS: usize = 16;
 /// Peels every layer it recognises from `line`. `year` fills in dates that print no year.
 /// A CRI envelope stops the peeling: the engine joins partial CRI lines and peels the result.
 pub fn peel(line: &str, year: i32) -> LineMeta {
+    match fast::common_header(line.as_bytes()) {
+        fast::Fast::Done(m) => m,
+        fast::Fast::Resume { meta, pos, layers } => {
+            peel_layers(line.as_bytes(), year, meta, pos, layers)
+        }
+        fast::Fast::General => peel_general(line, year),
+    }
+}
+
+/// [`peel`] without its fast path for the common NCCL header: every peeler in turn. The
+/// result is the same (`fast_tests.rs`, `examples/peel_compare.rs`); public so that checks
+/// outside this crate can compare the two.
+#[doc(hidden)]
+pub fn peel_general(line: &str, year: i32) -> LineMeta {
     let b = line.as_bytes();
     let mut m = LineMeta {
         msg_end: b.len(),
@@ -138,9 +153,13 @@ pub fn peel(line: &str, year: i32) -> LineMeta {
         m.msg_end = end;
         m.repeated = Some(count);
     }
-    let mut pos = 0;
+    peel_layers(b, year, m, 0, 0)
+}
+
+/// The layers from `pos` on, `layers` of them already peeled into `m`.
+fn peel_layers(b: &[u8], year: i32, mut m: LineMeta, mut pos: usize, layers: usize) -> LineMeta {
     let mut anchored = false;
-    for _ in 0..MAX_LAYERS {
+    for _ in layers..MAX_LAYERS {
         let rest = &b[pos..m.msg_end];
         if rest.is_empty() {
             break;
@@ -192,6 +211,10 @@ pub(super) fn quoted_whole(b: &[u8]) -> Option<(usize, usize)> {
         "\u{2018}".as_bytes(),
         "\u{2019}".as_bytes(),
     ];
+    // Every mark opens with one of these bytes (the curly ones with 0xE2): most lines stop here.
+    if !matches!(b.first(), Some(b'"' | b'\'' | b'`' | 0xE2)) {
+        return None;
+    }
     let open = MARKS.iter().find(|q| b.starts_with(q))?.len();
     let close = MARKS.iter().find(|q| b.ends_with(q))?.len();
     let inner = b.get(open..b.len().checked_sub(close)?)?;

@@ -24,7 +24,7 @@ pub(super) fn bracket_number(b: &[u8]) -> Option<(u64, usize)> {
 const NCCL_MARKER_WINDOW: usize = 160;
 
 /// `NCCL <LEVEL> ` at the start of `b`: the level and the bytes consumed (trailing space too).
-fn nccl_level(b: &[u8]) -> Option<(Level, usize)> {
+pub(super) fn nccl_level(b: &[u8]) -> Option<(Level, usize)> {
     let rest = b.strip_prefix(b"NCCL ")?;
     let (level, n) = if rest.starts_with(b"WARN") {
         (Level::Warn, 4)

@@ -193,6 +193,19 @@ fn a_line_quoted_whole_by_its_poster() {
     assert_eq!(t, "\"please help with this error\"");
     let (t, _) = msg("'");
     assert_eq!(t, "'");
+    // Every opening mark, each with a closing one.
+    for (open, close) in [
+        ("\"", "\""),
+        ("'", "'"),
+        ("`", "`"),
+        ("\u{201c}", "\u{201d}"),
+        ("\u{201d}", "\u{201c}"),
+        ("\u{2018}", "\u{2019}"),
+        ("\u{2019}", "\u{2018}"),
+    ] {
+        let line = format!("{open}gpu-a7:5012:5090 [2] NCCL INFO Using network IB{close}");
+        assert_eq!(msg(&line).0, "Using network IB", "{line}");
+    }
 }
 
 #[test]
