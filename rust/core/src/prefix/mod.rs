@@ -360,6 +360,13 @@ fn dmesg_uptime(rest: &[u8]) -> Option<usize> {
 
 /// Layers that start with a capital letter: torch logging, stdlib logging, syslog.
 fn capitalised(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<Step> {
+    // Posters paste an NCCL message without its `host:pid:tid [dev] file:line` header, the
+    // marker first (`NCCL WARN NCCL cannot be captured ...`): the marker is the header.
+    if let Some((level, n)) = producer::nccl_level(rest) {
+        m.level = level;
+        m.producer = Producer::Nccl;
+        return Some(Step::Producer(n));
+    }
     if let Some(n) = producer::torch_log(rest, year, m) {
         return Some(Step::Producer(n));
     }

@@ -253,3 +253,21 @@ fn a_label_before_pytorchs_last_error_names_the_host() {
     // Without a digit a name stays message text, as before other text.
     assert_eq!(msg("Reason: Last error:").0, "Reason: Last error:");
 }
+
+#[test]
+fn a_marker_without_its_header_is_the_header() {
+    let line = "NCCL WARN Cuda failure 'invalid device function'";
+    let (t, m) = msg(line);
+    assert_eq!(t, "Cuda failure 'invalid device function'");
+    assert_eq!((m.level, m.producer), (Level::Warn, Producer::Nccl));
+    assert_eq!((m.host(line), m.pid), (None, None));
+    let (t, m) = msg("[default2]:NCCL INFO Using network Socket");
+    assert_eq!(t, "Using network Socket");
+    assert_eq!((m.level, m.local_rank), (Level::Info, Some(2)));
+    // Only the marker opens it: the version banner and prose stay messages.
+    let (t, m) = msg("NCCL version 2.21.5+cuda12.4");
+    assert_eq!(t, "NCCL version 2.21.5+cuda12.4");
+    assert_ne!(m.producer, Producer::Nccl);
+    let (t, _) = msg("NCCL WARNING: something else");
+    assert_eq!(t, "NCCL WARNING: something else");
+}
