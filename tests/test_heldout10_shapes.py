@@ -108,3 +108,25 @@ def test_a_run_whose_only_warnings_are_settings_stays_quiet(tmp_path: Path) -> N
         "__main__ | step=1 loss=10.871\n"
     )
     assert diagnose(tmp_path, text) == []
+
+
+def test_watchdog_lines_behind_child_stream_labels_name_the_lagging_rank(tmp_path: Path) -> None:
+    # `accelerate test` echoes its child's output as `stdout: ` / `stderr: `. Rank 2 never
+    # finished the first collective while rank 0 had moved on: rank 2's line is the root.
+    behind = (
+        "stderr: [E ProcessGroupNCCL.cpp:640] [Rank 2] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, Timeout(ms)=900000) ran for 904120 "
+        "milliseconds before timing out."
+    )
+    text = (
+        "stdout: Distributed environment: MULTI_GPU  Backend: nccl\n"
+        "stdout: Num processes: 3\n"
+        "stdout: \n"
+        f"{behind}\n"
+        "stderr: [E ProcessGroupNCCL.cpp:640] [Rank 0] Watchdog caught collective operation "
+        "timeout: WorkNCCL(SeqNum=2, OpType=ALLGATHER, Timeout(ms)=900000) ran for 904077 "
+        "milliseconds before timing out.\n"
+        "stderr: Traceback (most recent call last):\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert root_line(diagnoses) == behind

@@ -224,6 +224,11 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
     if numeric {
         return (token.len() <= MAX_TASK_DIGITS).then_some(i + 2);
     }
+    // `accelerate test` (and other wrappers that run the job as a child) echo its streams as
+    // `stdout: ` / `stderr: `: a stream's name, never a host, whatever follows.
+    if start == 0 && matches!(token, b"stdout" | b"stderr") {
+        return Some(i + 2);
+    }
     let rest = &b[i + 2..];
     let mut probe = LineMeta::default();
     // A whole NCCL header behind it makes even a host name without digits a label.

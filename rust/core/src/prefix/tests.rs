@@ -271,3 +271,20 @@ fn a_marker_without_its_header_is_the_header() {
     let (t, _) = msg("NCCL WARNING: something else");
     assert_eq!(t, "NCCL WARNING: something else");
 }
+
+#[test]
+fn a_child_stream_label_is_peeled_without_naming_a_host() {
+    let line = "stderr: [E ProcessGroupNCCL.cpp:640] [Rank 3] Watchdog caught collective operation timeout";
+    let (t, m) = msg(line);
+    assert_eq!(t, "[Rank 3] Watchdog caught collective operation timeout");
+    assert_eq!((m.host(line), m.level), (None, Level::Error));
+    // A pdsh host label behind the stream label is still a host.
+    let line =
+        "stdout: node-b12: [2026-01-05 10:00:01,250] [INFO] [comm.py:600:init_distributed] x";
+    let (t, m) = msg(line);
+    assert_eq!(t, "x");
+    assert_eq!(m.host(line), Some("node-b12"));
+    // Only at the start of the line: further in it is message text.
+    let (t, _) = msg("worker said stderr: nothing");
+    assert_eq!(t, "worker said stderr: nothing");
+}
