@@ -2,7 +2,9 @@
 //! pasted a log put in front of a producer's line. Each parser is anchored at the start of the
 //! slice it gets and returns how many bytes it consumed; fields it finds go into `LineMeta`.
 
-use super::producer::{bracket_number, libfabric, nccl, nccl_bare, nccl_bare_pre_2_3, torch_log};
+use super::producer::{
+    bracket_number, libfabric, nccl, nccl_bare, nccl_bare_pre_2_3, nccl_level, torch_log,
+};
 use super::{is_exception_line, is_host_byte, quoted_whole, LineMeta};
 use crate::timefmt::{iso_datetime, leading_number};
 
@@ -244,6 +246,8 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
         || cloudwatch(rest, &mut probe).is_some()
         || nccl_bare(rest, &mut probe).is_some()
         || nccl_bare_pre_2_3(rest, &mut probe).is_some()
+        || nccl_level(rest).is_some()
+        || ray(rest, 0, &mut probe).is_some()
         || quoted_whole(rest).is_some()
         || opens_python_error(rest)
         || rest.starts_with(b"Last error:")

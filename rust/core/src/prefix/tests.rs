@@ -288,3 +288,16 @@ fn a_child_stream_label_is_peeled_without_naming_a_host() {
     let (t, _) = msg("worker said stderr: nothing");
     assert_eq!(t, "worker said stderr: nothing");
 }
+
+#[test]
+fn a_host_label_before_a_bare_marker_or_a_ray_label_is_peeled() {
+    let line = "gpu-node3: NCCL WARN Cuda failure 'invalid device function'";
+    let (t, m) = msg(line);
+    assert_eq!(t, "Cuda failure 'invalid device function'");
+    assert_eq!((m.host(line), m.level), (Some("gpu-node3"), Level::Warn));
+    let line =
+        "gpu-node3: (Learner pid=7731, ip=10.40.2.17) mlx5: gpu-b07: got completion with error:";
+    let (t, m) = msg(line);
+    assert_eq!(t, "mlx5: gpu-b07: got completion with error:");
+    assert_eq!((m.host(line), m.pid), (Some("gpu-node3"), Some(7731)));
+}
