@@ -130,3 +130,24 @@ def test_watchdog_lines_behind_child_stream_labels_name_the_lagging_rank(tmp_pat
     )
     diagnoses = diagnose(tmp_path, text)
     assert root_line(diagnoses) == behind
+
+
+def test_old_ib_collective_mismatch_among_framework_lines_is_the_cause(tmp_path: Path) -> None:
+    # NCCL before 2.10 printed the IB size mismatch without request, tag or peer; the
+    # framework's own lines and the error-return trace sit around it.
+    warn = (
+        "gpu-w4:7710:7790 [1] external/nccl_archive/src/transport/net_ib.cc:640 NCCL WARN "
+        "NET/IB : collective mismatch error local size 65536 remote 8192 addr 7f00c1200000 "
+        "rkey 51d seq 3/3"
+    )
+    text = (
+        f"{warn}\n"
+        "2021-03-02 10:11:12.100200: I trainer/comm.cc:88] done collective key 41 ncclResult 0\n"
+        "gpu-w4:7710:7790 [1] NCCL INFO external/nccl_archive/src/transport/net.cc:455 -> 3\n"
+        "gpu-w4:7710:7790 [1] NCCL INFO external/nccl_archive/src/transport.cc:160 -> 3 "
+        "[Proxy Thread]\n"
+        "2021-03-02 10:11:12.100400: I trainer/comm.cc:61] call AllReduce collective key 42\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "nccl_ib_collective_size_mismatch"
+    assert root_line(diagnoses) == warn
