@@ -151,3 +151,25 @@ def test_old_ib_collective_mismatch_among_framework_lines_is_the_cause(tmp_path:
     diagnoses = diagnose(tmp_path, text)
     assert signature(diagnoses) == "nccl_ib_collective_size_mismatch"
     assert root_line(diagnoses) == warn
+
+
+def test_xla_failing_to_load_nccl_is_the_cause_not_the_tpu_probe(tmp_path: Path) -> None:
+    # XLA (JAX) loads libnccl at run time; absl's probe of other backends says INTERNAL too.
+    internal = (
+        "INTERNAL: external/xla/xla/service/gpu/nccl_utils.cc:140: NCCL operation "
+        "ncclGetUniqueId(&id) failed: Unable to load NCCL library. Multi-GPU collectives will "
+        "not work."
+    )
+    text = (
+        "I0511 08:02:10.110200 139870001 xla_bridge.py:700] Unable to initialize backend 'tpu': "
+        "INTERNAL: Failed to open libtpu.so: cannot open shared object file\n"
+        "2025-05-11 08:03:40.552100: W external/xla/xla/service/gpu/runtime/support.cc:60] "
+        "Intercepted XLA runtime error:\n"
+        f"{internal}\n"
+        "2025-05-11 08:03:40.552180: W external/xla/xla/service/gpu/runtime/support.cc:60] "
+        "Intercepted XLA runtime error:\n"
+        f"{internal}\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "nccl_library_not_loaded"
+    assert root_line(diagnoses) == internal
