@@ -5,6 +5,8 @@ use rankwatch_core::ring::Ring;
 use std::path::Path;
 use std::time::Instant;
 
+// Shared with the other profiling examples; this one needs only `files`.
+#[allow(dead_code)]
 mod common;
 use common::files;
 
