@@ -1,0 +1,75 @@
+"""Classes and shapes found in the ninth held-out set of real logs (bench/RESULTS.md, "Held-out
+real cases, ninth set"). Every line here is invented in our own words: other hosts, numbers
+and text, the same message shapes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from one_log import diagnose, root
+
+
+def root_line(diagnoses: list[dict[str, Any]]) -> str:
+    return str(root(diagnoses)["line"])
+
+
+def signature(diagnoses: list[dict[str, Any]]) -> str:
+    return str(diagnoses[0]["signature"]["id"])
+
+
+NCCL_TESTS_HEADER = (
+    "# nThread 1 nGpus 2 minBytes 8 maxBytes 33554432 step: 2(factor) warmup iters: 5 "
+    "iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+    "#\n"
+    "# Using devices\n"
+    "#  Rank  0 Group  0 Pid  51022 on   lab-gpu2 device  0 [0x3b] NVIDIA A40\n"
+    "#  Rank  1 Group  0 Pid  51022 on   lab-gpu2 device  1 [0x5e] NVIDIA A40\n"
+)
+
+
+def test_the_tests_own_nccl_failure_line_is_a_diagnosis_without_debug_output(
+    tmp_path: Path,
+) -> None:
+    # Without NCCL_DEBUG, nccl-tests prints only NCCL's error class for the failed call.
+    failure = "lab-gpu2: Test NCCL failure common.cu:1008 'unhandled system error'"
+    text = f"{NCCL_TESTS_HEADER}{failure}\n .. lab-gpu2 pid 51022: Test failure common.cu:880\n"
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "nccl_tests_nccl_failure"
+    assert root_line(diagnoses) == failure
+
+
+def test_a_missing_kernel_image_glued_to_the_first_result_row(tmp_path: Path) -> None:
+    # nccl-tests prints its failure without a newline after the first result columns.
+    failure = (
+        "          16             4   float     sumlab-gpu2: Test CUDA failure common.cu:402 "
+        "'no kernel image is available for execution on the device'"
+    )
+    text = (
+        f"{NCCL_TESTS_HEADER}"
+        "#       size         count    type   redop     time   algbw   busbw  error\n"
+        f"{failure}\n"
+        " .. lab-gpu2 pid 51022: Test failure common.cu:617\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "cuda_no_kernel_for_gpu"
+    assert root_line(diagnoses) == failure
+
+
+def test_nccls_own_failure_beats_the_test_line_printed_before_it(tmp_path: Path) -> None:
+    # The test's line comes first on stdout, NCCL's debug output (a WARN and its trace)
+    # after it: NCCL's line says what failed.
+    warn = (
+        "lab-gpu2:51022:51040 [0] graph/xml.cc:332 NCCL WARN Could not find real path of "
+        "/sys/class/pci_bus/0000:3b/../../0000:3b:00.0"
+    )
+    text = (
+        f"{NCCL_TESTS_HEADER}"
+        "lab-gpu2: Test NCCL failure common.cu:1008 'unhandled system error'\n"
+        "lab-gpu2:51022:51022 [0] NCCL INFO Bootstrap : Using eth0:10.44.0.7<0>\n"
+        "\n"
+        f"{warn}\n"
+        "lab-gpu2:51022:51040 [0] NCCL INFO graph/xml.cc:469 -> 2\n"
+        "lab-gpu2:51022:51040 [0] NCCL INFO graph/topo.cc:522 -> 2\n"
+    )
+    assert root_line(diagnose(tmp_path, text)) == warn
