@@ -73,3 +73,42 @@ def test_nccls_own_failure_beats_the_test_line_printed_before_it(tmp_path: Path)
         "lab-gpu2:51022:51040 [0] NCCL INFO graph/topo.cc:522 -> 2\n"
     )
     assert root_line(diagnose(tmp_path, text)) == warn
+
+
+def test_open_mpi_timestamp_output_before_the_rank_tag(tmp_path: Path) -> None:
+    # `mpirun --timestamp-output --tag-output` glues ctime() to the tag; the CUDA failure
+    # behind it is the cause, the proxy service lines after it its consequence.
+    stamp = "Tue Mar  3 07:05:09 2026"
+    cuda = (
+        f"{stamp}[1,2]<stdout>:gpu-c2:77120:77188 [2] transport.cc:154 NCCL WARN "
+        "Cuda failure 'invalid argument'"
+    )
+    text = (
+        f"{cuda}\n"
+        f"{stamp}[1,2]<stdout>:gpu-c2:77120:77199 [2] proxy.cc:1485 NCCL WARN [Service thread] "
+        "Error encountered progressing operation=Connect, res=3, closing connection\n"
+        f"{stamp}[1,2]<stdout>:gpu-c2:77120:77199 [2] proxy.cc:1495 NCCL WARN [Service thread] "
+        "Could not receive type from localRank 2, res=3, closed=0\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "nccl_cuda_failure"
+    assert root_line(diagnoses) == cuda
+    assert root(diagnoses)["host"] == "gpu-c2"
+
+
+def test_a_failure_in_view_beats_a_trace_the_excerpt_opens_inside(tmp_path: Path) -> None:
+    # The paste starts inside rank 1's trace (its WARN was cut off); rank 0 shows its WARN
+    # and the trace after it.
+    warn = (
+        "[1,0]<stdout>:wsl-box:912:960 [0] graph/xml.cc:332 NCCL WARN Could not find real path "
+        "of /sys/class/pci_bus/0000:0a/../../0000:0a:00.0"
+    )
+    text = (
+        "[1,1]<stdout>:wsl-box:913:958 [1] NCCL INFO graph/xml.cc:469 -> 2\n"
+        "[1,1]<stdout>:wsl-box:913:958 [1] NCCL INFO init.cc:540 -> 2\n"
+        "[1,0]<stdout>:\n"
+        f"{warn}\n"
+        "[1,0]<stdout>:wsl-box:912:960 [0] NCCL INFO graph/xml.cc:469 -> 2\n"
+        "[1,0]<stdout>:wsl-box:912:960 [0] NCCL INFO init.cc:540 -> 2\n"
+    )
+    assert root_line(diagnose(tmp_path, text)) == warn
