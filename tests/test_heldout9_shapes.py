@@ -112,3 +112,21 @@ def test_a_failure_in_view_beats_a_trace_the_excerpt_opens_inside(tmp_path: Path
         "[1,0]<stdout>:wsl-box:912:960 [0] NCCL INFO init.cc:540 -> 2\n"
     )
     assert root_line(diagnose(tmp_path, text)) == warn
+
+
+def test_the_verbs_wrappers_open_failure_is_the_root_of_the_device_it_names(
+    tmp_path: Path,
+) -> None:
+    # NCCL's verbs wrapper reports the failed open, then net_ib.cc names the device: one
+    # failure in two lines (here pasted without their host:pid headers); the first is the root.
+    first = "misc/ibvwrap.cc:212 NCCL WARN Call to ibv_open_device failed"
+    text = (
+        "NCCL INFO NCCL_IB_DISABLE set by environment to 0.\n"
+        f"{first}\n"
+        "transport/net_ib.cc:148 NCCL WARN NET/IB : Unable to open device mlx5_4\n"
+        "NCCL INFO NET/IB : No device found.\n"
+        "NCCL INFO NET/Socket : Using [0]eth1:10.12.0.31<0>\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "nccl_ib_device_open_failed"
+    assert root_line(diagnoses) == first
