@@ -1,13 +1,15 @@
 //! A bounded ring of recent lines for one process (or one stream), capped in lines and bytes.
-//! Line text lives in blocks that are filled in turn and freed when their last line is
-//! popped, so storing a line costs no allocation of its own and a growing ring never copies
-//! (an arena grown by `realloc` copied every line once per doubling and faulted in fresh pages
-//! for each copy: a tenth of `analyze`'s CPU on a 16k-rank job).
+//! Each line is one record, a small header followed by its text, written into blocks that
+//! are filled in turn and freed when their last line is popped. So storing a line costs no
+//! allocation of its own, a growing ring never copies (an arena grown by `realloc` copied
+//! every line once per doubling and faulted in fresh pages for each copy: a tenth of
+//! `analyze`'s CPU on a 16k-rank job), and the header is written next to the text it
+//! describes (a separate deque of entries grew by doubling, 6 KiB per 77-line ring).
 
 use crate::memsize;
 use std::collections::VecDeque;
 
-/// Bytes charged per stored line on top of its text (entry and deque slot).
+/// Bytes charged per stored line on top of its text (its header and padding).
 pub const LINE_OVERHEAD: usize = 32;
 
 /// A ring's first block; each next one doubles up to `BLOCK`, so a source that prints a few
@@ -15,6 +17,11 @@ pub const LINE_OVERHEAD: usize = 32;
 const FIRST_BLOCK: usize = 240;
 /// The largest block: 4 KiB with glibc's header (a longer line gets a block of its own).
 const BLOCK: usize = 4096 - 16;
+
+/// A record's header: seq (8 bytes), time (8, `NO_TIME` for none), text length (4), flags (4).
+const HEADER: usize = 24;
+const NO_TIME: i64 = i64::MIN;
+const CONTINUATION: u32 = 1;
 
 /// A line handed out of the ring (an owned copy).
 #[derive(Debug, Clone)]
@@ -27,27 +34,58 @@ pub struct RingLine {
     pub text: String,
 }
 
+/// A record's header, read back.
 #[derive(Debug, Clone, Copy)]
-struct Entry {
+struct Header {
     seq: u64,
     ts_ms: Option<i64>,
+    len: usize,
     continuation: bool,
-    /// The block holding the text, counted from the ring's first block ever.
-    block: usize,
-    start: u32,
-    len: u32,
+}
+
+impl Header {
+    /// Appends the header, `text` and the padding that keeps the next header aligned.
+    fn write_record(&self, text: &[u8], block: &mut Vec<u8>) {
+        let mut h = [0u8; HEADER];
+        h[0..8].copy_from_slice(&self.seq.to_le_bytes());
+        h[8..16].copy_from_slice(&self.ts_ms.unwrap_or(NO_TIME).to_le_bytes());
+        h[16..20].copy_from_slice(&(self.len as u32).to_le_bytes());
+        let flags = if self.continuation { CONTINUATION } else { 0 };
+        h[20..24].copy_from_slice(&flags.to_le_bytes());
+        block.extend_from_slice(&h);
+        block.extend_from_slice(text);
+        let pad = record_size(text.len()) - HEADER - text.len();
+        block.extend_from_slice(&[0u8; 8][..pad]);
+    }
+
+    fn read(at: &[u8]) -> Header {
+        let word = |r: std::ops::Range<usize>| -> [u8; 8] { at[r].try_into().unwrap_or_default() };
+        let half = |r: std::ops::Range<usize>| -> [u8; 4] { at[r].try_into().unwrap_or_default() };
+        let ts = i64::from_le_bytes(word(8..16));
+        Header {
+            seq: u64::from_le_bytes(word(0..8)),
+            ts_ms: (ts != NO_TIME).then_some(ts),
+            len: u32::from_le_bytes(half(16..20)) as usize,
+            continuation: u32::from_le_bytes(half(20..24)) & CONTINUATION != 0,
+        }
+    }
+}
+
+/// Bytes a record of `len` bytes of text takes in a block (headers stay 8-byte aligned).
+fn record_size(len: usize) -> usize {
+    (HEADER + len).next_multiple_of(8)
 }
 
 #[derive(Debug, Default)]
 pub struct Ring {
-    entries: VecDeque<Entry>,
-    blocks: VecDeque<String>,
-    /// How many blocks were freed from the front (the number of `blocks[0]`).
-    freed_blocks: usize,
+    /// Whole records, oldest first; `blocks[0]` starts at `head`.
+    blocks: VecDeque<Vec<u8>>,
+    /// Offset of the oldest live record in the first block (the bytes before it are popped).
+    head: usize,
+    lines: usize,
     /// Heap of the blocks, by capacity.
     block_heap: usize,
-    /// Bytes at the front of the first block that belong to popped lines.
-    dead: usize,
+    /// Charged bytes of the live lines: text plus `LINE_OVERHEAD` each.
     bytes: usize,
 }
 
@@ -62,145 +100,151 @@ impl Ring {
         max_bytes: usize,
     ) {
         let cost = text.len() + LINE_OVERHEAD;
-        while !self.entries.is_empty()
-            && (self.entries.len() >= max_lines || self.bytes + cost > max_bytes)
-        {
+        while self.lines > 0 && (self.lines >= max_lines || self.bytes + cost > max_bytes) {
             self.pop_front();
         }
         if max_lines == 0 || cost > max_bytes {
             return;
         }
+        let size = record_size(text.len());
         let fits = self
             .blocks
             .back()
-            .is_some_and(|b| b.capacity() - b.len() >= text.len());
+            .is_some_and(|b| b.capacity() - b.len() >= size);
         if !fits {
             let grown = self.blocks.back().map_or(FIRST_BLOCK, |b| {
                 (2 * b.capacity()).clamp(FIRST_BLOCK, BLOCK)
             });
-            self.add_block(String::with_capacity(grown.max(text.len())));
+            let block = Vec::with_capacity(grown.max(size));
+            self.block_heap += memsize::vec(&block);
+            self.blocks.push_back(block);
         }
-        let last = self.blocks.len() - 1;
-        let block = &mut self.blocks[last];
-        let start = block.len();
-        block.push_str(text);
-        self.entries.push_back(Entry {
+        let Some(block) = self.blocks.back_mut() else {
+            return;
+        };
+        let header = Header {
             seq,
             ts_ms,
+            len: text.len(),
             continuation,
-            block: self.freed_blocks + last,
-            start: start as u32,
-            len: text.len() as u32,
-        });
+        };
+        header.write_record(text.as_bytes(), block);
+        self.lines += 1;
         self.bytes += cost;
     }
 
-    fn add_block(&mut self, block: String) {
-        self.block_heap += memsize::string(&block);
-        self.blocks.push_back(block);
-    }
-
     fn pop_front(&mut self) {
-        let Some(e) = self.entries.pop_front() else {
+        let Some(first) = self.blocks.front() else {
             return;
         };
-        self.bytes -= e.len as usize + LINE_OVERHEAD;
-        // Blocks before the next line's are dead; with no line left, all of them are.
-        let keep_from = self
-            .entries
-            .front()
-            .map_or(self.freed_blocks + self.blocks.len(), |n| n.block);
-        while self.freed_blocks < keep_from {
-            let Some(b) = self.blocks.pop_front() else {
+        let h = Header::read(&first[self.head..]);
+        self.head += record_size(h.len);
+        self.lines -= 1;
+        self.bytes -= h.len + LINE_OVERHEAD;
+        // A block is dead once its last record is popped; with no line left, all of them are.
+        while self.blocks.front().is_some_and(|b| self.head >= b.len()) {
+            if self.lines > 0 && self.blocks.len() == 1 {
                 break;
-            };
-            self.block_heap -= memsize::string(&b);
-            self.freed_blocks += 1;
+            }
+            if let Some(b) = self.blocks.pop_front() {
+                self.block_heap -= memsize::vec(&b);
+            }
+            self.head = 0;
         }
-        self.dead = self.entries.front().map_or(0, |n| n.start as usize);
+    }
+
+    /// Every live record, oldest first: its header and text.
+    fn records(&self) -> impl Iterator<Item = (Header, &[u8])> + '_ {
+        self.blocks.iter().enumerate().flat_map(move |(i, b)| {
+            let mut at = if i == 0 { self.head } else { 0 };
+            std::iter::from_fn(move || {
+                if at >= b.len() {
+                    return None;
+                }
+                let h = Header::read(&b[at..]);
+                let text = &b[at + HEADER..at + HEADER + h.len];
+                at += record_size(h.len);
+                Some((h, text))
+            })
+        })
+    }
+
+    fn line(h: Header, text: &[u8]) -> RingLine {
+        RingLine {
+            seq: h.seq,
+            ts_ms: h.ts_ms,
+            continuation: h.continuation,
+            // The text was a `&str` when it was pushed.
+            text: String::from_utf8_lossy(text).into_owned(),
+        }
     }
 
     /// Drops the oldest lines until at most `max_lines` remain, and returns block slack:
     /// the lines left are copied into one block of their size.
     pub fn shrink_to(&mut self, max_lines: usize) {
-        while self.entries.len() > max_lines {
+        while self.lines > max_lines {
             self.pop_front();
         }
-        let live: usize = self.entries.iter().map(|e| e.len as usize).sum();
-        let mut packed = String::with_capacity(live);
-        for e in &mut self.entries {
-            let start = packed.len();
-            let b = &self.blocks[e.block - self.freed_blocks];
-            packed.push_str(&b[e.start as usize..(e.start + e.len) as usize]);
-            e.start = start as u32;
+        let live: usize = self.records().map(|(h, _)| record_size(h.len)).sum();
+        let mut packed = Vec::with_capacity(live);
+        for (h, text) in self.records() {
+            h.write_record(text, &mut packed);
         }
-        self.freed_blocks += self.blocks.len();
         self.blocks.clear();
         self.blocks.shrink_to_fit();
         self.block_heap = 0;
-        self.dead = 0;
-        if !self.entries.is_empty() {
-            for e in &mut self.entries {
-                e.block = self.freed_blocks;
-            }
-            self.add_block(packed);
+        self.head = 0;
+        if self.lines > 0 {
+            self.block_heap = memsize::vec(&packed);
+            self.blocks.push_back(packed);
         }
-        self.entries.shrink_to_fit();
     }
 
     /// Heap the ring holds, by capacity (what the memory budget counts).
     pub fn heap_bytes(&self) -> usize {
-        memsize::deque(&self.entries) + memsize::deque(&self.blocks) + self.block_heap
+        memsize::deque(&self.blocks) + self.block_heap
     }
 
     /// Memory held: live lines plus block bytes of popped lines not yet freed.
     pub fn bytes(&self) -> usize {
-        self.bytes + self.dead
+        self.bytes + self.head
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.lines
     }
 
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    fn line(&self, e: &Entry) -> RingLine {
-        RingLine {
-            seq: e.seq,
-            ts_ms: e.ts_ms,
-            continuation: e.continuation,
-            text: self.blocks[e.block - self.freed_blocks]
-                [e.start as usize..(e.start + e.len) as usize]
-                .to_string(),
-        }
+        self.lines == 0
     }
 
     /// Every line, oldest first (owned copies).
     pub fn lines(&self) -> Vec<RingLine> {
-        self.entries.iter().map(|e| self.line(e)).collect()
+        self.records().map(|(h, t)| Ring::line(h, t)).collect()
     }
 
     /// Up to `n` lines that arrived before `seq` (oldest first).
     pub fn before(&self, seq: u64, n: usize) -> Vec<RingLine> {
-        let end = self.entries.partition_point(|l| l.seq < seq);
-        let start = end.saturating_sub(n);
-        self.entries
-            .range(start..end)
-            .map(|e| self.line(e))
-            .collect()
+        let mut kept: VecDeque<(Header, &[u8])> = VecDeque::with_capacity(n.min(self.lines));
+        for (h, t) in self.records().take_while(|(h, _)| h.seq < seq) {
+            if kept.len() == n {
+                kept.pop_front();
+            }
+            if n > 0 {
+                kept.push_back((h, t));
+            }
+        }
+        kept.into_iter().map(|(h, t)| Ring::line(h, t)).collect()
     }
 
     /// The line at `seq` and the continuation lines right after it.
     pub fn record_from(&self, seq: u64, max: usize) -> Vec<RingLine> {
-        let start = self.entries.partition_point(|l| l.seq < seq);
         let mut out = Vec::new();
-        for (i, e) in self.entries.range(start..).enumerate() {
-            if out.len() >= max || (i > 0 && !e.continuation) {
+        for (h, t) in self.records().skip_while(|(h, _)| h.seq < seq) {
+            if out.len() >= max || (!out.is_empty() && !h.continuation) {
                 break;
             }
-            out.push(self.line(e));
+            out.push(Ring::line(h, t));
         }
         out
     }
@@ -256,15 +300,13 @@ mod tests {
         let mut r = Ring::default();
         let line = "x".repeat(100);
         r.push(0, None, false, &line, 1000, 1 << 20);
-        assert_eq!(
-            r.heap_bytes(),
-            memsize::deque(&r.entries) + memsize::deque(&r.blocks) + 256
-        );
+        assert_eq!(r.heap_bytes(), memsize::deque(&r.blocks) + 256);
         for i in 1..200u64 {
             r.push(i, None, false, &format!("{i:>100}"), 1000, 1 << 20);
         }
-        // Blocks of 240, 480, 960, 1920, then 4080 bytes hold 2, 4, 9, 19, then 40 lines.
-        assert_eq!(r.blocks.len(), 9);
+        // Records of 128 bytes: blocks of 240, 480, 960, 1920, then 4080 bytes hold 1, 3, 7,
+        // 15, then 31 lines.
+        assert_eq!(r.blocks.len(), 10);
         assert!(r
             .lines()
             .iter()
@@ -299,5 +341,91 @@ mod tests {
             rec.iter().map(|l| l.seq).collect::<Vec<_>>(),
             vec![4, 5, 6, 7]
         );
+    }
+
+    /// The ring's rules on a plain deque of owned lines.
+    #[derive(Default)]
+    struct Model {
+        lines: VecDeque<RingLine>,
+    }
+
+    impl Model {
+        fn charged(&self) -> usize {
+            self.lines
+                .iter()
+                .map(|l| l.text.len() + LINE_OVERHEAD)
+                .sum()
+        }
+
+        fn push(&mut self, line: RingLine, max_lines: usize, max_bytes: usize) {
+            let cost = line.text.len() + LINE_OVERHEAD;
+            while !self.lines.is_empty()
+                && (self.lines.len() >= max_lines || self.charged() + cost > max_bytes)
+            {
+                self.lines.pop_front();
+            }
+            if max_lines > 0 && cost <= max_bytes {
+                self.lines.push_back(line);
+            }
+        }
+    }
+
+    fn same(a: &[RingLine], b: &[RingLine]) -> bool {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| {
+                (x.seq, x.ts_ms, x.continuation, &x.text)
+                    == (y.seq, y.ts_ms, y.continuation, &y.text)
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        #[test]
+        fn keeps_what_a_plain_deque_keeps(
+            ops in proptest::collection::vec(
+                (0usize..300, proptest::option::of(-5i64..5), proptest::bool::ANY, 0u8..20),
+                1..400,
+            ),
+            max_lines in 0usize..40,
+            max_bytes in 0usize..6000,
+        ) {
+            let (mut ring, mut model) = (Ring::default(), Model::default());
+            for (seq, (len, ts, cont, op)) in ops.into_iter().enumerate() {
+                let seq = seq as u64;
+                if op == 0 {
+                    let keep = len % 8;
+                    ring.shrink_to(keep);
+                    while model.lines.len() > keep {
+                        model.lines.pop_front();
+                    }
+                    continue;
+                }
+                let text: String = "é".repeat(len % 7) + &"x".repeat(len);
+                let line = RingLine { seq, ts_ms: ts, continuation: cont, text };
+                ring.push(seq, ts, cont, &line.text, max_lines, max_bytes);
+                model.push(line, max_lines, max_bytes);
+                let all: Vec<RingLine> = model.lines.iter().cloned().collect();
+                proptest::prop_assert!(same(&ring.lines(), &all));
+                proptest::prop_assert_eq!(ring.len(), all.len());
+                let probe = seq.saturating_sub(len as u64 % 12);
+                let n = len % 9;
+                let before: Vec<RingLine> = {
+                    let b: Vec<_> = all.iter().filter(|l| l.seq < probe).cloned().collect();
+                    b[b.len().saturating_sub(n)..].to_vec()
+                };
+                proptest::prop_assert!(same(&ring.before(probe, n), &before));
+                let mut record: Vec<RingLine> = Vec::new();
+                for l in all.iter().skip_while(|l| l.seq < probe) {
+                    if record.len() >= n || (!record.is_empty() && !l.continuation) {
+                        break;
+                    }
+                    record.push(l.clone());
+                }
+                proptest::prop_assert!(same(&ring.record_from(probe, n), &record));
+                proptest::prop_assert!(ring.bytes() >= model.charged());
+            }
+            ring.shrink_to(0);
+            proptest::prop_assert_eq!(ring.heap_bytes(), memsize::deque(&ring.blocks));
+        }
     }
 }
