@@ -3,6 +3,7 @@ asyncio, the Kafka client or rankwatch.daemon (start-up time; measured in bench/
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,27 @@ def test_daemon_commands_still_parse() -> None:
     code, out, _ = run_probe("--help")
     assert code == 0
     assert "replay" in out and "analyze" in out
+
+
+def run_cli(entry: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
+    code = f"import sys; from rankwatch.cli import {entry}; sys.exit({entry}())"
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, timeout=120)
+
+
+@pytest.mark.parametrize("report", ["--json", "--context=50"])
+def test_the_command_ends_after_its_whole_report_is_written(tmp_path: Path, report: str) -> None:
+    # `run` ends the process without tearing it down after `analyze`: the report (JSON
+    # larger than a pipe's buffer, or text left in Python's buffer) must still arrive whole,
+    # with the exit status `main` gives.
+    from rankwatch.simulate import fleetgen
+
+    jobs = [tmp_path / s for s in ("cuda_error", "xid79", "ib_link_down", "desync")]
+    for job in jobs:
+        fleetgen.generate(job.name, job, ranks=32, seed=5, layout="per-node", job=job.name)
+    argv = ["analyze", "-q", report, *map(str, jobs)]
+    ended, returned = run_cli("run", argv), run_cli("main", argv)
+    assert ended.stderr == b""
+    assert ended.returncode == returned.returncode
+    assert len(ended.stdout) > 16384, len(ended.stdout)
+    timing = re.compile(rb'in [0-9.]+ s\b|"seconds": [0-9.]+')
+    assert timing.sub(b"", ended.stdout) == timing.sub(b"", returned.stdout)

@@ -87,6 +87,8 @@ pub struct Ring {
     block_heap: usize,
     /// Charged bytes of the live lines: text plus `LINE_OVERHEAD` each.
     bytes: usize,
+    /// Where the newest record starts in the last block: hits ask for the line just pushed.
+    newest_at: usize,
 }
 
 impl Ring {
@@ -128,6 +130,7 @@ impl Ring {
             len: text.len(),
             continuation,
         };
+        self.newest_at = block.len();
         header.write_record(text.as_bytes(), block);
         self.lines += 1;
         self.bytes += cost;
@@ -186,10 +189,12 @@ impl Ring {
             self.pop_front();
         }
         let live: usize = self.records().map(|(h, _)| record_size(h.len)).sum();
-        let mut packed = Vec::with_capacity(live);
+        let (mut packed, mut newest_at) = (Vec::with_capacity(live), 0);
         for (h, text) in self.records() {
+            newest_at = packed.len();
             h.write_record(text, &mut packed);
         }
+        self.newest_at = newest_at;
         self.blocks.clear();
         self.blocks.shrink_to_fit();
         self.block_heap = 0;
@@ -239,6 +244,13 @@ impl Ring {
 
     /// The line at `seq` and the continuation lines right after it.
     pub fn record_from(&self, seq: u64, max: usize) -> Vec<RingLine> {
+        if let (Some(last), true) = (self.blocks.back(), self.lines > 0 && max > 0) {
+            let h = Header::read(&last[self.newest_at..]);
+            if h.seq == seq {
+                let text = &last[self.newest_at + HEADER..self.newest_at + HEADER + h.len];
+                return vec![Ring::line(h, text)];
+            }
+        }
         let mut out = Vec::new();
         for (h, t) in self.records().skip_while(|(h, _)| h.seq < seq) {
             if out.len() >= max || (!out.is_empty() && !h.continuation) {
@@ -398,16 +410,18 @@ mod tests {
                     while model.lines.len() > keep {
                         model.lines.pop_front();
                     }
-                    continue;
+                } else {
+                    let text: String = "é".repeat(len % 7) + &"x".repeat(len);
+                    let line = RingLine { seq, ts_ms: ts, continuation: cont, text };
+                    ring.push(seq, ts, cont, &line.text, max_lines, max_bytes);
+                    model.push(line, max_lines, max_bytes);
                 }
-                let text: String = "é".repeat(len % 7) + &"x".repeat(len);
-                let line = RingLine { seq, ts_ms: ts, continuation: cont, text };
-                ring.push(seq, ts, cont, &line.text, max_lines, max_bytes);
-                model.push(line, max_lines, max_bytes);
+                // Probe the newest line (or just before it) as hits do, and older ones.
+                let newest = model.lines.back().map_or(seq, |l| l.seq);
+                let probe = if op % 2 == 0 { newest } else { newest.saturating_sub(len as u64 % 12) };
                 let all: Vec<RingLine> = model.lines.iter().cloned().collect();
                 proptest::prop_assert!(same(&ring.lines(), &all));
                 proptest::prop_assert_eq!(ring.len(), all.len());
-                let probe = seq.saturating_sub(len as u64 % 12);
                 let n = len % 9;
                 let before: Vec<RingLine> = {
                     let b: Vec<_> = all.iter().filter(|l| l.seq < probe).cloned().collect();

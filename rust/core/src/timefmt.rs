@@ -130,6 +130,22 @@ pub fn syslog_time(b: &[u8], year: i32) -> Option<(i64, usize)> {
     Some((epoch_ms(year as i64, mo, d, h, mi, s, 0)?, 15))
 }
 
+const WEEKDAYS: [&[u8; 3]; 7] = [b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun"];
+
+/// C `ctime()` `Www Mmm DD HH:MM:SS YYYY` (day space-padded), as Open MPI's
+/// `--timestamp-output` prints it. Returns time and length (24).
+pub fn ctime(b: &[u8]) -> Option<(i64, usize)> {
+    if b.len() < 24 || b[3] != b' ' || b[19] != b' ' {
+        return None;
+    }
+    if !WEEKDAYS.iter().any(|d| &b[..3] == *d) {
+        return None;
+    }
+    let year = digits(&b[20..], 4)? as i32;
+    let (ts, n) = syslog_time(&b[4..], year)?;
+    Some((ts, 4 + n + 5))
+}
+
 /// Milliseconds of the c10/torch sub-second field are deliberately ignored by callers where
 /// they are CLOCK_MONOTONIC (c10); torch logging's microseconds are wall-clock and usable.
 pub fn micros_to_ms(b: &[u8]) -> u32 {
@@ -158,6 +174,15 @@ mod tests {
         let (t3, _) = iso_datetime(b"2026-03-14T10:22:05.412+01:00").unwrap();
         assert_eq!(t3, t);
         assert!(iso_datetime(b"2026-13-14 09:22:05").is_none());
+    }
+
+    #[test]
+    fn ctime_as_open_mpi_prints_it() {
+        let (t, n) = ctime(b"Tue Mar  3 07:05:09 2026[1,4]<stdout>:").unwrap();
+        assert_eq!(n, 24);
+        assert_eq!(t, epoch_ms(2026, 3, 3, 7, 5, 9, 0).unwrap());
+        assert!(ctime(b"Tue Mar  3 07:05:09 26[1,4]<stdout>:").is_none());
+        assert!(ctime(b"Tuesday Mar 3 07:05:09 2026").is_none());
     }
 
     #[test]

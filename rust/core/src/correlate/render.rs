@@ -65,12 +65,20 @@ impl<'a> View<'a> {
         out
     }
 
+    /// The GPU an NCCL line names in its header (`host:pid:tid [3] NCCL WARN`): the device
+    /// of the thread that printed it, more precise than its process's (a process may drive
+    /// several GPUs, and an excerpt may lack the init line that names the process's).
+    fn line_device(&self, text: &str) -> Option<u16> {
+        crate::prefix::peel(text, self.cfg.default_year).cuda_dev
+    }
+
     fn hit_json(&self, i: usize) -> Value {
         let h = self.hit(i);
         let host = self.host_of(h.source).map(|x| self.host_name(x));
         let s = &self.job.sources[h.source as usize];
+        let device = self.line_device(&h.text).or(s.cuda_dev).or(s.local_rank);
         json!({
-            "rank": self.rank_of(h.source), "host": host, "device": s.cuda_dev.or(s.local_rank),
+            "rank": self.rank_of(h.source), "host": host, "device": device,
             "pid": s.pid, "ts": h.ts_ms.map(iso_ms), "ts_corrected": self.hit_time(h).map(iso_ms),
             "line": h.text, "origin": format!("{}:{}", h.origin, h.line_no),
             "signature": self.sig(h).map(|s| s.id.clone()),
@@ -138,7 +146,11 @@ impl<'a> View<'a> {
                 if h.sig.is_none() {
                     v["template"] = json!(self.unclassified_template(h));
                 }
-                if !srcs.contains(&h.source) {
+                let own_line = srcs.contains(&h.source);
+                if let (true, Some(d)) = (own_line, self.line_device(&h.text)) {
+                    v["device"] = json!(d);
+                }
+                if !own_line {
                     let by = self.host_of(h.source).map(|x| self.host_name(x));
                     v["reported_by"] = json!({"rank": self.rank_of(h.source), "host": by});
                 }

@@ -18,7 +18,7 @@ mod progress;
 pub use docker_json::{docker_json, DockerPiece};
 pub use pg_rank::{pg_rank, PgRank};
 
-use crate::timefmt::{iso_datetime, leading_number, syslog_time};
+use crate::timefmt::{ctime, iso_datetime, leading_number, syslog_time};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum Level {
@@ -373,6 +373,9 @@ fn capitalised(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<S
     if let Some(n) = producer::stdlib(rest, m) {
         return Some(Step::Producer(n));
     }
+    if let Some(n) = ctime_stamp(rest, m) {
+        return Some(Step::Prefix(n));
+    }
     let (ts, n) = syslog_time(rest, year)?;
     if rest.get(n) != Some(&b' ') {
         return None;
@@ -380,6 +383,19 @@ fn capitalised(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<S
     let h = producer::syslog_host(&rest[n + 1..], pos + n + 1, m)?;
     m.ts_ms = Some(ts);
     Some(Step::Prefix(n + 1 + h))
+}
+
+/// Open MPI's `--timestamp-output`: a C `ctime()` time glued to the rank tag it precedes
+/// (`Fri Aug 11 12:31:45 2023[1,0]<stdout>:`), or followed by a space.
+fn ctime_stamp(rest: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let (ts, n) = ctime(rest)?;
+    let len = match rest.get(n) {
+        Some(b'[') => n,
+        Some(b' ') => n + 1,
+        _ => return None,
+    };
+    m.ts_ms = Some(ts);
+    Some(len)
 }
 
 /// A leading date-time: asctime-style `2026-11-30 12:00:05,123 INFO ` (or Ray's tab form), an

@@ -301,3 +301,24 @@ fn a_host_label_before_a_bare_marker_or_a_ray_label_is_peeled() {
     assert_eq!(t, "mlx5: gpu-b07: got completion with error:");
     assert_eq!((m.host(line), m.pid), (Some("gpu-node3"), Some(7731)));
 }
+
+#[test]
+fn open_mpi_timestamp_output_glued_to_its_rank_tag() {
+    // `mpirun --timestamp-output --tag-output`: ctime() without its newline, then the tag.
+    let line = "Tue Mar  3 07:05:09 2026[1,6]<stdout>:gpu-c2:77120:77188 [6] transport.cc:154 NCCL WARN Cuda failure 'invalid argument'";
+    let (t, m) = msg(line);
+    assert_eq!(t, "Cuda failure 'invalid argument'");
+    assert_eq!(m.host(line), Some("gpu-c2"));
+    assert_eq!(
+        (m.grank, m.pid, m.level),
+        (Some(6), Some(77120), Level::Warn)
+    );
+    assert!(m.ts_ms.is_some());
+    // The same time before a space, and a day name that is not a time, stay apart.
+    let (t, _) = msg("Tue Mar  3 07:05:09 2026 gpu-c2:77120:77188 [6] NCCL INFO Using network IB");
+    assert_eq!(t, "Using network IB");
+    assert_eq!(
+        msg("Tue is the day the job failed").0,
+        "Tue is the day the job failed"
+    );
+}

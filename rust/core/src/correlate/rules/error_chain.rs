@@ -46,6 +46,9 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             let why = "the failed attempts this line sums up start here".to_string();
             board.add(who, host, "error_chain", 0, why);
         }
+        // Decided before the moves below: a later failure line standing for the cut trace
+        // (a summary the test or the framework printed) does not bring its start into view.
+        let cut = opens_file_mid_trace(v, scope, start);
         if v.hit(start).field("error_return").is_some() {
             // Only a trace: the line it follows, if any, is where this failure was printed.
             if let Some(head) = failure_before(v, scope, start) {
@@ -71,10 +74,31 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             );
             board.add(who, host, "error_chain", 0, why);
         }
+        if cut {
+            // An excerpt that begins inside a trace: the failure it ends was cut off, so it
+            // says less than a failure shown from its first line; between otherwise equal
+            // candidates, the one whose failure is in view comes first.
+            let why = "the file opens inside this error-return trace: the failure it ends is \
+                       not in view"
+                .to_string();
+            board.add(who, host, "error_chain", -1, why);
+        }
         if start != cause {
             board.cand(who, host).first_line = Some(start);
         }
     }
+}
+
+/// `start` is an error-return trace line that the file opens with: nothing of any process
+/// was recognised before it, within the blank lines NCCL leaves around a trace.
+fn opens_file_mid_trace(v: &View, scope: &Scope, start: usize) -> bool {
+    let s = v.hit(start);
+    s.field("error_return").is_some()
+        && s.line_no <= 1 + MAX_LINE_GAP
+        && !scope.hits.iter().any(|&i| {
+            let h = v.hit(i);
+            h.origin == s.origin && h.line_no < s.line_no
+        })
 }
 
 fn message<'a>(v: &View<'a>, i: usize) -> &'a str {
@@ -232,6 +256,48 @@ mod tests {
 
     const WARN: &str = "tn-41:5120:5188 [2] ib_plugin.c:1007 NCCL WARN NET/IB : Got completion \
         from peer 10.9.8.7<41022> with error 5, opcode 0, len 0, vendor err 249";
+
+    #[test]
+    fn a_failure_in_view_beats_a_trace_the_excerpt_opens_inside() {
+        // The excerpt starts inside one process's trace (its WARN was cut off); another
+        // process shows its WARN and the trace after it. The failure in view is the root.
+        let cut = "tn-44:7310:7398 [3] NCCL INFO group.cc:64 -> 3 [Async thread]";
+        let warn = "tn-44:7311:7402 [4] misc/socket.cc:397 NCCL WARN Net : connecting to \
+            address  with family 40110 is neither AF_INET(2) nor AF_INET6(10)";
+        let log = format!(
+            "{cut}\ntn-44:7310:7310 [3] NCCL INFO group.cc:421 -> 3\n\n{warn}\n\
+             tn-44:7311:7402 [4] NCCL INFO bootstrap.cc:256 -> 3\n\
+             tn-44:7311:7402 [4] NCCL INFO init.cc:516 -> 3\n"
+        );
+        let d = diagnose(&log);
+        assert_eq!(root_line(&d), warn);
+    }
+
+    #[test]
+    fn a_summary_after_the_cut_trace_does_not_bring_its_failure_into_view() {
+        // The cut process's next failure line (the test's own report) stands for its trace;
+        // the other process still shows its failure from the first line.
+        let cut = "[1,0]<stdout>:tn-44:7310:7398 [3] NCCL INFO group.cc:64 -> 3 [Async thread]";
+        let report = "[1,0]<stdout>:tn-44: Test NCCL failure common.cu:1057 'internal error / '";
+        let warn = "[1,1]<stdout>:tn-44:7311:7402 [4] misc/socket.cc:397 NCCL WARN Net : \
+            connecting to address  with family 40110 is neither AF_INET(2) nor AF_INET6(10)";
+        let log = format!(
+            "{cut}\n{report}\n{warn}\n\
+             [1,1]<stdout>:tn-44:7311:7402 [4] NCCL INFO bootstrap.cc:256 -> 3\n\
+             [1,1]<stdout>:tn-44: Test NCCL failure common.cu:1057 'internal error / '\n"
+        );
+        let d = diagnose(&log);
+        assert_eq!(root_line(&d), warn);
+    }
+
+    #[test]
+    fn a_trace_that_opens_the_file_alone_is_still_the_root() {
+        let cut = "tn-44:7310:7398 [3] NCCL INFO graph/xml.cc:469 -> 2";
+        let d = diagnose(&format!(
+            "{cut}\ntn-44:7310:7398 [3] NCCL INFO init.cc:540 -> 2\n"
+        ));
+        assert_eq!(root_line(&d), cut);
+    }
 
     #[test]
     fn a_thread_tag_ends_a_trace() {
