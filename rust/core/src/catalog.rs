@@ -1,9 +1,11 @@
 //! The signature catalog: TOML data files parsed, validated and compiled into one Hyperscan
 //! database plus per-signature field regexes. See python/rankwatch/catalog/SCHEMA.md.
 
-use crate::dbcache::{CacheKey, CacheReport, DbCache, DbOrigin};
+use crate::dbcache::{CacheReport, DbCache};
+use crate::digits;
 use crate::fieldre::{FieldRegex, FieldSpan};
 use crate::matcher::{Expression, Matcher, FLAG_CASELESS, FLAG_SINGLEMATCH};
+use crate::scandb::{ScanDb, Scanner};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 
@@ -140,6 +142,10 @@ pub struct Signature {
     /// fields); other context lines are only classified.
     #[serde(skip)]
     pub ingest_fields: bool,
+    /// Every field regex finds the same spans in messages that differ only in digits, so
+    /// spans found in one message serve every message of its shape.
+    #[serde(skip)]
+    pub fields_digit_blind: bool,
 }
 
 /// Field names the correlator reads; regexes capturing none of them run only when a
@@ -219,7 +225,7 @@ impl std::error::Error for CatalogError {}
 pub struct Catalog {
     pub signatures: Vec<Signature>,
     by_id: HashMap<String, u16>,
-    matcher: Matcher,
+    scan_db: ScanDb,
     /// Hyperscan expression id -> signature index.
     expr_sig: Vec<u16>,
     /// Whether the database was compiled or came from the cache, and why.
@@ -296,11 +302,11 @@ impl Catalog {
             sig.explains_idx = idx;
         }
         let names: Vec<&str> = sources.iter().map(|(name, _)| name.as_str()).collect();
-        let (matcher, expr_sig, cache_report) = build_matcher(&signatures, &names, cache)?;
+        let (scan_db, expr_sig, cache_report) = build_scan_db(&signatures, &names, cache)?;
         Ok(Catalog {
             signatures,
             by_id,
-            matcher,
+            scan_db,
             expr_sig,
             cache_report,
         })
@@ -318,8 +324,25 @@ impl Catalog {
         self.by_id.get(id).copied()
     }
 
+    /// The main Hyperscan database (what the benchmarks' Hyperscan-alone ceiling scans with;
+    /// classify messages with [`Catalog::scan`]).
     pub fn matcher(&self) -> &Matcher {
-        &self.matcher
+        self.scan_db.matcher()
+    }
+
+    /// Whether scans are shared between messages that differ only in digits.
+    pub fn is_digit_blind(&self) -> bool {
+        self.scan_db.is_digit_blind()
+    }
+
+    /// Scratch space and memo for one thread's [`Catalog::scan`] calls.
+    pub fn scanner(&self) -> Scanner {
+        self.scan_db.scanner()
+    }
+
+    /// Appends the ids of the expressions whose pattern matches `msg` to `out`.
+    pub fn scan(&self, msg: &[u8], scanner: &mut Scanner, out: &mut Vec<u32>) {
+        self.scan_db.scan(msg, scanner, out);
     }
 
     /// Converts raw Hyperscan expression ids into sorted, unique signature indexes.
@@ -402,13 +425,13 @@ impl Catalog {
     }
 }
 
-/// The Hyperscan database of every signature's patterns (from the cache when it has it) and
-/// the expression id -> signature index map.
-fn build_matcher(
+/// The Hyperscan databases of every signature's patterns (from the cache when it has them)
+/// and the expression id -> signature index map.
+fn build_scan_db(
     signatures: &[Signature],
     source_names: &[&str],
     cache: Option<&DbCache>,
-) -> Result<(Matcher, Vec<u16>, CacheReport), CatalogError> {
+) -> Result<(ScanDb, Vec<u16>, CacheReport), CatalogError> {
     let mut exprs = Vec::new();
     let mut expr_sig = Vec::new();
     for (si, sig) in signatures.iter().enumerate() {
@@ -422,56 +445,41 @@ fn build_matcher(
             expr_sig.push(si as u16);
         }
     }
-    let compile = || compile(&exprs, &expr_sig, signatures);
-    let Some(cache) = cache else {
-        return Ok((compile()?, expr_sig.clone(), CacheReport::uncached()));
-    };
-    let Some(key) = CacheKey::new(source_names, &exprs) else {
-        let mut report = CacheReport::uncached();
-        report.note = Some("cache skipped: Hyperscan cannot describe this CPU".into());
-        return Ok((compile()?, expr_sig.clone(), report));
-    };
-    let path = cache.path_of(&key);
-    let (matcher, origin, mut note) = match cache.load(&key, exprs.len()) {
-        Ok(matcher) => (matcher, DbOrigin::Cached, None),
-        // A missing file is the normal first run; anything else is worth a debug note.
-        Err(why) => {
-            let note = path.exists().then(|| format!("cache entry ignored: {why}"));
-            (compile()?, DbOrigin::Compiled, note)
-        }
-    };
-    if origin == DbOrigin::Compiled {
-        if let Err(why) = cache.store(&key, &matcher) {
-            note = Some(format!("cache not written: {why}"));
-        }
-    }
-    let report = CacheReport {
-        origin,
-        path: Some(path),
-        note,
-    };
-    Ok((matcher, expr_sig, report))
+    let (db, report) =
+        ScanDb::build(&exprs, source_names, cache).map_err(|e| match e.expression {
+            Some(i) => {
+                let sig = &signatures[expr_sig[i] as usize];
+                err(
+                    &sig.file,
+                    Some(&sig.id),
+                    format!(
+                        "pattern {:?} rejected by Hyperscan: {}",
+                        exprs[i].pattern, e.message
+                    ),
+                )
+            }
+            None => err("<catalog>", None, format!("Hyperscan: {}", e.message)),
+        })?;
+    Ok((db, expr_sig, report))
 }
 
-fn compile(
-    exprs: &[Expression<'_>],
-    expr_sig: &[u16],
-    signatures: &[Signature],
-) -> Result<Matcher, CatalogError> {
-    Matcher::compile(exprs).map_err(|e| match e.expression {
-        Some(i) => {
-            let sig = &signatures[expr_sig[i] as usize];
-            err(
-                &sig.file,
-                Some(&sig.id),
-                format!(
-                    "pattern {:?} rejected by Hyperscan: {}",
-                    exprs[i].pattern, e.message
-                ),
-            )
+/// The shipped catalog's files as `(path, text)`, in name order (for tests).
+#[cfg(test)]
+pub(crate) fn shipped_sources() -> Vec<(String, String)> {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/rankwatch/catalog");
+    let mut sources = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|x| x == "toml") {
+            sources.push((
+                path.display().to_string(),
+                std::fs::read_to_string(&path).unwrap(),
+            ));
         }
-        None => err("<catalog>", None, format!("Hyperscan: {}", e.message)),
-    })
+    }
+    sources.sort();
+    sources
 }
 
 fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
@@ -572,9 +580,14 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
                 .any(|n| CORRELATOR_FIELDS.contains(&n.as_str()))
         })
         .collect();
+    let fields_digit_blind = s
+        .fields
+        .iter()
+        .all(|f| digits::field_regex_is_digit_blind(f));
     Ok(Signature {
         field_needed,
         ingest_fields,
+        fields_digit_blind,
         id: s.id,
         title: s.title,
         subsystem: s.subsystem,
@@ -602,6 +615,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::dbcache::DbOrigin;
 
     pub const SMALL: &str = r#"
 [[signature]]
@@ -650,9 +664,9 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
     fn loads_and_classifies() {
         let c = small();
         assert_eq!(c.len(), 3);
-        let mut s = c.matcher().scratch();
+        let mut s = c.scanner();
         let mut ids = Vec::new();
-        c.matcher().scan_into(
+        c.scan(
             b"socketStartConnect: Connect to 172.17.0.1<39275> failed : Network is unreachable",
             &mut s,
             &mut ids,
@@ -688,8 +702,7 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
         let line = b"socketStartConnect: Connect to 172.17.0.1<39275> failed : x";
         for c in [&cold, &warm] {
             let (mut ids, mut sigs) = (Vec::new(), Vec::new());
-            c.matcher()
-                .scan_into(line, &mut c.matcher().scratch(), &mut ids);
+            c.scan(line, &mut c.scanner(), &mut ids);
             c.signatures_for(&ids, &mut sigs);
             assert_eq!(sigs, vec![c.index_of("sock_connect").unwrap()]);
         }
@@ -714,20 +727,9 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
     #[test]
     fn every_shipped_field_regex_compiles() {
         // Loading only parses field regexes; compiling happens on first use, so check here.
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/rankwatch/catalog");
-        let mut sources = Vec::new();
-        for entry in std::fs::read_dir(dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|x| x == "toml") {
-                sources.push((
-                    path.display().to_string(),
-                    std::fs::read_to_string(&path).unwrap(),
-                ));
-            }
-        }
-        sources.sort();
-        let catalog = Catalog::from_sources(&sources).unwrap();
+        let catalog = Catalog::from_sources(&shipped_sources()).unwrap();
+        // Every shipped pattern has a digit-blind form, so scans are shared across numbers.
+        assert!(catalog.is_digit_blind());
         for sig in &catalog.signatures {
             for field in &sig.field_regexes {
                 let names = field

@@ -12,6 +12,7 @@ pub mod baseline;
 pub mod catalog;
 pub mod correlate;
 pub mod dbcache;
+pub mod digits;
 pub mod engine;
 pub mod fieldre;
 pub mod files;
@@ -22,6 +23,7 @@ pub mod memsize;
 pub mod prefix;
 pub mod records;
 pub mod ring;
+pub mod scandb;
 pub mod timefmt;
 
 pub use catalog::{Catalog, CatalogError};

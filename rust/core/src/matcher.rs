@@ -314,10 +314,15 @@ pub const SCAN_MEMO_MAX_BYTES: usize = 1024;
 /// a scan of a short message costs thousands of instructions in a database of a thousand
 /// patterns, against tens for hashing and comparing it. A scan's result depends on the
 /// message's bytes alone, so the ids (in the order the scan reported them) are the same.
+/// For a digit-blind database (no pattern tells one digit from another, see
+/// [`crate::digits`]) the key is the message with its digits masked, so a message that
+/// differs from a remembered one only in its numbers is answered too.
 /// Direct-mapped by hash: a message replaces whatever held its slot. For one database only.
 pub struct ScanMemo {
     slots: Vec<MemoSlot>,
     hasher: foldhash::fast::FixedState,
+    digit_blind: bool,
+    key: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -329,16 +334,24 @@ struct MemoSlot {
 
 impl Default for ScanMemo {
     fn default() -> Self {
-        ScanMemo {
-            slots: (0..SCAN_MEMO_SLOTS).map(|_| MemoSlot::default()).collect(),
-            hasher: foldhash::fast::FixedState::with_seed(0x5ca7_3e30),
-        }
+        ScanMemo::new(false)
     }
 }
 
 impl ScanMemo {
-    /// [`Matcher::scan_into`] of `data`, from the memo when `data` was the last message of
-    /// its slot; `matcher` must be the database every earlier call used.
+    /// A memo keyed by the exact message, or by its digit-masked form when `digit_blind`.
+    pub fn new(digit_blind: bool) -> ScanMemo {
+        ScanMemo {
+            slots: (0..SCAN_MEMO_SLOTS).map(|_| MemoSlot::default()).collect(),
+            hasher: foldhash::fast::FixedState::with_seed(0x5ca7_3e30),
+            digit_blind,
+            key: Vec::new(),
+        }
+    }
+
+    /// [`Matcher::scan_into`] of `data`, from the memo when `data` (or, digit-blind, a
+    /// message of the same shape) was the last message of its slot; `matcher` must be the
+    /// database every earlier call used.
     pub fn scan_into(
         &mut self,
         matcher: &Matcher,
@@ -350,9 +363,15 @@ impl ScanMemo {
             matcher.scan_into(data, scratch, out);
             return;
         }
-        let h = self.hasher.hash_one(data) as usize;
+        let key: &[u8] = if self.digit_blind {
+            crate::digits::mask_digits(data, &mut self.key);
+            &self.key
+        } else {
+            data
+        };
+        let h = self.hasher.hash_one(key) as usize;
         let slot = &mut self.slots[h & (SCAN_MEMO_SLOTS - 1)];
-        if slot.filled && slot.msg == data {
+        if slot.filled && slot.msg == key {
             out.extend_from_slice(&slot.ids);
             return;
         }
@@ -360,7 +379,7 @@ impl ScanMemo {
         matcher.scan_into(data, scratch, out);
         slot.filled = true;
         slot.msg.clear();
-        slot.msg.extend_from_slice(data);
+        slot.msg.extend_from_slice(key);
         slot.ids.clear();
         slot.ids.extend_from_slice(&out[first..]);
     }

@@ -208,11 +208,9 @@ impl PyCatalog {
             line
         };
         let msg = meta.message(line);
-        let mut scratch = self.inner.matcher().scratch();
         let mut ids = Vec::new();
         self.inner
-            .matcher()
-            .scan_into(msg.as_bytes(), &mut scratch, &mut ids);
+            .scan(msg.as_bytes(), &mut self.inner.scanner(), &mut ids);
         let mut sigs = Vec::new();
         self.inner.signatures_for(&ids, &mut sigs);
         let hits: Vec<Value> = sigs

@@ -6,10 +6,11 @@
 //! each with its own [`LineDecoder`] (its own Hyperscan scratch), ahead of applying them.
 
 use crate::catalog::Catalog;
+use crate::digits;
 use crate::fieldre::FieldSpan;
-use crate::matcher::{ScanMemo, Scratch};
 use crate::memsize;
 use crate::prefix::{docker_json, is_exception_line, peel, Level, LineMeta};
+use crate::scandb::Scanner;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -226,9 +227,8 @@ impl Batch {
 /// Decodes and scans lines for one thread: the shared catalog, its own Hyperscan scratch.
 pub(crate) struct LineDecoder {
     catalog: Arc<Catalog>,
-    scratch: Scratch,
-    /// The expression ids of recently scanned messages (many repeat from rank to rank).
-    scan_memo: ScanMemo,
+    /// Scratch space and the memo of recent scan results (messages repeat from rank to rank).
+    scanner: Scanner,
     max_line_bytes: usize,
     year: i32,
     expr_buf: Vec<u32>,
@@ -239,6 +239,8 @@ pub(crate) struct LineDecoder {
     field_memo: Vec<FieldMemo>,
     /// Heap bytes of the memos' messages and spans (counted in the engine's budget).
     memo_contents: usize,
+    /// Scratch space for a digit-masked message.
+    mask: Vec<u8>,
 }
 
 /// Messages longer than this are not remembered (they rarely repeat, and each signature's
@@ -248,31 +250,46 @@ const MEMO_MAX_MSG: usize = 512;
 /// The last message one signature's field regexes ran over in a decoder and the spans they
 /// found in it. The same message comes again and again (an NCCL banner from every rank of a
 /// node, a per-step line); the regexes are deterministic, so an identical message gets the
-/// same spans without running them.
+/// same spans without running them. When the signature's regexes cannot tell one digit from
+/// another (`fields_digit_blind`), the key is the message with its digits masked: a message
+/// of the same shape (same length, same bytes but digits) has its spans at the same offsets.
 #[derive(Debug, Default)]
 struct FieldMemo {
-    msg: String,
+    key: Vec<u8>,
     spans: Vec<FieldSpan>,
 }
 
 impl FieldMemo {
     fn heap_bytes(&self) -> usize {
-        memsize::string(&self.msg) + memsize::vec(&self.spans)
+        memsize::vec(&self.key) + memsize::vec(&self.spans)
     }
 
     /// Appends the spans of `sig`'s field regexes in `msg` to `out`, from the memo when `msg`
-    /// is the message they last ran over.
-    fn field_spans(&mut self, catalog: &Catalog, sig: u16, msg: &str, out: &mut Vec<FieldSpan>) {
-        if !self.msg.is_empty() && self.msg == msg {
+    /// has the key of the message they last ran over (`mask` is scratch space).
+    fn field_spans(
+        &mut self,
+        catalog: &Catalog,
+        sig: u16,
+        msg: &str,
+        mask: &mut Vec<u8>,
+        out: &mut Vec<FieldSpan>,
+    ) {
+        let key: &[u8] = if catalog.signatures[sig as usize].fields_digit_blind {
+            digits::mask_digits(msg.as_bytes(), mask);
+            mask
+        } else {
+            msg.as_bytes()
+        };
+        if !self.key.is_empty() && self.key == key {
             out.extend_from_slice(&self.spans);
             return;
         }
         let first = out.len();
         catalog.field_spans(sig, msg, true, |_| false, out);
-        self.msg.clear();
+        self.key.clear();
         self.spans.clear();
         if msg.len() <= MEMO_MAX_MSG {
-            self.msg.push_str(msg);
+            self.key.extend_from_slice(key);
             self.spans.extend_from_slice(&out[first..]);
         }
     }
@@ -312,11 +329,10 @@ pub(crate) struct Times {
 
 impl LineDecoder {
     pub(crate) fn new(catalog: Arc<Catalog>, max_line_bytes: usize, year: i32) -> LineDecoder {
-        let scratch = catalog.matcher().scratch();
+        let scanner = catalog.scanner();
         LineDecoder {
             catalog,
-            scratch,
-            scan_memo: ScanMemo::default(),
+            scanner,
             max_line_bytes,
             year,
             expr_buf: Vec::new(),
@@ -324,6 +340,7 @@ impl LineDecoder {
             sig_buf: Vec::new(),
             field_memo: Vec::new(),
             memo_contents: 0,
+            mask: Vec::new(),
         }
     }
 
@@ -610,17 +627,11 @@ impl LineDecoder {
             return;
         }
         let catalog = &*self.catalog;
-        let matcher = catalog.matcher();
         self.expr_buf.clear();
         self.expr_ends.clear();
         for d in &out.lines[from..] {
             let msg = d.meta.message(d.span.text(chunk, &out.own));
-            self.scan_memo.scan_into(
-                matcher,
-                msg.as_bytes(),
-                &mut self.scratch,
-                &mut self.expr_buf,
-            );
+            catalog.scan(msg.as_bytes(), &mut self.scanner, &mut self.expr_buf);
             self.expr_ends.push(self.expr_buf.len());
         }
         let mut start = 0;
@@ -634,7 +645,7 @@ impl LineDecoder {
                     if catalog.signatures[sig as usize].ingest_fields {
                         let memo = memo_of(&mut self.field_memo, sig);
                         let before = memo.heap_bytes();
-                        memo.field_spans(catalog, sig, msg, &mut out.fields);
+                        memo.field_spans(catalog, sig, msg, &mut self.mask, &mut out.fields);
                         self.memo_contents =
                             (self.memo_contents + memo.heap_bytes()).saturating_sub(before);
                     }

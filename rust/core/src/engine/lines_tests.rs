@@ -26,11 +26,8 @@ fn line(i: usize) -> String {
 
 /// What scanning `msg` alone gives: signatures and their fields, in the engine's order.
 fn reference(catalog: &Catalog, msg: &str) -> Vec<(u16, Vec<(String, String)>)> {
-    let mut scratch = catalog.matcher().scratch();
     let (mut exprs, mut sigs) = (Vec::new(), Vec::new());
-    catalog
-        .matcher()
-        .scan_into(msg.as_bytes(), &mut scratch, &mut exprs);
+    catalog.scan(msg.as_bytes(), &mut catalog.scanner(), &mut exprs);
     catalog.signatures_for(&exprs, &mut sigs);
     sigs.iter()
         .map(|&sig| {
@@ -185,9 +182,9 @@ fn repeated_messages_get_the_fields_of_their_own_text() {
     let sig = catalog.index_of("sock_connect").unwrap();
     let memo = &dec.field_memo[sig as usize];
     assert!(
-        memo.msg.ends_with("failed : Network is unreachable"),
+        memo.key.ends_with(b"failed : Network is unreachable"),
         "{:?}",
-        memo.msg
+        String::from_utf8_lossy(&memo.key)
     );
     assert!(!memo.spans.is_empty());
 
@@ -201,7 +198,7 @@ fn repeated_messages_get_the_fields_of_their_own_text() {
         &mut batch,
     );
     check(&catalog, line.as_bytes(), &mut batch);
-    assert!(dec.field_memo[sig as usize].msg.is_empty());
+    assert!(dec.field_memo[sig as usize].key.is_empty());
 }
 
 /// The first-byte shortcuts answer exactly what trimming answers, for ASCII and Unicode

@@ -1,0 +1,391 @@
+//! The catalog's patterns as Hyperscan databases, and how a message is scanned against them.
+//!
+//! Where every pattern has a digit-blind form ([`crate::digits`]), the main database holds
+//! those forms, so the scan memo can answer for any message of a shape it has seen (digits
+//! masked). A hit of a pattern that had to be widened is confirmed by its original form,
+//! compiled as a Rust regex (the same syntax read the same way: bytes, ASCII classes), on
+//! that message alone: a few hundred instructions, where a Hyperscan call costs thousands
+//! even for a small database. A catalog with a pattern that cannot be made blind gets the
+//! original patterns and an exact memo. Either way a scan reports exactly the expressions
+//! whose original pattern matches the message.
+
+use crate::dbcache::{CacheKey, CacheReport, DbCache, DbOrigin};
+use crate::digits::{blind, Blind};
+use crate::matcher::{CompileError, Expression, Matcher, ScanMemo, Scratch, FLAG_CASELESS};
+use regex_automata::meta::{Cache, Regex};
+use regex_automata::util::syntax;
+use regex_automata::Input;
+
+/// The databases of one catalog.
+pub struct ScanDb {
+    main: Matcher,
+    /// By expression id: the original form of a widened pattern, which confirms its hits.
+    confirm: Vec<Option<Regex>>,
+    digit_blind: bool,
+}
+
+/// One thread's scratch space, memo and regex caches for a [`ScanDb`].
+pub struct Scanner {
+    scratch: Scratch,
+    memo: ScanMemo,
+    /// By expression id, made on first use.
+    caches: Vec<Option<Cache>>,
+}
+
+/// A compile error of the original patterns: which expression and why.
+pub type BuildError = CompileError;
+
+impl ScanDb {
+    /// Compiles `exprs` (ids are their indexes), or loads them from `cache`; the report
+    /// describes the main database. Errors name an original expression.
+    pub fn build(
+        exprs: &[Expression<'_>],
+        source_names: &[&str],
+        cache: Option<&DbCache>,
+    ) -> Result<(ScanDb, CacheReport), BuildError> {
+        if let Some(plan) = BlindPlan::of(exprs) {
+            if let Ok(built) = plan.build(source_names, cache) {
+                return Ok(built);
+            }
+        }
+        let (main, report) = load_or_compile(exprs, source_names, cache)?;
+        let db = ScanDb {
+            main,
+            confirm: Vec::new(),
+            digit_blind: false,
+        };
+        Ok((db, report))
+    }
+
+    /// The main database (the Hyperscan-alone ceiling of the benchmarks scans with it).
+    pub fn matcher(&self) -> &Matcher {
+        &self.main
+    }
+
+    /// Whether scan results are shared between messages that differ only in digits.
+    pub fn is_digit_blind(&self) -> bool {
+        self.digit_blind
+    }
+
+    pub fn scanner(&self) -> Scanner {
+        Scanner {
+            scratch: self.main.scratch(),
+            memo: ScanMemo::new(self.digit_blind),
+            caches: Vec::new(),
+        }
+    }
+
+    /// Appends the ids of the expressions that match `msg` to `out` (unordered, once each).
+    pub fn scan(&self, msg: &[u8], scanner: &mut Scanner, out: &mut Vec<u32>) {
+        let first = out.len();
+        scanner
+            .memo
+            .scan_into(&self.main, msg, &mut scanner.scratch, out);
+        if self.confirm.is_empty() {
+            return;
+        }
+        let mut kept = first;
+        for i in first..out.len() {
+            let e = out[i];
+            if self.confirms(e, msg, &mut scanner.caches) {
+                out[kept] = e;
+                kept += 1;
+            }
+        }
+        out.truncate(kept);
+    }
+
+    /// Whether a hit of expression `e` in the main database stands for `msg`.
+    fn confirms(&self, e: u32, msg: &[u8], caches: &mut Vec<Option<Cache>>) -> bool {
+        let Some(re) = &self.confirm[e as usize] else {
+            return true;
+        };
+        let i = e as usize;
+        if caches.len() <= i {
+            caches.resize_with(i + 1, || None);
+        }
+        let cache = caches[i].get_or_insert_with(|| re.create_cache());
+        re.search_half_with(cache, &Input::new(msg).earliest(true))
+            .is_some()
+    }
+}
+
+/// The digit-blind forms of a catalog's expressions.
+struct BlindPlan {
+    main: Vec<(String, u32, u32)>,
+    /// By expression id: the original pattern and flags of a widened one.
+    confirm: Vec<Option<(String, u32)>>,
+}
+
+impl BlindPlan {
+    /// `None` when some pattern has no digit-blind form.
+    fn of(exprs: &[Expression<'_>]) -> Option<BlindPlan> {
+        let mut plan = BlindPlan {
+            main: Vec::with_capacity(exprs.len()),
+            confirm: Vec::with_capacity(exprs.len()),
+        };
+        for (i, e) in exprs.iter().enumerate() {
+            if e.id as usize != i {
+                return None;
+            }
+            let caseless = e.flags & FLAG_CASELESS != 0;
+            match blind(e.pattern, caseless).ok()? {
+                Blind::AsIs => {
+                    plan.main.push((e.pattern.to_string(), e.id, e.flags));
+                    plan.confirm.push(None);
+                }
+                Blind::Widened(wide) => {
+                    plan.main.push((wide, e.id, e.flags));
+                    plan.confirm.push(Some((e.pattern.to_string(), e.flags)));
+                }
+            }
+        }
+        Some(plan)
+    }
+
+    /// The databases, or `Err` when a widened form does not compile (the caller falls back
+    /// to the original patterns, whose errors it reports).
+    fn build(
+        &self,
+        source_names: &[&str],
+        cache: Option<&DbCache>,
+    ) -> Result<(ScanDb, CacheReport), ()> {
+        let mut confirm = Vec::with_capacity(self.confirm.len());
+        for original in &self.confirm {
+            confirm.push(match original {
+                None => None,
+                Some((pattern, flags)) => Some(confirm_regex(pattern, *flags).ok_or(())?),
+            });
+        }
+        let (main, report) =
+            load_or_compile(&expressions(&self.main), source_names, cache).map_err(|_| ())?;
+        let db = ScanDb {
+            main,
+            confirm,
+            digit_blind: true,
+        };
+        Ok((db, report))
+    }
+}
+
+/// `pattern` as Hyperscan reads it with `flags` (bytes, ASCII classes, `.` short of `\n`).
+fn confirm_regex(pattern: &str, flags: u32) -> Option<Regex> {
+    let syntax = syntax::Config::new()
+        .unicode(false)
+        .utf8(false)
+        .case_insensitive(flags & FLAG_CASELESS != 0);
+    Regex::builder().syntax(syntax).build(pattern).ok()
+}
+
+fn expressions(owned: &[(String, u32, u32)]) -> Vec<Expression<'_>> {
+    owned
+        .iter()
+        .map(|(pattern, id, flags)| Expression {
+            pattern,
+            id: *id,
+            flags: *flags,
+        })
+        .collect()
+}
+
+/// The database of `exprs` from `cache` when it holds it, else compiled (and stored there).
+fn load_or_compile(
+    exprs: &[Expression<'_>],
+    source_names: &[&str],
+    cache: Option<&DbCache>,
+) -> Result<(Matcher, CacheReport), CompileError> {
+    let Some(cache) = cache else {
+        return Ok((Matcher::compile(exprs)?, CacheReport::uncached()));
+    };
+    let Some(key) = CacheKey::new(source_names, exprs) else {
+        let mut report = CacheReport::uncached();
+        report.note = Some("cache skipped: Hyperscan cannot describe this CPU".into());
+        return Ok((Matcher::compile(exprs)?, report));
+    };
+    let path = cache.path_of(&key);
+    let (matcher, origin, mut note) = match cache.load(&key, exprs.len()) {
+        Ok(matcher) => (matcher, DbOrigin::Cached, None),
+        // A missing file is the normal first run; anything else is worth a debug note.
+        Err(why) => {
+            let note = path.exists().then(|| format!("cache entry ignored: {why}"));
+            (Matcher::compile(exprs)?, DbOrigin::Compiled, note)
+        }
+    };
+    if origin == DbOrigin::Compiled {
+        if let Err(why) = cache.store(&key, &matcher) {
+            note = Some(format!("cache not written: {why}"));
+        }
+    }
+    let report = CacheReport {
+        origin,
+        path: Some(path),
+        note,
+    };
+    Ok((matcher, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matcher::FLAG_SINGLEMATCH;
+
+    const PATTERNS: &[&str] = &[
+        r"error 802\b",
+        r"exitcode: -(?:9|15)\)",
+        r"comm 0x[0-9a-f]+ rank \d+",
+        r"Connect to \S+ failed",
+        r"^Channel \d+/\d+",
+        r"code [1-9]\d*$",
+    ];
+
+    fn exprs() -> Vec<Expression<'static>> {
+        PATTERNS
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Expression {
+                pattern: p,
+                id: i as u32,
+                flags: FLAG_SINGLEMATCH,
+            })
+            .collect()
+    }
+
+    fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn blind_scan_reports_what_the_original_patterns_match() {
+        let exprs = exprs();
+        let (db, _) = ScanDb::build(&exprs, &["t"], None).unwrap();
+        assert!(db.is_digit_blind());
+        let plain = Matcher::compile(&exprs).unwrap();
+        let mut plain_scratch = plain.scratch();
+        let mut scanner = db.scanner();
+        // Messages of one shape with different digits, in an order that answers later ones
+        // from the memo: only the original patterns decide.
+        let messages = [
+            "CUDA error 802 here",
+            "CUDA error 803 here",
+            "CUDA error 802 here",
+            "failed (exitcode: -9) x",
+            "failed (exitcode: -8) x",
+            "failed (exitcode: -15) x",
+            "failed (exitcode: -16) x",
+            "comm 0x7f3a rank 3 Connect to 10.0.0.1<2> failed",
+            "comm 1x7f3a rank 3 Connect to 10.0.0.1<2> failed",
+            "Channel 00/02 code 0",
+            "Channel 01/02 code 7",
+            "Channel 01/02 code 07",
+            "Channel 01/02 code 17",
+        ];
+        for round in 0..2 {
+            for m in messages {
+                let (mut want, mut got) = (Vec::new(), Vec::new());
+                plain.scan_into(m.as_bytes(), &mut plain_scratch, &mut want);
+                db.scan(m.as_bytes(), &mut scanner, &mut got);
+                assert_eq!(sorted(got), sorted(want), "round {round}: {m}");
+            }
+        }
+    }
+
+    /// Every message template NCCL and PyTorch can print (`shared/reference/messages`), each
+    /// filled in with several sets of numbers and words, through one scanner (so the memo
+    /// answers shapes it has seen): the shipped catalog's digit-blind scan must report what
+    /// its original patterns report, message by message.
+    #[test]
+    fn shipped_catalog_scans_reference_messages_like_its_original_patterns() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/reference/messages");
+        let Ok(nccl) = std::fs::read_to_string(dir.join("nccl.tsv")) else {
+            eprintln!("reference messages not found in {}: skipped", dir.display());
+            return;
+        };
+        let torch = std::fs::read_to_string(dir.join("torch.tsv")).unwrap();
+        let catalog = crate::Catalog::from_sources(&crate::catalog::shipped_sources()).unwrap();
+        assert!(catalog.is_digit_blind());
+        let mut exprs = Vec::new();
+        for sig in &catalog.signatures {
+            for p in &sig.patterns {
+                exprs.push(Expression {
+                    pattern: p,
+                    id: exprs.len() as u32,
+                    flags: FLAG_SINGLEMATCH | if sig.caseless { FLAG_CASELESS } else { 0 },
+                });
+            }
+        }
+        let plain = Matcher::compile(&exprs).unwrap();
+        let mut plain_scratch = plain.scratch();
+        let mut scanner = catalog.scanner();
+        let placeholder =
+            Regex::new(r"%[-+ #0]*\d*(?:\.\d+)?(?:hh|h|ll|l|z|j|t|L)?[diouxXspcfgeE]|\{[^{}]*\}")
+                .unwrap();
+        let (mut compared, mut matched) = (0, 0);
+        for template in nccl.lines().chain(torch.lines()).skip(1) {
+            let format = template.rsplit('\t').next().unwrap();
+            for variant in 0..VALUES.len() {
+                let msg = fill(format, variant, &placeholder);
+                let (mut want, mut got) = (Vec::new(), Vec::new());
+                plain.scan_into(msg.as_bytes(), &mut plain_scratch, &mut want);
+                catalog.scan(msg.as_bytes(), &mut scanner, &mut got);
+                assert_eq!(sorted(got), sorted(want.clone()), "{msg}");
+                compared += 1;
+                matched += usize::from(!want.is_empty());
+            }
+        }
+        assert!(compared > 10_000 && matched > 1_000, "{compared} {matched}");
+    }
+
+    /// Values for printf conversions and `{name}` fields: numbers of one length with other
+    /// digits (so that the memo answers one from another), and words.
+    const VALUES: &[&[&str]] = &[
+        &["0", "12", "802", "0x7f3a", "eth0", "-9"],
+        &["1", "15", "803", "0x1f3a", "mlx5_0", "-15"],
+        &["9", "99", "113", "0x7f0a", "10.0.0.1<5>", "-6"],
+        &["5", "11", "100", "0xdead", "docker0", "13"],
+    ];
+
+    fn fill(format: &str, variant: usize, placeholder: &Regex) -> String {
+        let mut out = String::new();
+        let mut last = 0;
+        for (n, m) in placeholder.find_iter(format).enumerate() {
+            out.push_str(&format[last..m.start()]);
+            let values = VALUES[variant];
+            out.push_str(values[(n + variant) % values.len()]);
+            last = m.end();
+        }
+        out.push_str(&format[last..]);
+        out
+    }
+
+    #[test]
+    fn a_pattern_without_a_blind_form_leaves_the_database_exact() {
+        let mut exprs = exprs();
+        exprs.push(Expression {
+            pattern: r"\Q1\E",
+            id: exprs.len() as u32,
+            flags: FLAG_SINGLEMATCH,
+        });
+        let (db, _) = ScanDb::build(&exprs, &["t"], None).unwrap();
+        assert!(!db.is_digit_blind());
+        let mut scanner = db.scanner();
+        let mut got = Vec::new();
+        db.scan(b"CUDA error 802 1", &mut scanner, &mut got);
+        assert_eq!(sorted(std::mem::take(&mut got)), vec![0, 6]);
+        db.scan(b"CUDA error 803 2", &mut scanner, &mut got);
+        assert!(got.is_empty());
+    }
+
+    #[test]
+    fn compile_errors_name_the_original_expression() {
+        let mut exprs = exprs();
+        exprs.push(Expression {
+            pattern: r"(?<=look)behind 1",
+            id: exprs.len() as u32,
+            flags: FLAG_SINGLEMATCH,
+        });
+        let err = ScanDb::build(&exprs, &["t"], None).err().unwrap();
+        assert_eq!(err.expression, Some(6));
+    }
+}
