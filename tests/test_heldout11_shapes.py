@@ -33,3 +33,41 @@ def test_a_container_column_before_the_nccl_header_is_peeled(tmp_path: Path) -> 
     assert signature(diagnoses) == "nccl_ring_invalid"
     assert root_line(diagnoses) == warn
     assert root(diagnoses)["host"] == "job-31-master-0"
+
+
+PROVIDER = (
+    "libibverbs: Warning: no userspace device-specific driver found for "
+    "/sys/class/infiniband_verbs/uverbs1"
+)
+
+
+def test_a_missing_verbs_provider_is_the_cause_of_a_failed_init(tmp_path: Path) -> None:
+    # A container image without the adapter's verbs provider: libibverbs warns, then the
+    # benchmark's own failure line is all that follows.
+    text = (
+        "# nThread 1 nGpus 2 minBytes 8 maxBytes 67108864 step: 2(factor) warmup iters: 5\n"
+        "#\n"
+        "# Using devices\n"
+        "#   Rank  0 Pid  40911 on   lab-gpu4 device  0 [0x00] Tesla T4\n"
+        "#   Rank  1 Pid  40911 on   lab-gpu4 device  1 [0x00] Tesla T4\n"
+        f"{PROVIDER}\n"
+        "lab-gpu4: Test NCCL failure common.cu:802 'internal error'\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "ibverbs_provider_missing"
+    assert root_line(diagnoses) == PROVIDER
+
+
+def test_a_missing_verbs_provider_alone_is_no_failure(tmp_path: Path) -> None:
+    # The same warning in a run that falls back to sockets and completes.
+    text = (
+        f"{PROVIDER}\n"
+        "lab-gpu4:40911:40911 [0] NCCL INFO NET/IB : No device found.\n"
+        "lab-gpu4:40911:40911 [0] NCCL INFO NET/Socket : Using [0]eth1:10.30.4.12<0>\n"
+        "lab-gpu4:40911:40911 [0] NCCL INFO Using network Socket\n"
+        "lab-gpu4:40911:40950 [0] NCCL INFO comm 0x55e1c0 rank 0 nranks 2 cudaDev 0 busId 3000 "
+        "- Init COMPLETE\n"
+        "lab-gpu4:40911:40951 [1] NCCL INFO comm 0x55e2d0 rank 1 nranks 2 cudaDev 1 busId 4000 "
+        "- Init COMPLETE\n"
+    )
+    assert diagnose(tmp_path, text) == []
