@@ -71,3 +71,22 @@ def test_a_missing_verbs_provider_alone_is_no_failure(tmp_path: Path) -> None:
         "- Init COMPLETE\n"
     )
     assert diagnose(tmp_path, text) == []
+
+
+def test_open_mpis_signal_handler_names_the_crash(tmp_path: Path) -> None:
+    # Open MPI's own handler: a banner, then the signal by name and number, then frames.
+    signal_line = "[node-e9:30117] Signal: Segmentation fault (11)"
+    text = (
+        "all_gather_perf -b 16 -e 64M -f 2 -g 2\n"
+        "[node-e9:30117] *** Process received signal ***\n"
+        f"{signal_line}\n"
+        "[node-e9:30117] Signal code: Address not mapped (1)\n"
+        "[node-e9:30117] Failing at address: 0x18\n"
+        "[node-e9:30117] [ 0] /lib/x86_64-linux-gnu/libc.so.6(+0x42520)[0x7f2a10842520]\n"
+        "[node-e9:30117] [ 1] /opt/nccl/lib/libnccl.so.2(+0x4a1c0)[0x7f2a1104a1c0]\n"
+        "[node-e9:30117] *** End of error message ***\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "native_signal_caught"
+    assert root_line(diagnoses) == signal_line
+    assert root(diagnoses)["fields"]["signal"] == "11"
