@@ -90,3 +90,35 @@ def test_open_mpis_signal_handler_names_the_crash(tmp_path: Path) -> None:
     assert signature(diagnoses) == "native_signal_caught"
     assert root_line(diagnoses) == signal_line
     assert root(diagnoses)["fields"]["signal"] == "11"
+
+
+def test_a_cuda_warning_naming_a_hardware_fault_is_the_cause(tmp_path: Path) -> None:
+    # c10 warns when a cleanup call fails; the NCCL error after it is the consequence. The
+    # test's own deliberate barrier failure printed before it is no fault of the GPU.
+    warning = (
+        "[W CUDAGuardImpl.h:115] Warning: CUDA warning: uncorrectable NVLink error detected "
+        "during the execution (function destroyEvent)"
+    )
+    text = (
+        "test_barrier_timeout (__main__.DistTests) ... [E ProcessGroupGloo.cpp:150] Rank 2 "
+        "failed to pass monitoredBarrier in 200 ms\n"
+        f"{warning}\n"
+        "RuntimeError: NCCL error in: ../torch/lib/c10d/NCCLUtils.hpp:161, unhandled cuda error, "
+        "NCCL version 2.9.6\n"
+        "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "pt_cuda_error"
+    assert root_line(diagnoses) == warning
+    assert root(diagnoses)["fields"]["error"] == (
+        "uncorrectable NVLink error detected during the execution"
+    )
+
+
+def test_a_cuda_warning_at_driver_shutdown_is_no_failure(tmp_path: Path) -> None:
+    text = (
+        "epoch 3 done, loss 0.214\n"
+        "[W CUDAGuardImpl.h:115] Warning: CUDA warning: driver shutting down "
+        "(function destroyEvent)\n"
+    )
+    assert diagnose(tmp_path, text) == []
