@@ -83,6 +83,8 @@ struct SignatureSpec {
     #[serde(default)]
     blames: Option<String>,
     #[serde(default)]
+    only_with_failure: bool,
+    #[serde(default)]
     hypotheses: Vec<Hypothesis>,
     #[serde(default)]
     sync: Option<String>,
@@ -132,6 +134,8 @@ pub struct Signature {
     pub blames_setting: Vec<String>,
     /// The fault is at the peer the line names (`blames = "peer"`), not at the printer.
     pub blames_peer: bool,
+    /// A cause only when the job fails: alone (a healthy run prints it too) it is no failure.
+    pub only_with_failure: bool,
     pub hypotheses: Vec<Hypothesis>,
     pub sync: Option<Sync>,
     pub cause: String,
@@ -538,6 +542,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     if !s.blames_setting.is_empty() && s.role != Role::Cause {
         return Err(e("blames_setting is only for causes".into()));
     }
+    if s.only_with_failure && s.role != Role::Cause {
+        return Err(e("only_with_failure is only for causes".into()));
+    }
     let blames_peer = match s.blames.as_deref() {
         None | Some("printer") => false,
         Some("peer") => true,
@@ -603,6 +610,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         blames_outlier: s.blames_outlier,
         blames_setting: s.blames_setting,
         blames_peer,
+        only_with_failure: s.only_with_failure,
         hypotheses: s.hypotheses,
         sync,
         cause: s.cause.unwrap_or_default(),
@@ -830,5 +838,19 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
             "role = \"context\"\nseverity = \"error\"\nweight = 60",
         ));
         assert!(e.reason.contains("only for causes"), "{e}");
+    }
+
+    #[test]
+    fn only_with_failure_is_for_causes_only() {
+        let ok = SMALL.replace("weight = 60", "weight = 60\nonly_with_failure = true");
+        let c = Catalog::from_sources(&[("small.toml".into(), ok.clone())]).unwrap();
+        let sig = &c.signatures[c.index_of("sock_connect").unwrap() as usize];
+        assert!(sig.only_with_failure);
+        let e =
+            load_err(&SMALL.replace("sync = \"seq\"", "sync = \"seq\"\nonly_with_failure = true"));
+        assert!(
+            e.reason.contains("only_with_failure is only for causes"),
+            "{e}"
+        );
     }
 }

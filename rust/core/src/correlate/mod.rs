@@ -205,3 +205,30 @@ fn diagnose(view: &View, inc_idx: usize) -> Option<Diagnosis> {
         json: rendered.json,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::testkit::{diagnose, root_line};
+
+    /// A cause marked `only_with_failure` (libibverbs without a provider for a device).
+    const PROVIDER: &str =
+        "libibverbs: Warning: no userspace device-specific driver found for /sys/class/infiniband_verbs/uverbs2";
+
+    #[test]
+    fn a_cause_only_with_failure_alone_makes_no_diagnosis() {
+        let d = diagnose(&format!(
+            "{PROVIDER}\nrig-5:3120:3120 [0] NCCL INFO NET/IB : No device found.\n\
+             rig-5:3120:3160 [0] NCCL INFO comm 0x7f10 rank 0 nranks 1 cudaDev 0 busId 1000 \
+             - Init COMPLETE\n"
+        ));
+        assert!(d.is_empty(), "{d:?}");
+    }
+
+    #[test]
+    fn a_cause_only_with_failure_competes_once_the_job_fails() {
+        let d = diagnose(&format!(
+            "{PROVIDER}\nrig-5: Test NCCL failure common.cu:790 'internal error'\n"
+        ));
+        assert_eq!(root_line(&d), PROVIDER);
+    }
+}

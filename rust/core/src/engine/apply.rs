@@ -307,12 +307,14 @@ impl Engine {
                 };
                 self.learn_from_fields(job, src, sig, &fields, line, at, st);
                 if is_hit {
-                    if spec.role == Role::Cause || level >= Level::Error {
+                    // A cause that healthy runs print too counts only once the job fails.
+                    let needs_failure = spec.only_with_failure;
+                    if (spec.role == Role::Cause && !needs_failure) || level >= Level::Error {
                         job.failure_seen = true;
                     }
                     let hit = Hit {
                         sig: Some(sig),
-                        warn_only: false,
+                        warn_only: needs_failure,
                         source: src,
                         seq,
                         line_no,

@@ -261,6 +261,27 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
     Some(i + 2)
 }
 
+/// A log viewer's stream or container column in front of a whole NCCL header, a word and one
+/// space with no colon: `trainer node-3:411:502 [0] NCCL WARN …`. A word is ordinary message
+/// text, so it is peeled only when the complete NCCL header (with its `NCCL ` marker) follows;
+/// the host stays the header's own.
+#[inline]
+pub(super) fn word_label(b: &[u8]) -> Option<usize> {
+    let n = b
+        .iter()
+        .take(MAX_WORD_LABEL)
+        .take_while(|c| is_host_byte(**c))
+        .count();
+    if n == 0 || b.get(n) != Some(&b' ') {
+        return None;
+    }
+    nccl(&b[n + 1..], 0, &mut LineMeta::default())?;
+    Some(n + 1)
+}
+
+/// A column label longer than this is not a label.
+const MAX_WORD_LABEL: usize = 48;
+
 /// Task ids of srun labels have at most this many digits.
 const MAX_TASK_DIGITS: usize = 6;
 

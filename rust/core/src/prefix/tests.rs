@@ -322,3 +322,25 @@ fn open_mpi_timestamp_output_glued_to_its_rank_tag() {
         "Tue is the day the job failed"
     );
 }
+
+#[test]
+fn a_container_column_before_a_whole_nccl_header_is_peeled() {
+    // A log viewer's container column: one word and a space, no colon.
+    let line =
+        "trainer job-7-worker-2:5120:5188 [3] graph/rings.cc:38 NCCL WARN Error : ring 1 does not loop back to start (4 != 1)";
+    let (t, m) = msg(line);
+    assert_eq!(t, "Error : ring 1 does not loop back to start (4 != 1)");
+    assert_eq!(m.host(line), Some("job-7-worker-2"));
+    assert_eq!(
+        (m.pid, m.cuda_dev, m.level),
+        (Some(5120), Some(3), Level::Warn)
+    );
+    // A word before anything short of a whole NCCL header stays message text.
+    for text in [
+        "trainer job-7-worker-2:5120:5188 [3] started",
+        "retrying job-7-worker-2:5120 in 5 s",
+        "worker 12:30:01 INFO resumed",
+    ] {
+        assert_eq!(msg(text).0, text);
+    }
+}
