@@ -31,6 +31,15 @@ pub fn diagnose(text: &str) -> Vec<Diagnosis> {
     e.finish()
 }
 
+/// Diagnoses of `text` fed without an ingest time, as `analyze` feeds files: lines that print
+/// no time of their own have none until a timed line comes.
+pub fn diagnose_untimed(text: &str) -> Vec<Diagnosis> {
+    let mut e = Engine::new(Arc::new(shipped_catalog()), Config::default());
+    let id = e.open_stream("j", "node.log", StreamHints::default());
+    e.feed(id, text.as_bytes(), None);
+    e.finish()
+}
+
 /// The root-cause line of the first diagnosis.
 pub fn root_line(d: &[Diagnosis]) -> String {
     d[0].json["root_cause"]["line"]

@@ -94,10 +94,19 @@ impl<'a> View<'a> {
         self.corrected(h.source, h.ts_ms)
     }
 
-    /// Order of two hits: skew-corrected time, then arrival order (unknown times last).
+    /// Order of two hits: skew-corrected time, then arrival order (unknown times last). A line
+    /// with no time of its own that came before the first timed line of its source (an excerpt
+    /// whose first header lost its date) happened no later than that line, so it takes that
+    /// time and arrival order keeps it first.
     pub fn order_key(&self, i: usize) -> (i64, u64) {
         let h = self.hit(i);
-        (self.hit_time(h).unwrap_or(i64::MAX), h.seq)
+        let t = h.ts_ms.or_else(|| {
+            self.job
+                .sources
+                .get(h.source as usize)
+                .and_then(|s| s.first_ts)
+        });
+        (self.corrected(h.source, t).unwrap_or(i64::MAX), h.seq)
     }
 
     pub fn printer(&self, h: &Hit) -> Who {
@@ -196,5 +205,27 @@ impl<'a> View<'a> {
                 .max()
                 .map_or(0, |m| m + 1),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::correlate::testkit::{diagnose_untimed, root_line};
+
+    #[test]
+    fn an_untimed_line_before_the_first_timed_one_keeps_its_place() {
+        // A framework error printed on two lines; the poster's excerpt cut the first header's
+        // date, so the first message has no time while the repeat that follows has one.
+        let first =
+            "INTERNAL: gpu/collectives.cc:91: NCCL operation ncclCommInitRank(&comm, n, id, r) \
+            failed: unhandled system error";
+        let text = format!(
+            "W gpu/runtime/intercept.cc:58] Runtime error caught:\n{first}\n\
+             2024-03-05 11:02:07.118200: E pjrt/client.cc:2101] Execution of replica 1 failed: \
+             INTERNAL: gpu/collectives.cc:91: NCCL operation ncclCommInitRank(&comm, n, id, r) \
+             failed: unhandled system error\n"
+        );
+        let d = diagnose_untimed(&text);
+        assert_eq!(root_line(&d), first);
     }
 }
