@@ -89,6 +89,11 @@ pub struct Ring {
     bytes: usize,
     /// Where the newest record starts in the last block: hits ask for the line just pushed.
     newest_at: usize,
+    /// Blocks popped from the front so far: a block's number is this plus its index.
+    popped_blocks: u64,
+    /// The newest line that starts a record (not a continuation): its seq, block number and
+    /// offset. A hit on a traceback's last line asks for the record from its first line.
+    record_at: Option<(u64, u64, usize)>,
 }
 
 impl Ring {
@@ -121,17 +126,22 @@ impl Ring {
             self.block_heap += memsize::vec(&block);
             self.blocks.push_back(block);
         }
-        let Some(block) = self.blocks.back_mut() else {
-            return;
-        };
         let header = Header {
             seq,
             ts_ms,
             len: text.len(),
             continuation,
         };
-        self.newest_at = block.len();
+        let number = self.popped_blocks + self.blocks.len() as u64 - 1;
+        let Some(block) = self.blocks.back_mut() else {
+            return;
+        };
+        let at = block.len();
         header.write_record(text.as_bytes(), block);
+        self.newest_at = at;
+        if !continuation {
+            self.record_at = Some((seq, number, at));
+        }
         self.lines += 1;
         self.bytes += cost;
     }
@@ -151,6 +161,7 @@ impl Ring {
             }
             if let Some(b) = self.blocks.pop_front() {
                 self.block_heap -= memsize::vec(&b);
+                self.popped_blocks += 1;
             }
             self.head = 0;
         }
@@ -158,18 +169,31 @@ impl Ring {
 
     /// Every live record, oldest first: its header and text.
     fn records(&self) -> impl Iterator<Item = (Header, &[u8])> + '_ {
-        self.blocks.iter().enumerate().flat_map(move |(i, b)| {
-            let mut at = if i == 0 { self.head } else { 0 };
-            std::iter::from_fn(move || {
-                if at >= b.len() {
-                    return None;
-                }
-                let h = Header::read(&b[at..]);
-                let text = &b[at + HEADER..at + HEADER + h.len];
-                at += record_size(h.len);
-                Some((h, text))
+        self.records_at(0, self.head)
+    }
+
+    /// The live records from block `first` at offset `offset` on.
+    fn records_at(
+        &self,
+        first: usize,
+        offset: usize,
+    ) -> impl Iterator<Item = (Header, &[u8])> + '_ {
+        self.blocks
+            .iter()
+            .enumerate()
+            .skip(first)
+            .flat_map(move |(i, b)| {
+                let mut at = if i == first { offset } else { 0 };
+                std::iter::from_fn(move || {
+                    if at >= b.len() {
+                        return None;
+                    }
+                    let h = Header::read(&b[at..]);
+                    let text = &b[at + HEADER..at + HEADER + h.len];
+                    at += record_size(h.len);
+                    Some((h, text))
+                })
             })
-        })
     }
 
     fn line(h: Header, text: &[u8]) -> RingLine {
@@ -195,6 +219,7 @@ impl Ring {
             h.write_record(text, &mut packed);
         }
         self.newest_at = newest_at;
+        self.record_at = None;
         self.blocks.clear();
         self.blocks.shrink_to_fit();
         self.block_heap = 0;
@@ -242,6 +267,18 @@ impl Ring {
         kept.into_iter().map(|(h, t)| Ring::line(h, t)).collect()
     }
 
+    /// The records from the remembered record start when it is `seq` and still live, else
+    /// from the oldest.
+    fn records_before(&self, seq: u64) -> impl Iterator<Item = (Header, &[u8])> + '_ {
+        let start = self.record_at.and_then(|(at_seq, number, offset)| {
+            let index = usize::try_from(number.checked_sub(self.popped_blocks)?).ok()?;
+            let live = index < self.blocks.len() && (index > 0 || offset >= self.head);
+            (at_seq == seq && live).then_some((index, offset))
+        });
+        let (first, offset) = start.unwrap_or((0, self.head));
+        self.records_at(first, offset)
+    }
+
     /// The line at `seq` and the continuation lines right after it.
     pub fn record_from(&self, seq: u64, max: usize) -> Vec<RingLine> {
         if let (Some(last), true) = (self.blocks.back(), self.lines > 0 && max > 0) {
@@ -252,7 +289,7 @@ impl Ring {
             }
         }
         let mut out = Vec::new();
-        for (h, t) in self.records().skip_while(|(h, _)| h.seq < seq) {
+        for (h, t) in self.records_before(seq).skip_while(|(h, _)| h.seq < seq) {
             if out.len() >= max || (!out.is_empty() && !h.continuation) {
                 break;
             }
@@ -418,7 +455,13 @@ mod tests {
                 }
                 // Probe the newest line (or just before it) as hits do, and older ones.
                 let newest = model.lines.back().map_or(seq, |l| l.seq);
-                let probe = if op % 2 == 0 { newest } else { newest.saturating_sub(len as u64 % 12) };
+                // ... and the newest record start, as a hit on a traceback's last line does.
+                let record_start = model.lines.iter().rev().find(|l| !l.continuation).map_or(newest, |l| l.seq);
+                let probe = match op % 3 {
+                    0 => newest,
+                    1 => newest.saturating_sub(len as u64 % 12),
+                    _ => record_start,
+                };
                 let all: Vec<RingLine> = model.lines.iter().cloned().collect();
                 proptest::prop_assert!(same(&ring.lines(), &all));
                 proptest::prop_assert_eq!(ring.len(), all.len());
