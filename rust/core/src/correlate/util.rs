@@ -119,51 +119,58 @@ pub fn template(msg: &str) -> String {
         if i > 0 {
             out.push(' ');
         }
-        out.push_str(&mask_word(word));
+        push_masked_word(word, &mut out);
     }
     out
 }
 
-fn mask_word(word: &str) -> String {
+fn push_masked_word(word: &str, out: &mut String) {
     if let Some((addr, _port)) = word.split_once('<') {
         if addr.matches('.').count() >= 3 || addr.matches(':').count() >= 2 {
-            return "<addr>".to_string();
+            out.push_str("<addr>");
+            return;
         }
     }
     let core = word.trim_matches(|c: char| "()[]<>,;'\"".contains(c));
     let (start, end) = match word.find(core) {
         Some(s) if !core.is_empty() => (s, s + core.len()),
-        _ => return word.to_string(),
+        _ => {
+            out.push_str(word);
+            return;
+        }
     };
-    let masked = if core.contains('/') && core.len() > 1 {
-        "<path>".to_string()
+    out.push_str(&word[..start]);
+    if core.contains('/') && core.len() > 1 {
+        out.push_str("<path>");
     } else if core.matches('.').count() >= 3 || core.matches(':').count() >= 2 {
-        "<addr>".to_string()
+        out.push_str("<addr>");
     } else {
-        mask_numbers(core)
-    };
-    format!("{}{}{}", &word[..start], masked, &word[end..])
+        push_masked_numbers(core, out);
+    }
+    out.push_str(&word[end..]);
 }
 
-fn mask_numbers(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
+/// `s` with each run of digits (or `0x` and hex digits) as `<n>`.
+fn push_masked_numbers(s: &str, out: &mut String) {
     let b = s.as_bytes();
-    let mut i = 0;
+    let (mut i, mut copied) = (0, 0);
     while i < b.len() {
-        let hex = b[i] == b'0' && b.get(i + 1).is_some_and(|c| *c == b'x' || *c == b'X');
-        if b[i].is_ascii_digit() {
-            let mut j = if hex { i + 2 } else { i };
-            while j < b.len() && (b[j].is_ascii_hexdigit() && (hex || b[j].is_ascii_digit())) {
-                j += 1;
-            }
-            out.push_str("<n>");
-            i = j.max(i + 1);
-        } else {
-            out.push(b[i] as char);
+        if !b[i].is_ascii_digit() {
             i += 1;
+            continue;
         }
+        let hex = b[i] == b'0' && b.get(i + 1).is_some_and(|c| *c == b'x' || *c == b'X');
+        let mut j = if hex { i + 2 } else { i };
+        while j < b.len() && (b[j].is_ascii_hexdigit() && (hex || b[j].is_ascii_digit())) {
+            j += 1;
+        }
+        // Digits are ASCII, so both ends are character boundaries.
+        out.push_str(&s[copied..i]);
+        out.push_str("<n>");
+        i = j.max(i + 1);
+        copied = i;
     }
-    out
+    out.push_str(&s[copied..]);
 }
 
 #[cfg(test)]
@@ -200,6 +207,15 @@ mod tests {
             template("comm 0x7f3a5c001230 failed on /dev/shm/nccl-x at 10.1.2.3<4000>"),
             "comm <n> failed on <path> at <addr>"
         );
+    }
+
+    #[test]
+    fn templates_keep_other_text_as_written() {
+        assert_eq!(
+            template("Fehler beim Öffnen: 12 Geräte"),
+            "Fehler beim Öffnen: <n> Geräte"
+        );
+        assert_eq!(template("x0x1f,y 9 (7)"), "x<n>,y <n> (<n>)");
     }
 
     #[test]
