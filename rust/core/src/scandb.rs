@@ -15,13 +15,31 @@ use crate::matcher::{CompileError, Expression, Matcher, ScanMemo, Scratch, FLAG_
 use regex_automata::meta::{Cache, Regex};
 use regex_automata::util::syntax;
 use regex_automata::Input;
+use std::sync::OnceLock;
 
 /// The databases of one catalog.
 pub struct ScanDb {
     main: Matcher,
     /// By expression id: the original form of a widened pattern, which confirms its hits.
-    confirm: Vec<Option<Regex>>,
+    confirm: Vec<Option<Confirm>>,
     digit_blind: bool,
+}
+
+/// The original form of a widened pattern, compiled on its first hit: most catalogs' widened
+/// patterns never hit a given log, and compiling all of them would cost a one-line
+/// `analyze` about 30 ms.
+struct Confirm {
+    pattern: String,
+    flags: u32,
+    regex: OnceLock<Option<Regex>>,
+}
+
+impl Confirm {
+    fn regex(&self) -> Option<&Regex> {
+        self.regex
+            .get_or_init(|| confirm_regex(&self.pattern, self.flags))
+            .as_ref()
+    }
 }
 
 /// One thread's scratch space, memo and regex caches for a [`ScanDb`].
@@ -97,7 +115,12 @@ impl ScanDb {
 
     /// Whether a hit of expression `e` in the main database stands for `msg`.
     fn confirms(&self, e: u32, msg: &[u8], caches: &mut Vec<Option<Cache>>) -> bool {
-        let Some(re) = &self.confirm[e as usize] else {
+        let Some(confirm) = &self.confirm[e as usize] else {
+            return true;
+        };
+        // Checked at load (`check_parses`); without size limits the build cannot fail, but
+        // if it ever did, the widened hit (a superset) is the safe answer.
+        let Some(re) = confirm.regex() else {
             return true;
         };
         let i = e as usize;
@@ -154,7 +177,14 @@ impl BlindPlan {
         for original in &self.confirm {
             confirm.push(match original {
                 None => None,
-                Some((pattern, flags)) => Some(confirm_regex(pattern, *flags).ok_or(())?),
+                Some((pattern, flags)) => {
+                    check_parses(pattern, *flags)?;
+                    Some(Confirm {
+                        pattern: pattern.clone(),
+                        flags: *flags,
+                        regex: OnceLock::new(),
+                    })
+                }
             });
         }
         let (main, report) =
@@ -168,13 +198,28 @@ impl BlindPlan {
     }
 }
 
-/// `pattern` as Hyperscan reads it with `flags` (bytes, ASCII classes, `.` short of `\n`).
-fn confirm_regex(pattern: &str, flags: u32) -> Option<Regex> {
-    let syntax = syntax::Config::new()
+/// How a confirming regex reads its pattern: as Hyperscan does with `flags` (bytes, ASCII
+/// classes, `.` short of `\n`).
+fn confirm_syntax(flags: u32) -> syntax::Config {
+    syntax::Config::new()
         .unicode(false)
         .utf8(false)
-        .case_insensitive(flags & FLAG_CASELESS != 0);
-    Regex::builder().syntax(syntax).build(pattern).ok()
+        .case_insensitive(flags & FLAG_CASELESS != 0)
+}
+
+/// Whether the confirming regex of `pattern` would compile (a parse, without compiling).
+fn check_parses(pattern: &str, flags: u32) -> Result<(), ()> {
+    syntax::parse_with(pattern, &confirm_syntax(flags))
+        .map(|_| ())
+        .map_err(|_| ())
+}
+
+fn confirm_regex(pattern: &str, flags: u32) -> Option<Regex> {
+    Regex::builder()
+        .syntax(confirm_syntax(flags))
+        .configure(Regex::config().nfa_size_limit(None))
+        .build(pattern)
+        .ok()
 }
 
 fn expressions(owned: &[(String, u32, u32)]) -> Vec<Expression<'_>> {
