@@ -247,25 +247,41 @@ pub(crate) struct LineDecoder {
 /// memo keeps one message).
 const MEMO_MAX_MSG: usize = 512;
 
-/// The last message one signature's field regexes ran over in a decoder and the spans they
-/// found in it. The same message comes again and again (an NCCL banner from every rank of a
-/// node, a per-step line); the regexes are deterministic, so an identical message gets the
-/// same spans without running them. When the signature's regexes cannot tell one digit from
-/// another (`fields_digit_blind`), the key is the message with its digits masked: a message
-/// of the same shape (same length, same bytes but digits) has its spans at the same offsets.
+/// The last few messages one signature's field regexes ran over in a decoder and the spans
+/// they found in each. The same message comes again and again (an NCCL banner from every rank
+/// of a node, a per-step line), often two or three kinds in turn (one `NCCL_*` setting line
+/// after another); the regexes are deterministic, so an identical message gets the same spans
+/// without running them. When the signature's regexes cannot tell one digit from another
+/// (`fields_digit_blind`), the key is the message with its digits masked: a message of the
+/// same shape (same length, same bytes but digits) has its spans at the same offsets.
 #[derive(Debug, Default)]
 struct FieldMemo {
+    entries: Vec<FieldMemoEntry>,
+    /// The entry the next new message replaces once all are used.
+    next: usize,
+}
+
+#[derive(Debug, Default)]
+struct FieldMemoEntry {
     key: Vec<u8>,
     spans: Vec<FieldSpan>,
 }
 
+/// Messages remembered per signature.
+const FIELD_MEMO_ENTRIES: usize = 4;
+
 impl FieldMemo {
     fn heap_bytes(&self) -> usize {
-        memsize::vec(&self.key) + memsize::vec(&self.spans)
+        memsize::vec(&self.entries)
+            + self
+                .entries
+                .iter()
+                .map(|e| memsize::vec(&e.key) + memsize::vec(&e.spans))
+                .sum::<usize>()
     }
 
     /// Appends the spans of `sig`'s field regexes in `msg` to `out`, from the memo when `msg`
-    /// has the key of the message they last ran over (`mask` is scratch space).
+    /// has the key of a message they ran over (`mask` is scratch space).
     fn field_spans(
         &mut self,
         catalog: &Catalog,
@@ -280,18 +296,25 @@ impl FieldMemo {
         } else {
             msg.as_bytes()
         };
-        if !self.key.is_empty() && self.key == key {
-            out.extend_from_slice(&self.spans);
+        if let Some(e) = self.entries.iter().find(|e| e.key == key) {
+            out.extend_from_slice(&e.spans);
             return;
         }
         let first = out.len();
         catalog.field_spans(sig, msg, true, |_| false, out);
-        self.key.clear();
-        self.spans.clear();
-        if msg.len() <= MEMO_MAX_MSG {
-            self.key.extend_from_slice(key);
-            self.spans.extend_from_slice(&out[first..]);
+        if msg.len() > MEMO_MAX_MSG {
+            return;
         }
+        if self.entries.len() < FIELD_MEMO_ENTRIES {
+            self.entries.push(FieldMemoEntry::default());
+        }
+        let i = self.next.min(self.entries.len() - 1);
+        self.next = (i + 1) % FIELD_MEMO_ENTRIES;
+        let e = &mut self.entries[i];
+        e.key.clear();
+        e.key.extend_from_slice(key);
+        e.spans.clear();
+        e.spans.extend_from_slice(&out[first..]);
     }
 }
 
