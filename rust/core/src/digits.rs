@@ -3,11 +3,12 @@
 //!
 //! Log lines of one kind differ mostly in numbers (ranks, channels, addresses, sizes). A
 //! pattern that treats every ASCII digit alike (`\d`, `[0-9a-f]`, `.`, `\S`) matches a message
-//! exactly when it matches the same message with every digit replaced by `0`, so one scan
+//! exactly when it matches the same message with every digit replaced by `0` (but one right
+//! before an `x`, so that `0x` prefixes stay as written: see [`mask_digits`]), so one scan
 //! answers for every message of that shape. A pattern that tells digits apart (`error 802`,
-//! `exitcode: -9`, `0x[0-9a-f]+`, `[1-9]`) is *widened*: each literal digit becomes `\d` and
-//! each class holding some digits also takes the others. The widened pattern matches a
-//! superset and is digit-blind; a hit of it is confirmed with the original pattern.
+//! `exitcode: -9`, `P2P`, `[1-9]`) is *widened*: each literal digit becomes `\d` and each
+//! class holding some digits also takes the others. The widened pattern matches a superset
+//! and is digit-blind; a hit of it is confirmed with the original pattern.
 //!
 //! The widening is textual (Hyperscan compiles the result) and then checked on the parsed
 //! form: a pattern whose widened form still tells digits apart, or that the parser here does
@@ -58,15 +59,22 @@ pub fn field_regex_is_digit_blind(pattern: &str) -> bool {
         .is_some_and(|hir| hir_is_digit_blind(&hir))
 }
 
-/// Replaces every ASCII digit of `msg` with `0` into `out` (the key digit-blind results share).
+/// Replaces the ASCII digits of `msg` with `0` into `out` (the key digit-blind results
+/// share), except a digit right before `x` or `X`: so `0x` stays apart from `1x`, and the many
+/// patterns that spell a hex number `0x[0-9a-f]+` count as digit-blind.
 pub fn mask_digits(msg: &[u8], out: &mut Vec<u8>) {
     out.clear();
-    out.extend_from_slice(msg);
-    // Branch-free, so that it vectorises.
-    for b in out.iter_mut() {
+    let Some((&last, head)) = msg.split_last() else {
+        return;
+    };
+    out.resize(msg.len(), 0);
+    // Branch-free over equal-length slices (each byte and the one after it), so it vectorises.
+    for ((o, &b), &next) in out.iter_mut().zip(head).zip(&msg[1..]) {
         let digit = b.wrapping_sub(b'0') < 10;
-        *b = if digit { b'0' } else { *b };
+        let before_x = next | 0x20 == b'x';
+        *o = if digit & !before_x { b'0' } else { b };
     }
+    out[head.len()] = if last.is_ascii_digit() { b'0' } else { last };
 }
 
 fn parse(pattern: &str, caseless: bool) -> Result<Hir, String> {
@@ -85,13 +93,21 @@ fn is_digit_blind(pattern: &str, caseless: bool) -> Result<bool, String> {
 
 fn hir_is_digit_blind(hir: &Hir) -> bool {
     match hir.kind() {
-        HirKind::Literal(lit) => !lit.0.iter().any(u8::is_ascii_digit),
+        HirKind::Literal(lit) => literal_is_digit_blind(&lit.0),
         HirKind::Class(class) => matches!(digits_in(class), 0 | 10),
         HirKind::Repetition(rep) => hir_is_digit_blind(&rep.sub),
         HirKind::Capture(cap) => hir_is_digit_blind(&cap.sub),
         HirKind::Concat(subs) | HirKind::Alternation(subs) => subs.iter().all(hir_is_digit_blind),
         HirKind::Empty | HirKind::Look(_) => true,
     }
+}
+
+/// No digit in `lit` but one right before an `x` or `X` of the literal, which the mask keeps
+/// ([`mask_digits`]): messages of one key hold the same digit there.
+fn literal_is_digit_blind(lit: &[u8]) -> bool {
+    lit.iter()
+        .enumerate()
+        .all(|(i, b)| !b.is_ascii_digit() || matches!(lit.get(i + 1), Some(b'x' | b'X')))
 }
 
 /// How many of the ten ASCII digits `class` holds.
@@ -126,7 +142,7 @@ fn widen(pattern: &str) -> Result<String, String> {
             b'{' => copy(b, i, quantifier_len(&b[i..]).unwrap_or(1), &mut out),
             b'(' if b.get(i + 1) == Some(&b'?') => copy(b, i, group_header_len(&b[i..])?, &mut out),
             b'(' if b.get(i + 1) == Some(&b'*') => return Err("verbs are not supported".into()),
-            d if d.is_ascii_digit() => {
+            d if d.is_ascii_digit() && !matches!(b.get(i + 1), Some(b'x' | b'X')) => {
                 out.extend_from_slice(br"\d");
                 1
             }
@@ -292,6 +308,8 @@ mod tests {
             r"(?:\d|x)+",
             r"[[:digit:]x]+",
             r"(?P<rank2>\d+)",
+            r"comm 0x[0-9a-f]+ rank \d+",
+            r"size=0X[0-9A-F]+",
         ] {
             assert_eq!(blind(p, false), Ok(Blind::AsIs), "{p}");
         }
@@ -305,8 +323,8 @@ mod tests {
             r"exitcode: -(?:\d|\d|\d)\) "
         );
         assert_eq!(
-            widened(r"comm 0x[0-9a-f]+ rank \d{2}"),
-            r"comm \dx[0-9a-f]+ rank \d{2}"
+            widened(r"comm 0x[0-9a-f]+ rank 1\d{2}"),
+            r"comm 0x[0-9a-f]+ rank \d\d{2}"
         );
         assert_eq!(widened(r"code [1-9]\d*"), r"code (?:[1-9]|\d)\d*");
         assert_eq!(widened(r"x86_64\x31{3,}"), r"x\d\d_\d\d\d{3,}");
@@ -330,7 +348,8 @@ mod tests {
         ));
         assert!(field_regex_is_digit_blind(r"via (?P<t>\S+)"));
         assert!(field_regex_is_digit_blind(r"peer (?P<p>[^ ]+)"));
-        assert!(!field_regex_is_digit_blind(r"comm (?P<c>0x[0-9a-f]+)"));
+        assert!(field_regex_is_digit_blind(r"comm (?P<c>0x[0-9a-f]+)"));
+        assert!(!field_regex_is_digit_blind(r"comm (?P<c>0[0-9a-f]+)"));
         assert!(!field_regex_is_digit_blind(r"P2P (?P<n>[1-9])"));
         assert!(!field_regex_is_digit_blind(r"(?P<x>"));
     }
@@ -340,5 +359,8 @@ mod tests {
         let mut out = Vec::new();
         mask_digits(b"rank 12 of 0x7f3a", &mut out);
         assert_eq!(out, b"rank 00 of 0x0f0a");
+        // A digit right before `x` is kept: `0x` and `1x` are different shapes.
+        mask_digits(b"1x5 0x9 7X", &mut out);
+        assert_eq!(out, b"1x0 0x0 7X");
     }
 }
