@@ -263,19 +263,11 @@ fn check_entry<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matcher::FLAG_SINGLEMATCH;
 
     const PATTERNS: &[&str] = &["Connect to \\S+ failed", "NCCL WARN"];
 
     fn exprs(pats: &[&'static str]) -> Vec<Expression<'static>> {
-        pats.iter()
-            .enumerate()
-            .map(|(i, p)| Expression {
-                pattern: p,
-                id: i as u32,
-                flags: FLAG_SINGLEMATCH,
-            })
-            .collect()
+        crate::matcher::numbered(pats)
     }
 
     fn temp_dir(name: &str) -> PathBuf {

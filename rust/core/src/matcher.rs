@@ -393,6 +393,19 @@ impl Drop for Matcher {
     }
 }
 
+/// `pats` as SINGLEMATCH expressions whose ids are their indexes (for tests).
+#[cfg(test)]
+pub(crate) fn numbered<'a>(pats: &[&'a str]) -> Vec<Expression<'a>> {
+    pats.iter()
+        .enumerate()
+        .map(|(i, p)| Expression {
+            pattern: p,
+            id: i as u32,
+            flags: FLAG_SINGLEMATCH,
+        })
+        .collect()
+}
+
 /// Per-thread scan scratch space for one database.
 pub struct Scratch {
     ptr: *mut HsScratch,
@@ -427,16 +440,7 @@ mod tests {
     use super::*;
 
     fn compile(pats: &[&str]) -> Result<Matcher, CompileError> {
-        let exprs: Vec<Expression> = pats
-            .iter()
-            .enumerate()
-            .map(|(i, p)| Expression {
-                pattern: p,
-                id: i as u32,
-                flags: FLAG_SINGLEMATCH,
-            })
-            .collect();
-        Matcher::compile(&exprs)
+        Matcher::compile(&numbered(pats))
     }
 
     #[test]

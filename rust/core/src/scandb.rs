@@ -284,15 +284,14 @@ mod tests {
     ];
 
     fn exprs() -> Vec<Expression<'static>> {
-        PATTERNS
-            .iter()
-            .enumerate()
-            .map(|(i, p)| Expression {
-                pattern: p,
-                id: i as u32,
-                flags: FLAG_SINGLEMATCH,
-            })
-            .collect()
+        crate::matcher::numbered(PATTERNS)
+    }
+
+    /// `PATTERNS` and one more pattern, as expressions.
+    fn exprs_with(extra: &'static str) -> Vec<Expression<'static>> {
+        let mut all = PATTERNS.to_vec();
+        all.push(extra);
+        crate::matcher::numbered(&all)
     }
 
     fn sorted(mut v: Vec<u32>) -> Vec<u32> {
@@ -406,12 +405,7 @@ mod tests {
 
     #[test]
     fn a_pattern_without_a_blind_form_leaves_the_database_exact() {
-        let mut exprs = exprs();
-        exprs.push(Expression {
-            pattern: r"\Q1\E",
-            id: exprs.len() as u32,
-            flags: FLAG_SINGLEMATCH,
-        });
+        let exprs = exprs_with(r"\Q1\E");
         let (db, _) = ScanDb::build(&exprs, &["t"], None).unwrap();
         assert!(!db.is_digit_blind());
         let mut scanner = db.scanner();
@@ -424,12 +418,7 @@ mod tests {
 
     #[test]
     fn compile_errors_name_the_original_expression() {
-        let mut exprs = exprs();
-        exprs.push(Expression {
-            pattern: r"(?<=look)behind 1",
-            id: exprs.len() as u32,
-            flags: FLAG_SINGLEMATCH,
-        });
+        let exprs = exprs_with(r"(?<=look)behind 1");
         let err = ScanDb::build(&exprs, &["t"], None).err().unwrap();
         assert_eq!(err.expression, Some(6));
     }
