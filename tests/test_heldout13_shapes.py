@@ -91,3 +91,18 @@ def test_nvls_proceeding_without_it_stays_no_failure(tmp_path: Path) -> None:
         "Proceeding without NVLS support."
     )
     assert diagnose(tmp_path, line + "\n") == []
+
+
+def test_a_labelled_row_with_wrong_elements_is_still_found(tmp_path: Path) -> None:
+    bad = (
+        "node-e4:       8192          2048     float     sum      -1    40.12    0.20    0.38"
+        "      0    39.88    0.21    0.38      12"
+    )
+    diagnoses = diagnose(tmp_path, bad + "\n")
+    assert signature(diagnoses) == "nccl_tests_wrong_results"
+
+
+def test_a_ring_channel_list_of_numbers_is_no_result_row(tmp_path: Path) -> None:
+    # A long channel line is a row of integers too; it is context, not a failed check.
+    line = "svc-0:4410:4466 [0] NCCL INFO Channel 00/02 : 0 2 5 7 12 13 0 2 5 7 12 13 0 2 5 7"
+    assert diagnose(tmp_path, line + "\n") == []
