@@ -5,7 +5,8 @@
 //! `cargo run --release -p rankwatch-core --example feed_profile -- CATALOG_DIR LOG_DIR [ROUNDS]`
 //!
 //! Each phase is its own non-inlined function so that `valgrind --tool=callgrind` attributes
-//! instructions to it: `engine_feed` (the engine end to end), `hyperscan_lines` (Hyperscan
+//! instructions to it: `engine_feed` (the engine's line stages), `engine_finish` (correlation
+//! and diagnoses once every line is in), `hyperscan_lines` (Hyperscan
 //! alone on whole lines, the ceiling), `hyperscan_messages` (Hyperscan on the messages left
 //! after peeling) and `peel_lines` (prefix peeling alone). Set `RANKWATCH_CACHE_DIR` to a
 //! folder to take the compiled database from the cache instead of compiling it.
@@ -20,7 +21,7 @@ mod common;
 use common::{files, peeled_messages};
 
 #[inline(never)]
-fn engine_feed(catalog: &Arc<Catalog>, data: &[(String, Vec<u8>)]) -> usize {
+fn engine_feed(catalog: &Arc<Catalog>, data: &[(String, Vec<u8>)]) -> Engine {
     let mut engine = Engine::new(catalog.clone(), Config::default());
     for (name, bytes) in data {
         let hints = StreamHints {
@@ -31,7 +32,13 @@ fn engine_feed(catalog: &Arc<Catalog>, data: &[(String, Vec<u8>)]) -> usize {
         engine.feed(s, bytes, None);
         engine.close_stream(s);
     }
-    engine.stats.lines as usize
+    engine
+}
+
+/// Correlation and rendering once every line is in.
+#[inline(never)]
+fn engine_finish(engine: &mut Engine) -> usize {
+    engine.finish().len()
 }
 
 #[inline(never)]
@@ -111,12 +118,14 @@ fn main() {
     let messages = peeled_messages(&lines);
     let rounds: usize = args.get(3).map_or(5, |s| s.parse().unwrap());
     for _ in 0..rounds {
-        let (fed, feed) = timed(|| engine_feed(&catalog, &data));
+        let (mut engine, feed) = timed(|| engine_feed(&catalog, &data));
+        let fed = engine.stats.lines;
+        let (diagnoses, finish) = timed(|| engine_finish(&mut engine));
         let (n, hs) = timed(|| hyperscan_lines(&catalog, &data));
         let (nm, hs_msg) = timed(|| hyperscan_messages(&catalog, &messages));
         let (peeled, peel_s) = timed(|| peel_lines(&lines));
         println!(
-            "{fed} lines: feed {feed:.3}s  hyperscan {hs:.3}s ({n} matches)  ratio {:.0}%  \
+            "{fed} lines: feed {feed:.3}s  finish {finish:.3}s ({diagnoses} diagnoses)  hyperscan {hs:.3}s ({n} matches)  ratio {:.0}%  \
              hyperscan on messages {hs_msg:.3}s ({nm})  peel {peel_s:.3}s ({peeled})",
             hs / feed * 100.0
         );

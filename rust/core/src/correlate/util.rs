@@ -115,7 +115,9 @@ pub fn iso_ms(ms: i64) -> String {
 /// `<path>`.
 pub fn template(msg: &str) -> String {
     let mut out = String::with_capacity(msg.len());
-    for (i, word) in msg.split(' ').enumerate() {
+    // Words are short: a plain test per character beats the searcher a `char` pattern sets up
+    // for each word.
+    for (i, word) in msg.split(|c: char| c == ' ').enumerate() {
         if i > 0 {
             out.push(' ');
         }
@@ -124,30 +126,49 @@ pub fn template(msg: &str) -> String {
     out
 }
 
+/// A dotted quad or an IPv6-like run of colons.
+fn looks_like_address(s: &[u8]) -> bool {
+    let (mut dots, mut colons) = (0, 0);
+    for &b in s {
+        dots += usize::from(b == b'.');
+        colons += usize::from(b == b':');
+    }
+    dots >= 3 || colons >= 2
+}
+
+/// Punctuation around a word that is not part of its value.
+fn is_wrapper(b: u8) -> bool {
+    matches!(
+        b,
+        b'(' | b')' | b'[' | b']' | b'<' | b'>' | b',' | b';' | b'\'' | b'"'
+    )
+}
+
 fn push_masked_word(word: &str, out: &mut String) {
-    if let Some((addr, _port)) = word.split_once('<') {
-        if addr.matches('.').count() >= 3 || addr.matches(':').count() >= 2 {
+    let bytes = word.as_bytes();
+    if let Some(port) = bytes.iter().position(|&b| b == b'<') {
+        if looks_like_address(&bytes[..port]) {
             out.push_str("<addr>");
             return;
         }
     }
-    let core = word.trim_matches(|c: char| "()[]<>,;'\"".contains(c));
-    let (start, end) = match word.find(core) {
-        Some(s) if !core.is_empty() => (s, s + core.len()),
-        _ => {
-            out.push_str(word);
-            return;
-        }
+    // Wrappers are ASCII, so the trimmed ends are character boundaries.
+    let start = bytes.iter().position(|&b| !is_wrapper(b));
+    let end = bytes.iter().rposition(|&b| !is_wrapper(b));
+    let (Some(start), Some(last)) = (start, end) else {
+        out.push_str(word);
+        return;
     };
+    let core = &word[start..=last];
     out.push_str(&word[..start]);
-    if core.contains('/') && core.len() > 1 {
+    if core.len() > 1 && core.as_bytes().contains(&b'/') {
         out.push_str("<path>");
-    } else if core.matches('.').count() >= 3 || core.matches(':').count() >= 2 {
+    } else if looks_like_address(core.as_bytes()) {
         out.push_str("<addr>");
     } else {
         push_masked_numbers(core, out);
     }
-    out.push_str(&word[end..]);
+    out.push_str(&word[last + 1..]);
 }
 
 /// `s` with each run of digits (or `0x` and hex digits) as `<n>`.
