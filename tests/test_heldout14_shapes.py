@@ -58,3 +58,26 @@ def test_a_libcuda_warning_alone_is_still_the_root(tmp_path: Path) -> None:
     diagnoses = diagnose(tmp_path, text)
     assert signature(diagnoses) == "nccl_cuda_driver_load_failed"
     assert root_line(diagnoses) == warn
+
+
+def test_a_vendor_nccl_bracketed_warn_outranks_the_driver_traceback(tmp_path: Path) -> None:
+    # A vendor NCCL build (`[host][pid:tid][dev][file:line] NCCL WARN`) behind Ray actor labels
+    # reports the failing call; the Ray driver's traceback follows.
+    warn = (
+        "(PolicyActor pid=4410) [pai-dlc-3e9a-worker-0][4410:4502][1][init.cc:1790] NCCL WARN "
+        "init.cc:1790 -> 5"
+    )
+    text = (
+        f"{warn}\n"
+        "(PolicyActor pid=4410) [pai-dlc-3e9a-worker-0][4410:4502][1][group.cc:70] NCCL INFO "
+        "/vendor/src/group.cc:70 -> 5 [Async thread]\n"
+        "(PolicyActor pid=4410) \n"
+        "(PolicyActor pid=4410) [pai-dlc-3e9a-worker-0][4410:4410][1][group.cc:560] NCCL WARN "
+        "group.cc:560 -> 3\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/job/train_rl.py", line 212, in <module>\n'
+        "    ray.get(handles)\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert root_line(diagnoses) == warn
+    assert root(diagnoses)["host"] == "pai-dlc-3e9a-worker-0"
