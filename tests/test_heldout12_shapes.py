@@ -173,3 +173,19 @@ def test_nccl27_ipc_handle_open_failure_beats_another_ranks_runtime_error(tmp_pa
     assert signature(diagnoses) == "nccl_ipc_handle_open_failed"
     assert root_line(diagnoses) == warn
     assert root(diagnoses)["fields"]["cuda_code"] == "217"
+
+
+def test_xla_nccl_failure_on_another_rank_is_explained_by_the_nccl_cause(tmp_path: Path) -> None:
+    # XLA's wrapper is what every other rank prints once one rank's NCCL call failed: it must
+    # read as a consequence of that cause, as torch's and Paddle's wrappers do.
+    text = (
+        "[rank0]:trn-node-3:5120:5188 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
+        "Connect to 10.20.1.14<50321> failed : Software caused connection abort\n"
+        "[rank1]:2025-03-04 10:02:11.840022: E xla/pjrt/pjrt_stream_executor_client.cc:2777] "
+        "Execution of replica 1 failed: INTERNAL: xla/service/gpu/nccl_clique.cc:212: NCCL "
+        "operation ncclCommInitRank(&comm, nranks, id, rank) failed: unhandled system error.\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert signature(diagnoses) == "nccl_sock_connect_failed"
+    collateral = {c["signature"]: c for c in diagnoses[0]["collateral"]}
+    assert collateral["xla_nccl_call_failed"]["explained_by_root_cause"] is True

@@ -50,6 +50,7 @@ pub const SUBSYSTEMS: &[&str] = &[
     "xid",
     "python",
     "kernel",
+    "gloo",
 ];
 
 pub const OUTLIER_FIELDS: &[&str] = &[
