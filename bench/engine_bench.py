@@ -7,7 +7,9 @@
 
 on both file layouts of one generated job: per-rank files and per-node files whose lines carry
 torchrun's interleaved `[defaultN]:` prefixes. The engine and the ceiling alternate round by
-round on each layout; the table gives the median and the spread (min-max) of the rounds.
+round on each layout; the table gives the median and the spread (min-max) of the rounds, by
+wall time and by the CPU time of the measuring thread (both run on that one thread, so CPU time
+leaves out the waits that other work on this 2-core machine causes; it still feels shared caches).
 With `--before-python`, every round also runs the same measurement in a subprocess under
 another build's interpreter (e.g. main's `.venv/bin/python`), so before and after alternate
 too. Adds ring memory on a 4,096-rank job against its configured budget. Writes the tables
@@ -31,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -176,33 +178,36 @@ def cpu_model() -> str:
 
 
 @dataclass
+class Times:
+    """One round's seconds: wall and the measuring thread's CPU, engine and ceiling."""
+
+    engine: float
+    hs: float
+    engine_cpu: float
+    hs_cpu: float
+
+
+@dataclass
 class Rounds:
     """Per-round times of one build on one layout (engine and ceiling of the same round)."""
 
     lines: int = 0
-    engine: list[float] | None = None
-    hs: list[float] | None = None
+    times: list[Times] = field(default_factory=list)
     diagnoses: int = 0
 
-    def add(self, t_engine: float, t_hs: float) -> None:
-        self.engine = (self.engine or []) + [t_engine]
-        self.hs = (self.hs or []) + [t_hs]
-
-    def rates(self) -> tuple[list[float], list[float], list[float]]:
-        eng = [self.lines / t for t in self.engine or []]
-        hs = [self.lines / t for t in self.hs or []]
+    def rates(self, cpu: bool = False) -> tuple[list[float], list[float], list[float]]:
+        eng = [self.lines / (t.engine_cpu if cpu else t.engine) for t in self.times]
+        hs = [self.lines / (t.hs_cpu if cpu else t.hs) for t in self.times]
         return eng, hs, [e / h * 100 for e, h in zip(eng, hs, strict=True)]
 
 
-def one_round(
-    catalog: Catalog, data: list[tuple[Path, bytes]], blob: bytes
-) -> tuple[float, float, int]:
-    t0 = time.perf_counter()
+def one_round(catalog: Catalog, data: list[tuple[Path, bytes]], blob: bytes) -> tuple[Times, int]:
+    w0, c0 = time.perf_counter(), time.thread_time()
     n_diag = run_engine(catalog, data)
-    t_engine = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    w1, c1 = time.perf_counter(), time.thread_time()
     catalog._core.scan_lines(blob)
-    return t_engine, time.perf_counter() - t0, n_diag
+    w2, c2 = time.perf_counter(), time.thread_time()
+    return Times(w1 - w0, w2 - w1, c1 - c0, c2 - c1), n_diag
 
 
 def joined(data: list[tuple[Path, bytes]]) -> bytes:
@@ -216,23 +221,20 @@ def worker(root: Path, rounds: int) -> None:
     blob = joined(data)
     out = Rounds(lines=sum(1 for ln in blob.split(b"\n") if ln))
     for _ in range(rounds):
-        t_engine, t_hs, out.diagnoses = one_round(catalog, data, blob)
-        out.add(t_engine, t_hs)
-    print(
-        json.dumps(
-            {"lines": out.lines, "engine": out.engine, "hs": out.hs, "diagnoses": out.diagnoses}
-        )
-    )
+        times, out.diagnoses = one_round(catalog, data, blob)
+        out.times.append(times)
+    rounds_json = [vars(t) for t in out.times]
+    print(json.dumps({"lines": out.lines, "times": rounds_json, "diagnoses": out.diagnoses}))
 
 
-def run_before(python: str, pythonpath: str | None, root: Path) -> tuple[float, float, int]:
+def run_before(python: str, pythonpath: str | None, root: Path) -> tuple[Times, int]:
     cmd = [python, str(Path(__file__).resolve()), "--worker", str(root), "--repeat", "1"]
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     res = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     got = json.loads(res.stdout.strip().splitlines()[-1])
-    return float(got["engine"][0]), float(got["hs"][0]), int(got["diagnoses"])
+    return Times(**got["times"][0]), int(got["diagnoses"])
 
 
 def spread(xs: list[float], fmt: str) -> str:
@@ -242,16 +244,17 @@ def spread(xs: list[float], fmt: str) -> str:
 def layout_table(results: dict[tuple[str, str], Rounds], builds: list[str]) -> list[str]:
     rows = [
         "| layout | build | lines | engine, lines/s | Hyperscan alone, lines/s "
-        "| engine / Hyperscan |",
-        "|---|---|---:|---:|---:|---:|",
+        "| engine / Hyperscan (wall) | engine / Hyperscan (thread CPU) |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for lay in LAYOUTS:
         for build in builds:
             r = results[(build, lay)]
             eng, hs, pct = r.rates()
+            pct_cpu = r.rates(cpu=True)[2]
             rows.append(
                 f"| {lay} | {build} | {r.lines:,} | {spread(eng, ',.0f')} | {spread(hs, ',.0f')} "
-                f"| {spread(pct, '.0f')}% |"
+                f"| {spread(pct, '.0f')}% | {spread(pct_cpu, '.0f')}% |"
             )
     return rows
 
@@ -316,18 +319,21 @@ def main() -> None:
                 for build in order:
                     r = results[(build, lay)]
                     if build == "before":
-                        t_e, t_h, r.diagnoses = run_before(
+                        t, r.diagnoses = run_before(
                             args.before_python, args.before_pythonpath, fleets[lay]
                         )
                         r.lines = results[("this build", lay)].lines
                     elif args.fresh_process:
-                        t_e, t_h, r.diagnoses = run_before(sys.executable, None, fleets[lay])
+                        t, r.diagnoses = run_before(sys.executable, None, fleets[lay])
                     else:
-                        t_e, t_h, r.diagnoses = one_round(catalog, data[lay], blobs[lay])
-                    r.add(t_e, t_h)
+                        t, r.diagnoses = one_round(catalog, data[lay], blobs[lay])
+                    r.times.append(t)
                     print(
-                        f"round {i + 1} {lay} {build}: engine {t_e:.3f}s, Hyperscan alone "
-                        f"{t_h:.3f}s ({t_h / t_e * 100:.0f}%), {r.diagnoses} diagnoses",
+                        f"round {i + 1} {lay} {build}: engine {t.engine:.3f}s, Hyperscan alone "
+                        f"{t.hs:.3f}s ({t.hs / t.engine * 100:.0f}%); thread CPU "
+                        f"{t.engine_cpu:.3f}s, {t.hs_cpu:.3f}s "
+                        f"({t.hs_cpu / t.engine_cpu * 100:.0f}%); "
+                        f"{r.diagnoses} diagnoses",
                         flush=True,
                     )
         if args.engine_only:
@@ -355,9 +361,9 @@ def main() -> None:
         (f"Python `re` loop over {len(patterns)} catalog patterns", t_re, re_rate),
     ]
     other_rows = ["| what | seconds | lines/s | MB/s | engine is |", "|---|---:|---:|---:|---:|"]
-    for name, t, rate in others:
+    for name, seconds, rate in others:
         other_rows.append(
-            f"| {name} | {t:.2f} | {rate:,.0f} | {rate * mb / len(raw_lines):,.1f} "
+            f"| {name} | {seconds:.2f} | {rate:,.0f} | {rate * mb / len(raw_lines):,.1f} "
             f"| {eng_rate / rate:.1f}× faster |"
         )
     cmd = (

@@ -1,8 +1,10 @@
 //! An on-disk cache of compiled Hyperscan databases, so that start-up skips the compile.
 //!
 //! A database is a pure function of its expressions (pattern, flags, id), the library version
-//! and the CPU it was compiled for; the cache key is a SHA-256 over exactly those and a format
-//! version of ours. One file per catalog (named after the catalog's source files), so editing a
+//! and the CPU it was compiled for, and of the variant of the catalog's patterns it holds (the
+//! original ones, or the digit-blind forms `crate::scandb` derives from them); the cache key
+//! is a SHA-256 over exactly those and a format version of ours. An entry also keeps the ids of
+//! the expressions whose pattern the variant widened, so a hit skips deriving them again. One file per catalog (named after the catalog's source files), so editing a
 //! catalog overwrites its entry instead of adding one. A missing, stale, truncated or corrupt
 //! file is a miss, and so is one that another user owns or may write (Hyperscan trusts the
 //! bytecode it loads); a cache directory that cannot be written is skipped. Nothing here is
@@ -19,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// Bumped whenever the file layout or what the key covers changes.
-const MAGIC: &[u8; 8] = b"RWHSDB01";
-const HEADER_LEN: usize = 8 + 32 + 4 + 8 + 32;
+const MAGIC: &[u8; 8] = b"RWHSDB02";
+const HEADER_LEN: usize = 8 + 32 + 4 + 4 + 8 + 32;
 
 /// Where compiled databases are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,21 +92,23 @@ impl DbCache {
         self.dir.join(&key.file_name)
     }
 
-    /// The cached database for `key` holding `expressions` expressions, or why there is none.
-    pub fn load(&self, key: &CacheKey, expressions: usize) -> Result<Matcher, String> {
+    /// The cached database for `key` holding `expressions` expressions and the ids stored with
+    /// it, or why there is none.
+    pub fn load(&self, key: &CacheKey, expressions: usize) -> Result<(Matcher, Vec<u32>), String> {
         let path = self.path_of(key);
         let mut file = fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         check_owner(&file)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        let payload = check_entry(&bytes, key, expressions)?;
-        Matcher::deserialize(payload, expressions)
+        let (ids, database) = check_entry(&bytes, key, expressions)?;
+        Ok((Matcher::deserialize(database, expressions)?, ids))
     }
 
-    /// Writes `matcher` under `key` atomically: a temporary file in the same directory, then a
-    /// rename over the entry, so readers see the old file or the new one, never half of one.
-    pub fn store(&self, key: &CacheKey, matcher: &Matcher) -> Result<PathBuf, String> {
+    /// Writes `matcher` and `ids` under `key` atomically: a temporary file in the same
+    /// directory, then a rename over the entry, so readers see the old file or the new one,
+    /// never half of one.
+    pub fn store(&self, key: &CacheKey, matcher: &Matcher, ids: &[u32]) -> Result<PathBuf, String> {
         let payload = matcher
             .serialize()
             .ok_or("Hyperscan could not serialize the database")?;
@@ -118,7 +122,7 @@ impl DbCache {
         let write = || -> std::io::Result<()> {
             fs::create_dir_all(&self.dir)?;
             let mut f = create_private(&tmp)?;
-            f.write_all(&encode_entry(key, matcher.len(), &payload))?;
+            f.write_all(&encode_entry(key, matcher.len(), ids, &payload))?;
             f.sync_all()?;
             fs::rename(&tmp, &path)
         };
@@ -178,9 +182,14 @@ fn resolve_dir(
 }
 
 impl CacheKey {
-    /// The key of the database compiled from `exprs`, for a catalog loaded from `source_names`
-    /// (in load order) on this machine. `None` when the library cannot describe the host CPU.
-    pub fn new(source_names: &[&str], exprs: &[Expression<'_>]) -> Option<CacheKey> {
+    /// The key of the database compiled from `exprs` in the form `variant` names, for a
+    /// catalog loaded from `source_names` (in load order) on this machine. `None` when the
+    /// library cannot describe the host CPU.
+    pub fn new(
+        source_names: &[&str],
+        exprs: &[Expression<'_>],
+        variant: &[u8],
+    ) -> Option<CacheKey> {
         let platform = host_platform()?;
         let mut names = Sha256::new();
         names.update(MAGIC);
@@ -188,6 +197,7 @@ impl CacheKey {
             field(&mut names, n.as_bytes());
         }
         let mut all = names.clone();
+        field(&mut all, variant);
         field(&mut all, library_version().as_bytes());
         all.update(platform.tune.to_le_bytes());
         all.update(platform.cpu_features.to_le_bytes());
@@ -214,25 +224,35 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// File layout: magic, key digest, expression count (u32 LE), payload length (u64 LE),
-/// SHA-256 of the payload, the serialized database.
-fn encode_entry(key: &CacheKey, expressions: usize, payload: &[u8]) -> Vec<u8> {
+/// File layout: magic, key digest, expression count (u32 LE), id count (u32 LE), payload
+/// length (u64 LE), SHA-256 of the payload; the payload is the ids (u32 LE each), then the
+/// serialized database.
+fn encode_entry(key: &CacheKey, expressions: usize, ids: &[u32], database: &[u8]) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(4 * ids.len() + database.len());
+    ids.iter()
+        .for_each(|id| payload.extend_from_slice(&id.to_le_bytes()));
+    payload.extend_from_slice(database);
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&key.digest);
     out.extend_from_slice(&(expressions as u32).to_le_bytes());
+    out.extend_from_slice(&(ids.len() as u32).to_le_bytes());
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(&Sha256::digest(payload));
-    out.extend_from_slice(payload);
+    out.extend_from_slice(&Sha256::digest(&payload));
+    out.extend_from_slice(&payload);
     out
 }
 
-/// The payload of a cache file if it is complete, intact and made for `key`.
+fn le_u32(bytes: &[u8]) -> u32 {
+    u32::from_le_bytes(bytes.try_into().unwrap_or_default())
+}
+
+/// The ids and the database of a cache file if it is complete, intact and made for `key`.
 fn check_entry<'a>(
     bytes: &'a [u8],
     key: &CacheKey,
     expressions: usize,
-) -> Result<&'a [u8], String> {
+) -> Result<(Vec<u32>, &'a [u8]), String> {
     if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
         return Err("not a rankwatch database cache file (or another format version)".into());
     }
@@ -241,9 +261,10 @@ fn check_entry<'a>(
         return Err("stale: made for another catalog, library version or CPU".into());
     }
     let (count, rest) = rest.split_at(4);
+    let (id_count, rest) = rest.split_at(4);
     let (length, rest) = rest.split_at(8);
     let (checksum, payload) = rest.split_at(32);
-    let count = u32::from_le_bytes(count.try_into().unwrap_or_default()) as usize;
+    let (count, id_count) = (le_u32(count) as usize, le_u32(id_count) as usize);
     let length = u64::from_le_bytes(length.try_into().unwrap_or_default());
     if count != expressions {
         return Err(format!("holds {count} expressions, expected {expressions}"));
@@ -257,7 +278,11 @@ fn check_entry<'a>(
     if Sha256::digest(payload).as_slice() != checksum {
         return Err("corrupt: payload checksum does not match".into());
     }
-    Ok(payload)
+    if payload.len() < 4 * id_count {
+        return Err(format!("holds {id_count} ids in {} bytes", payload.len()));
+    }
+    let (ids, database) = payload.split_at(4 * id_count);
+    Ok((ids.chunks_exact(4).map(le_u32).collect(), database))
 }
 
 #[cfg(test)]
@@ -280,8 +305,10 @@ mod tests {
     fn stored(name: &str) -> (DbCache, CacheKey, PathBuf) {
         let cache = DbCache::at(temp_dir(name));
         let ex = exprs(PATTERNS);
-        let key = CacheKey::new(&["a.toml"], &ex).unwrap();
-        let path = cache.store(&key, &Matcher::compile(&ex).unwrap()).unwrap();
+        let key = CacheKey::new(&["a.toml"], &ex, b"t").unwrap();
+        let path = cache
+            .store(&key, &Matcher::compile(&ex).unwrap(), &[1])
+            .unwrap();
         (cache, key, path)
     }
 
@@ -296,7 +323,8 @@ mod tests {
     fn round_trip_scans_the_same() {
         let (cache, key, path) = stored("roundtrip");
         assert!(path.exists());
-        let back = cache.load(&key, PATTERNS.len()).unwrap();
+        let (back, ids) = cache.load(&key, PATTERNS.len()).unwrap();
+        assert_eq!(ids, vec![1]);
         assert_eq!(matches(&back, b"NCCL WARN Connect to x failed"), vec![0, 1]);
         assert!(matches(&back, b"nothing here").is_empty());
         let leftovers: Vec<_> = fs::read_dir(cache.dir()).unwrap().flatten().collect();
@@ -318,6 +346,12 @@ mod tests {
         fs::write(&path, &flipped).unwrap();
         let why = cache.load(&key, PATTERNS.len()).err().unwrap();
         assert!(why.contains("checksum"), "{why}");
+        // The id count is outside the checksum: one that overruns the payload is a miss.
+        let mut overrun = good.clone();
+        overrun[8 + 32 + 4..8 + 32 + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+        fs::write(&path, &overrun).unwrap();
+        let why = cache.load(&key, PATTERNS.len()).err().unwrap();
+        assert!(why.contains("ids in"), "{why}");
         fs::write(&path, b"garbage").unwrap();
         assert!(cache.load(&key, PATTERNS.len()).is_err());
         fs::write(&path, &good).unwrap();
@@ -346,12 +380,12 @@ mod tests {
     fn stale_entry_is_a_miss_and_gets_overwritten() {
         let (cache, old_key, _) = stored("stale");
         let ex = exprs(&["Connect to \\S+ failed", "NCCL WARN", "NCCL INFO"]);
-        let new_key = CacheKey::new(&["a.toml"], &ex).unwrap();
+        let new_key = CacheKey::new(&["a.toml"], &ex, b"t").unwrap();
         assert_eq!(cache.path_of(&old_key), cache.path_of(&new_key));
         let why = cache.load(&new_key, ex.len()).err().unwrap();
         assert!(why.contains("stale"), "{why}");
         cache
-            .store(&new_key, &Matcher::compile(&ex).unwrap())
+            .store(&new_key, &Matcher::compile(&ex).unwrap(), &[])
             .unwrap();
         assert!(cache.load(&new_key, ex.len()).is_ok());
         assert!(cache.load(&old_key, PATTERNS.len()).is_err());
@@ -359,9 +393,9 @@ mod tests {
     }
 
     #[test]
-    fn key_covers_patterns_flags_ids_and_source_names() {
+    fn key_covers_patterns_flags_ids_variant_and_source_names() {
         let base = exprs(PATTERNS);
-        let key = |names: &[&str], ex: &[Expression]| CacheKey::new(names, ex).unwrap();
+        let key = |names: &[&str], ex: &[Expression]| CacheKey::new(names, ex, b"t").unwrap();
         let k = key(&["a.toml"], &base);
         assert_eq!(k, key(&["a.toml"], &exprs(PATTERNS)));
         let mut flags = exprs(PATTERNS);
@@ -370,6 +404,9 @@ mod tests {
         let mut ids = exprs(PATTERNS);
         ids.swap(0, 1);
         assert_ne!(k.digest, key(&["a.toml"], &ids).digest);
+        let other_variant = CacheKey::new(&["a.toml"], &base, b"u").unwrap();
+        assert_eq!(k.file_name, other_variant.file_name);
+        assert_ne!(k.digest, other_variant.digest);
         assert_ne!(k.file_name, key(&["b.toml"], &base).file_name);
         assert_ne!(k.file_name, key(&["a.toml", "b.toml"], &base).file_name);
     }
@@ -380,8 +417,10 @@ mod tests {
         fs::write(&blocker, b"a file where the directory should be").unwrap();
         let cache = DbCache::at(blocker.join("sub"));
         let ex = exprs(PATTERNS);
-        let key = CacheKey::new(&["a.toml"], &ex).unwrap();
-        assert!(cache.store(&key, &Matcher::compile(&ex).unwrap()).is_err());
+        let key = CacheKey::new(&["a.toml"], &ex, b"t").unwrap();
+        assert!(cache
+            .store(&key, &Matcher::compile(&ex).unwrap(), &[])
+            .is_err());
         assert!(cache.load(&key, ex.len()).is_err());
         fs::remove_file(&blocker).unwrap();
     }

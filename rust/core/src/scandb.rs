@@ -61,18 +61,48 @@ impl ScanDb {
         source_names: &[&str],
         cache: Option<&DbCache>,
     ) -> Result<(ScanDb, CacheReport), BuildError> {
-        if let Some(plan) = BlindPlan::of(exprs) {
-            if let Ok(built) = plan.build(source_names, cache) {
-                return Ok(built);
-            }
-        }
-        let (main, report) = load_or_compile(exprs, source_names, cache)?;
-        let db = ScanDb {
-            main,
-            confirm: Vec::new(),
-            digit_blind: false,
+        let blind = Variant {
+            tag: BLIND_VARIANT,
+            exprs,
+            source_names,
+            cache,
         };
-        Ok((db, report))
+        if let Some(built) = blind.load_or_build(|| BlindPlan::of(exprs)?.build().ok()) {
+            let (main, widened, report) = built;
+            let db = ScanDb {
+                confirm: confirmations(exprs, &widened),
+                main,
+                digit_blind: true,
+            };
+            return Ok((db, report));
+        }
+        let exact = Variant {
+            tag: EXACT_VARIANT,
+            ..blind
+        };
+        let mut error = None;
+        let built = exact.load_or_build(|| match Matcher::compile(exprs) {
+            Ok(m) => Some((m, Vec::new())),
+            Err(e) => {
+                error = Some(e);
+                None
+            }
+        });
+        match (built, error) {
+            (Some((main, _, report)), _) => {
+                let db = ScanDb {
+                    main,
+                    confirm: Vec::new(),
+                    digit_blind: false,
+                };
+                Ok((db, report))
+            }
+            (None, Some(e)) => Err(e),
+            (None, None) => Err(CompileError {
+                expression: None,
+                message: "the catalog's patterns did not compile".into(),
+            }),
+        }
     }
 
     /// The main database (the Hyperscan-alone ceiling of the benchmarks scans with it).
@@ -133,19 +163,46 @@ impl ScanDb {
     }
 }
 
+/// The cache variants: the digit-blind forms and the original patterns. The blind tag covers
+/// the code that derives the forms, so a change to it cannot load a database made by another.
+const BLIND_VARIANT: &[u8] = concat!(
+    "digit-blind ",
+    env!("CARGO_PKG_VERSION"),
+    include_str!("digits.rs"),
+    include_str!("scandb.rs")
+)
+.as_bytes();
+const EXACT_VARIANT: &[u8] = b"exact";
+
+/// The confirmations of the widened expressions `widened` (valid ids into `exprs`, as a plan
+/// made them or a checked cache entry kept them).
+fn confirmations(exprs: &[Expression<'_>], widened: &[u32]) -> Vec<Option<Confirm>> {
+    let mut confirm: Vec<Option<Confirm>> = (0..exprs.len()).map(|_| None).collect();
+    for &id in widened {
+        let e = &exprs[id as usize];
+        confirm[id as usize] = Some(Confirm {
+            pattern: e.pattern.to_string(),
+            flags: e.flags,
+            regex: OnceLock::new(),
+        });
+    }
+    confirm
+}
+
 /// The digit-blind forms of a catalog's expressions.
 struct BlindPlan {
     main: Vec<(String, u32, u32)>,
-    /// By expression id: the original pattern and flags of a widened one.
-    confirm: Vec<Option<(String, u32)>>,
+    /// The ids of the widened expressions.
+    widened: Vec<u32>,
 }
 
 impl BlindPlan {
-    /// `None` when some pattern has no digit-blind form.
+    /// `None` when some pattern has no digit-blind form, or the original of a widened one
+    /// would not parse as a confirming regex.
     fn of(exprs: &[Expression<'_>]) -> Option<BlindPlan> {
         let mut plan = BlindPlan {
             main: Vec::with_capacity(exprs.len()),
-            confirm: Vec::with_capacity(exprs.len()),
+            widened: Vec::new(),
         };
         for (i, e) in exprs.iter().enumerate() {
             if e.id as usize != i {
@@ -153,48 +210,80 @@ impl BlindPlan {
             }
             let caseless = e.flags & FLAG_CASELESS != 0;
             match blind(e.pattern, caseless).ok()? {
-                Blind::AsIs => {
-                    plan.main.push((e.pattern.to_string(), e.id, e.flags));
-                    plan.confirm.push(None);
-                }
+                Blind::AsIs => plan.main.push((e.pattern.to_string(), e.id, e.flags)),
                 Blind::Widened(wide) => {
+                    check_parses(e.pattern, e.flags).ok()?;
                     plan.main.push((wide, e.id, e.flags));
-                    plan.confirm.push(Some((e.pattern.to_string(), e.flags)));
+                    plan.widened.push(e.id);
                 }
             }
         }
         Some(plan)
     }
 
-    /// The databases, or `Err` when a widened form does not compile (the caller falls back
-    /// to the original patterns, whose errors it reports).
-    fn build(
+    /// The main database and the widened ids, or `Err` when a widened form does not compile
+    /// (the caller falls back to the original patterns, whose errors it reports).
+    fn build(self) -> Result<(Matcher, Vec<u32>), CompileError> {
+        Ok((Matcher::compile(&expressions(&self.main))?, self.widened))
+    }
+}
+
+/// One variant of a catalog's database and where it may be cached.
+#[derive(Clone, Copy)]
+struct Variant<'a> {
+    tag: &'a [u8],
+    exprs: &'a [Expression<'a>],
+    source_names: &'a [&'a str],
+    cache: Option<&'a DbCache>,
+}
+
+impl Variant<'_> {
+    /// The database and its widened ids from the cache when it holds them, else from `build`
+    /// (and stored there); `None` when `build` gives none.
+    fn load_or_build(
         &self,
-        source_names: &[&str],
-        cache: Option<&DbCache>,
-    ) -> Result<(ScanDb, CacheReport), ()> {
-        let mut confirm = Vec::with_capacity(self.confirm.len());
-        for original in &self.confirm {
-            confirm.push(match original {
-                None => None,
-                Some((pattern, flags)) => {
-                    check_parses(pattern, *flags)?;
-                    Some(Confirm {
-                        pattern: pattern.clone(),
-                        flags: *flags,
-                        regex: OnceLock::new(),
-                    })
-                }
-            });
-        }
-        let (main, report) =
-            load_or_compile(&expressions(&self.main), source_names, cache).map_err(|_| ())?;
-        let db = ScanDb {
-            main,
-            confirm,
-            digit_blind: true,
+        build: impl FnOnce() -> Option<(Matcher, Vec<u32>)>,
+    ) -> Option<(Matcher, Vec<u32>, CacheReport)> {
+        let Some(cache) = self.cache else {
+            let (m, ids) = build()?;
+            return Some((m, ids, CacheReport::uncached()));
         };
-        Ok((db, report))
+        let Some(key) = CacheKey::new(self.source_names, self.exprs, self.tag) else {
+            let (m, ids) = build()?;
+            let mut report = CacheReport::uncached();
+            report.note = Some("cache skipped: Hyperscan cannot describe this CPU".into());
+            return Some((m, ids, report));
+        };
+        let path = cache.path_of(&key);
+        let loaded = cache.load(&key, self.exprs.len()).and_then(|(m, ids)| {
+            let valid = ids.windows(2).all(|w| w[0] < w[1])
+                && ids
+                    .last()
+                    .is_none_or(|&id| (id as usize) < self.exprs.len());
+            valid
+                .then_some((m, ids))
+                .ok_or_else(|| "ids out of range".to_string())
+        });
+        let (matcher, ids, origin, mut note) = match loaded {
+            Ok((m, ids)) => (m, ids, DbOrigin::Cached, None),
+            // A missing file is the normal first run; anything else is worth a debug note.
+            Err(why) => {
+                let note = path.exists().then(|| format!("cache entry ignored: {why}"));
+                let (m, ids) = build()?;
+                (m, ids, DbOrigin::Compiled, note)
+            }
+        };
+        if origin == DbOrigin::Compiled {
+            if let Err(why) = cache.store(&key, &matcher, &ids) {
+                note = Some(format!("cache not written: {why}"));
+            }
+        }
+        let report = CacheReport {
+            origin,
+            path: Some(path),
+            note,
+        };
+        Some((matcher, ids, report))
     }
 }
 
@@ -231,42 +320,6 @@ fn expressions(owned: &[(String, u32, u32)]) -> Vec<Expression<'_>> {
             flags: *flags,
         })
         .collect()
-}
-
-/// The database of `exprs` from `cache` when it holds it, else compiled (and stored there).
-fn load_or_compile(
-    exprs: &[Expression<'_>],
-    source_names: &[&str],
-    cache: Option<&DbCache>,
-) -> Result<(Matcher, CacheReport), CompileError> {
-    let Some(cache) = cache else {
-        return Ok((Matcher::compile(exprs)?, CacheReport::uncached()));
-    };
-    let Some(key) = CacheKey::new(source_names, exprs) else {
-        let mut report = CacheReport::uncached();
-        report.note = Some("cache skipped: Hyperscan cannot describe this CPU".into());
-        return Ok((Matcher::compile(exprs)?, report));
-    };
-    let path = cache.path_of(&key);
-    let (matcher, origin, mut note) = match cache.load(&key, exprs.len()) {
-        Ok(matcher) => (matcher, DbOrigin::Cached, None),
-        // A missing file is the normal first run; anything else is worth a debug note.
-        Err(why) => {
-            let note = path.exists().then(|| format!("cache entry ignored: {why}"));
-            (Matcher::compile(exprs)?, DbOrigin::Compiled, note)
-        }
-    };
-    if origin == DbOrigin::Compiled {
-        if let Err(why) = cache.store(&key, &matcher) {
-            note = Some(format!("cache not written: {why}"));
-        }
-    }
-    let report = CacheReport {
-        origin,
-        path: Some(path),
-        note,
-    };
-    Ok((matcher, report))
 }
 
 #[cfg(test)]
@@ -401,6 +454,45 @@ mod tests {
         }
         out.push_str(&format[last..]);
         out
+    }
+
+    #[test]
+    fn a_cached_database_keeps_its_confirmations_and_variant() {
+        let dir = std::env::temp_dir().join(format!("rankwatch-scandb-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = DbCache::at(&dir);
+        let exprs = exprs();
+        let (fresh, first) = ScanDb::build(&exprs, &["t"], Some(&cache)).unwrap();
+        let (cached, second) = ScanDb::build(&exprs, &["t"], Some(&cache)).unwrap();
+        assert_eq!(
+            (first.origin, second.origin),
+            (DbOrigin::Compiled, DbOrigin::Cached)
+        );
+        assert!(cached.is_digit_blind());
+        let widened = |db: &ScanDb| db.confirm.iter().filter(|c| c.is_some()).count();
+        assert_eq!(widened(&cached), widened(&fresh));
+        assert!(widened(&cached) > 0);
+        let mut scanner = cached.scanner();
+        let mut got = Vec::new();
+        cached.scan(b"failed (exitcode: -9) x", &mut scanner, &mut got);
+        assert_eq!(got, vec![1]);
+        got.clear();
+        cached.scan(b"failed (exitcode: -8) x", &mut scanner, &mut got);
+        assert!(
+            got.is_empty(),
+            "a widened hit is confirmed after a cache load"
+        );
+        // The same file, another variant: a catalog without a blind form is a miss, then its
+        // exact database is cached in its place.
+        let exact = exprs_with(r"\Q1\E");
+        let (_, miss) = ScanDb::build(&exact, &["t"], Some(&cache)).unwrap();
+        let (db, hit) = ScanDb::build(&exact, &["t"], Some(&cache)).unwrap();
+        assert_eq!(
+            (miss.origin, hit.origin),
+            (DbOrigin::Compiled, DbOrigin::Cached)
+        );
+        assert!(!db.is_digit_blind());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
