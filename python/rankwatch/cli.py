@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import orjson
 
+from rankwatch._core import prefer_huge_pages
 from rankwatch.catalog_loader import Catalog, CatalogError
 from rankwatch.engine import Engine, EngineConfig
 from rankwatch.local import InputError, analyze_files
@@ -47,6 +48,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from rankwatch.local import feed_baseline
     from rankwatch.safe_text import printable
 
+    # The job's lines are all held at once: huge pages spare the kernel most page faults.
+    prefer_huge_pages()
     catalog = _load_catalog(args.catalog)
     cfg = EngineConfig(
         ring_lines=args.ring_lines,

@@ -719,6 +719,25 @@ fn hyperscan_version() -> String {
     rankwatch_core::matcher::library_version()
 }
 
+/// The core's allocator. The engine allocates and frees many small blocks (ring blocks, line
+/// texts, piece buffers handed between threads), often on another thread than the one that
+/// allocated them; mimalloc handles that pattern with less work than glibc's malloc, and can
+/// back its memory with huge pages (`prefer_huge_pages`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Backs the core's memory allocated from now on with transparent huge pages where the kernel
+/// offers them. For `analyze`, which holds a whole job's lines at once: the kernel's work to
+/// fault in and zero fresh 4 KiB pages was a third of its main thread's time. Not for the
+/// daemon, whose resident memory should follow its budget closely.
+#[pyfunction]
+fn prefer_huge_pages() {
+    // SAFETY: sets one of mimalloc's global options; no memory is touched.
+    unsafe {
+        libmimalloc_sys::mi_option_set_enabled(libmimalloc_sys::mi_option_large_os_pages, true)
+    }
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCatalog>()?;
@@ -728,5 +747,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEncodedDiagnoses>()?;
     m.add("CatalogError", m.py().get_type::<CatalogError>())?;
     m.add_function(wrap_pyfunction!(hyperscan_version, m)?)?;
+    m.add_function(wrap_pyfunction!(prefer_huge_pages, m)?)?;
     Ok(())
 }
