@@ -268,6 +268,9 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
         return Step::Prefix(n);
     }
     if rest[0] == b'[' {
+        if let Some(n) = producer::nccl_bracketed(rest, pos, m) {
+            return Step::Producer(n);
+        }
         if let Some(step) = bracketed(rest, year, m) {
             return step;
         }

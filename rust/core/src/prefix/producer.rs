@@ -111,6 +111,57 @@ pub(super) fn nccl(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
     Some(end)
 }
 
+/// A vendor NCCL build's bracketed header (Alibaba's ACCL on PAI):
+/// `[host][pid:tid][dev][file:line] NCCL LEVEL `. `off` is where `b` starts in the line.
+pub(super) fn nccl_bracketed(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
+    let host_end = 1 + b.get(1..)?.iter().take_while(|c| is_host_byte(**c)).count();
+    if b.first() != Some(&b'[') || host_end == 1 || b.get(host_end) != Some(&b']') {
+        return None;
+    }
+    let (pid, tid, mut j) = bracketed_pid_tid(b, host_end + 1)?;
+    let (dev, n) = bracket_number(&b[j..])?;
+    j += n;
+    j += bracketed_source(&b[j..])?;
+    if b.get(j) != Some(&b' ') {
+        return None;
+    }
+    let (level, n) = nccl_level(&b[j + 1..])?;
+    m.host = Some((off + 1, off + host_end));
+    m.pid = u32::try_from(pid).ok();
+    m.tid = u32::try_from(tid).ok();
+    m.cuda_dev = u16::try_from(dev).ok();
+    m.level = level;
+    m.producer = Producer::Nccl;
+    Some(j + 1 + n)
+}
+
+/// `[pid:tid]` at `at`: both numbers and the index just past the bracket.
+fn bracketed_pid_tid(b: &[u8], at: usize) -> Option<(u64, u64, usize)> {
+    if b.get(at) != Some(&b'[') {
+        return None;
+    }
+    let (pid, n) = leading_number(b.get(at + 1..)?, 10)?;
+    let j = at + 1 + n;
+    if b.get(j) != Some(&b':') {
+        return None;
+    }
+    let (tid, n) = leading_number(b.get(j + 1..)?, 10)?;
+    let j = j + 1 + n;
+    (b.get(j) == Some(&b']')).then_some((pid, tid, j + 1))
+}
+
+/// `[file:line]` at the start of `b`: its length.
+fn bracketed_source(b: &[u8]) -> Option<usize> {
+    if b.first() != Some(&b'[') {
+        return None;
+    }
+    let close = memchr::memchr(b']', &b[..b.len().min(96)])?;
+    let colon = memchr::memrchr(b':', &b[1..close])? + 1;
+    let line_no = &b[colon + 1..close];
+    let ok = colon > 1 && !line_no.is_empty() && line_no.iter().all(u8::is_ascii_digit);
+    ok.then_some(close + 1)
+}
+
 /// NCCL 2.2 and older printed no `NCCL ` marker: `host:pid:tid [dev] INFO msg` and
 /// `host:pid:tid [dev] file:line WARN msg`. Only tried once the `host:pid:tid ` header parsed.
 fn pre_2_3_level(b: &[u8]) -> Option<(Level, usize)> {

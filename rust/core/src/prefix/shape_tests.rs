@@ -313,3 +313,34 @@ fn pdsh_label_before_headerless_and_quoted_nccl_lines() {
     assert_eq!(p.msg, "Call to ibv_open_device failed");
     assert_eq!(p.host, Some("gpu-b12"));
 }
+
+#[test]
+fn vendor_nccl_bracketed_header_behind_a_ray_label() {
+    // A vendor NCCL build (ACCL) prints `[host][pid:tid][dev][file:line] NCCL LEVEL `.
+    let p = peeled("(TrainerActor pid=2211) [pai-job-7f3c-worker-1][2211:2290][3][transport.cc:412] NCCL WARN transport.cc:412 -> 2");
+    assert_eq!(p.msg, "transport.cc:412 -> 2");
+    assert_eq!(p.host, Some("pai-job-7f3c-worker-1"));
+    assert_eq!(
+        (p.m.pid, p.m.tid, p.m.cuda_dev),
+        (Some(2211), Some(2290), Some(3))
+    );
+    assert_eq!(p.m.level, Level::Warn);
+    assert_eq!(p.m.producer, Producer::Nccl);
+    let p = peeled(
+        "[node-b.local][77:78][0][bootstrap.cc:96] NCCL INFO Bootstrap : Using eth1:10.2.0.5<0>",
+    );
+    assert_eq!(p.msg, "Bootstrap : Using eth1:10.2.0.5<0>");
+    assert_eq!((p.host, p.m.level), (Some("node-b.local"), Level::Info));
+}
+
+#[test]
+fn bracketed_tags_that_are_not_a_vendor_nccl_header() {
+    // Each misses one part: no `[file:line]`, a line number that is not a number, no marker.
+    for line in [
+        "[node-b][77:78][0] NCCL WARN something broke",
+        "[node-b][77:78][0][init.cc:x] NCCL WARN something broke",
+        "[node-b][77:78][0][init.cc:12] something broke",
+    ] {
+        assert_ne!(peeled(line).m.producer, Producer::Nccl, "{line}");
+    }
+}
