@@ -115,9 +115,7 @@ pub fn iso_ms(ms: i64) -> String {
 /// `<path>`.
 pub fn template(msg: &str) -> String {
     let mut out = String::with_capacity(msg.len());
-    // Words are short: a plain test per character beats the searcher a `char` pattern sets up
-    // for each word.
-    for (i, word) in msg.split(|c: char| c == ' ').enumerate() {
+    for (i, word) in msg.split(' ').enumerate() {
         if i > 0 {
             out.push(' ');
         }
