@@ -4,19 +4,14 @@ words with Gloo's message shapes: other hosts, ranks, addresses and numbers."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from one_log import diagnose, root
+from one_log import diagnose, root, signature
 
 LOOPBACK = (
     "[rank3]:[W ProcessGroupGloo.cpp:712] Warning: Unable to resolve hostname to a (local) "
     "address. Using the loopback address as fallback. Manually set the network interface to bind "
     "to with GLOO_SOCKET_IFNAME. (function operator())"
 )
-
-
-def signature(diagnoses: list[dict[str, Any]]) -> str:
-    return str(diagnoses[0]["signature"]["id"])
 
 
 def test_loopback_fallback_alone_is_no_failure(tmp_path: Path) -> None:

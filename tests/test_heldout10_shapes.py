@@ -5,17 +5,8 @@ and text, the same message shapes."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from one_log import diagnose, root
-
-
-def root_line(diagnoses: list[dict[str, Any]]) -> str:
-    return str(root(diagnoses)["line"])
-
-
-def signature(diagnoses: list[dict[str, Any]]) -> str:
-    return str(diagnoses[0]["signature"]["id"])
+from one_log import diagnose, root, root_line, signature
 
 
 def test_agent_signal_by_number_glued_behind_a_progress_bar(tmp_path: Path) -> None:

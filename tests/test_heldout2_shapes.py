@@ -5,13 +5,8 @@ and text, the same message shapes."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from one_log import diagnose, root
-
-
-def signature(diagnoses: list[dict[str, Any]]) -> str:
-    return str(diagnoses[0]["signature"]["id"])
+from one_log import diagnose, root, signature
 
 
 def test_driver_older_than_the_cuda_runtime(tmp_path: Path) -> None:

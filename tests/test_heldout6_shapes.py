@@ -5,15 +5,10 @@ and text, the same message shapes."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from one_log import diagnose, root
+from one_log import diagnose, root, signature
 
 PAD = " " * 57
-
-
-def signature(diagnoses: list[dict[str, Any]]) -> str:
-    return str(diagnoses[0]["signature"]["id"])
 
 
 def test_a_line_padded_to_the_terminal_width_still_matches_its_signature(tmp_path: Path) -> None:

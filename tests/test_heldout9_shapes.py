@@ -5,18 +5,8 @@ and text, the same message shapes."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from one_log import diagnose, root
-
-
-def root_line(diagnoses: list[dict[str, Any]]) -> str:
-    return str(root(diagnoses)["line"])
-
-
-def signature(diagnoses: list[dict[str, Any]]) -> str:
-    return str(diagnoses[0]["signature"]["id"])
-
+from one_log import diagnose, root, root_line, signature
 
 NCCL_TESTS_HEADER = (
     "# nThread 1 nGpus 2 minBytes 8 maxBytes 33554432 step: 2(factor) warmup iters: 5 "
