@@ -26,3 +26,11 @@ def root(diagnoses: list[dict[str, Any]]) -> dict[str, Any]:
     rc = diagnoses[0]["root_cause"]
     assert isinstance(rc, dict)
     return rc
+
+
+def root_line(diagnoses: list[dict[str, Any]]) -> str:
+    return str(root(diagnoses)["line"])
+
+
+def signature(diagnoses: list[dict[str, Any]]) -> str:
+    return str(diagnoses[0]["signature"]["id"])
