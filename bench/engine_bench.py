@@ -407,10 +407,13 @@ def main() -> None:
 
 
 def write_section(path: Path, heading: str, section: str) -> None:
+    """Replaces the head of `heading`'s section (up to its first subsection) with `section`;
+    the subsections, earlier sessions' records, stay."""
     text = path.read_text() if path.exists() else "# Benchmark results\n\n"
     start = text.find(heading)
     if start >= 0:
-        end = text.find("\n## ", start + len(heading))
+        ends = [text.find(h, start + len(heading)) for h in ("\n## ", "\n### ")]
+        end = min((e for e in ends if e >= 0), default=-1)
         text = text[:start] + section + ("\n" + text[end + 1 :] if end >= 0 else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section
