@@ -302,8 +302,8 @@ impl Matcher {
     }
 }
 
-/// How many distinct messages a [`ScanMemo`] remembers (a power of two: slots by hash).
-const SCAN_MEMO_SLOTS: usize = 512;
+/// How many distinct messages a [`ScanMemo`] remembers (a power of two: two ways per set).
+const SCAN_MEMO_SLOTS: usize = 1024;
 /// Messages longer than this are scanned without the memo, which holds at most
 /// `SCAN_MEMO_SLOTS` times this many bytes.
 pub const SCAN_MEMO_MAX_BYTES: usize = 1024;
@@ -317,7 +317,12 @@ pub const SCAN_MEMO_MAX_BYTES: usize = 1024;
 /// For a digit-blind database (no pattern tells one digit from another, see
 /// [`crate::digits`]) the key is the message with its digits masked, so a message that
 /// differs from a remembered one only in its numbers is answered too.
-/// Direct-mapped by hash: a message replaces whatever held its slot. For one database only.
+///
+/// Two ways per set, with a second chance: a message that missed takes a way that was not
+/// asked for since it was filled, and when both were, it only clears their marks. Logs mix
+/// shapes that recur all the time with shapes seen once (a line carrying a pointer or a
+/// hash); a direct-mapped memo let each one-off message evict a recurring one, and a
+/// 16k-rank job's one-off NCCL init lines cost a quarter more scans. For one database only.
 pub struct ScanMemo {
     slots: Vec<MemoSlot>,
     hasher: foldhash::fast::FixedState,
@@ -328,8 +333,27 @@ pub struct ScanMemo {
 #[derive(Default)]
 struct MemoSlot {
     filled: bool,
+    /// Asked for since it was filled (or since its mark was last cleared).
+    used: bool,
+    hash: u64,
     msg: Vec<u8>,
     ids: Vec<u32>,
+}
+
+impl MemoSlot {
+    fn holds(&self, hash: u64, key: &[u8]) -> bool {
+        self.filled && self.hash == hash && self.msg == key
+    }
+
+    fn fill(&mut self, hash: u64, key: &[u8], ids: &[u32]) {
+        self.filled = true;
+        self.used = false;
+        self.hash = hash;
+        self.msg.clear();
+        self.msg.extend_from_slice(key);
+        self.ids.clear();
+        self.ids.extend_from_slice(ids);
+    }
 }
 
 impl Default for ScanMemo {
@@ -350,8 +374,8 @@ impl ScanMemo {
     }
 
     /// [`Matcher::scan_into`] of `data`, from the memo when `data` (or, digit-blind, a
-    /// message of the same shape) was the last message of its slot; `matcher` must be the
-    /// database every earlier call used.
+    /// message of the same shape) is remembered; `matcher` must be the database every
+    /// earlier call used.
     pub fn scan_into(
         &mut self,
         matcher: &Matcher,
@@ -369,19 +393,20 @@ impl ScanMemo {
         } else {
             data
         };
-        let h = self.hasher.hash_one(key) as usize;
-        let slot = &mut self.slots[h & (SCAN_MEMO_SLOTS - 1)];
-        if slot.filled && slot.msg == key {
-            out.extend_from_slice(&slot.ids);
+        let h = self.hasher.hash_one(key);
+        let set = (h as usize & (SCAN_MEMO_SLOTS / 2 - 1)) * 2;
+        let ways = &mut self.slots[set..set + 2];
+        if let Some(way) = ways.iter_mut().find(|w| w.holds(h, key)) {
+            way.used = true;
+            out.extend_from_slice(&way.ids);
             return;
         }
         let first = out.len();
         matcher.scan_into(data, scratch, out);
-        slot.filled = true;
-        slot.msg.clear();
-        slot.msg.extend_from_slice(key);
-        slot.ids.clear();
-        slot.ids.extend_from_slice(&out[first..]);
+        match ways.iter_mut().find(|w| !w.filled || !w.used) {
+            Some(way) => way.fill(h, key, &out[first..]),
+            None => ways.iter_mut().for_each(|w| w.used = false),
+        }
     }
 }
 
@@ -528,6 +553,28 @@ mod tests {
                 assert_eq!(direct, memoed, "{:?}", String::from_utf8_lossy(data));
             }
         }
+    }
+
+    #[test]
+    fn one_off_messages_do_not_evict_a_recurring_one() {
+        let m = compile(&["recurring", "filler"]).unwrap();
+        let mut s = m.scratch();
+        let mut memo = ScanMemo::default();
+        let mut scans = 0;
+        let mut scan = |memo: &mut ScanMemo, data: &[u8]| {
+            // An exact memo's key is the message: a miss is a message no way holds.
+            scans += usize::from(!memo.slots.iter().any(|w| w.filled && w.msg == data));
+            let mut out = Vec::new();
+            memo.scan_into(&m, data, &mut s, &mut out);
+            out
+        };
+        for i in 0..20 * SCAN_MEMO_SLOTS {
+            assert_eq!(scan(&mut memo, b"a recurring message"), vec![0]);
+            let filler = format!("filler {i:x}");
+            assert_eq!(scan(&mut memo, filler.as_bytes()), vec![1]);
+        }
+        // Every filler is scanned, the recurring message only the first time.
+        assert_eq!(scans, 20 * SCAN_MEMO_SLOTS + 1);
     }
 
     #[test]
