@@ -12,6 +12,7 @@ use lines::{Batch, LineCounts, LineDecoder, LineState, Times};
 use crate::baseline::Baseline;
 use crate::catalog::{Catalog, Role};
 use crate::correlate::{self, Diagnosis};
+use crate::filetext::{FileTexts, TextAt};
 use crate::job::{ContextObs, FastMap, Hit, Incident, Job, SourceKey};
 use crate::memsize;
 use crate::records::{Decoded, DecoderConfig, RecordDecoder};
@@ -121,6 +122,9 @@ struct Stream {
     /// Where the current multi-line record started (its first line's seq).
     record_start: u64,
     open_hit: Option<usize>,
+    /// Where the piece being applied starts in its file, when its lines stay there (a plain
+    /// local file): its lines are kept in the rings by reference.
+    text_at: Option<TextAt>,
 }
 
 pub struct Engine {
@@ -153,6 +157,8 @@ pub struct Engine {
     /// The job after which the next poll resumes its walk of the jobs table, when the last
     /// poll stopped at its byte bound (so that every job gets its turn).
     resume_after: Option<String>,
+    /// The local files whose lines the rings keep by reference.
+    file_texts: Arc<FileTexts>,
 }
 
 impl Stream {
@@ -333,6 +339,7 @@ impl Engine {
             freed_since_trim: 0,
             pending_bytes: 0,
             resume_after: None,
+            file_texts: Arc::default(),
         }
     }
 
@@ -483,6 +490,7 @@ impl Engine {
             last_source: None,
             record_start: 0,
             open_hit: None,
+            text_at: None,
         });
         self.settle_stream(&mut st);
         self.streams.insert(id, st);

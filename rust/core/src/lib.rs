@@ -6,6 +6,7 @@
 //! - [`engine`] routes lines to per-process [`ring`]s and records signature hits per [`job`],
 //! - [`correlate`] turns a job's hits into one diagnosis per incident,
 //! - [`files`] reads log files (plain or gzip) in bounded chunks for local analysis,
+//! - [`filetext`] reads lines of local files back by offset (rings keep them by reference),
 //! - [`records`] decodes Kafka record values (canonical, Fluent Bit, Vector, docker, CRI, text).
 
 pub mod baseline;
@@ -16,6 +17,7 @@ pub mod digits;
 pub mod engine;
 pub mod fieldre;
 pub mod files;
+pub mod filetext;
 pub mod job;
 pub mod jsonfields;
 pub mod matcher;

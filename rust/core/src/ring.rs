@@ -5,9 +5,16 @@
 //! every line once per doubling and faulted in fresh pages for each copy: a tenth of
 //! `analyze`'s CPU on a 16k-rank job), and the header is written next to the text it
 //! describes (a separate deque of entries grew by doubling, 6 KiB per 77-line ring).
+//!
+//! A line of a local file can be kept by reference instead ([`Ring::push_at`]): its record
+//! holds where the line is in its file, and the text is read back from the file when the
+//! ring is read ([`crate::filetext`]). It is charged against the caps as if it were copied,
+//! so a ring keeps the same lines either way.
 
+use crate::filetext::{FileTexts, TextAt};
 use crate::memsize;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// Bytes charged per stored line on top of its text (its header and padding).
 pub const LINE_OVERHEAD: usize = 32;
@@ -22,6 +29,12 @@ const BLOCK: usize = 4096 - 16;
 const HEADER: usize = 24;
 const NO_TIME: i64 = i64::MIN;
 const CONTINUATION: u32 = 1;
+/// The record holds where its text is (`REF_BYTES`: offset, file id, padding), not the text.
+const BY_REFERENCE: u32 = 2;
+const REF_BYTES: usize = 16;
+/// What a line kept by reference reads as when its file no longer holds it.
+pub const UNREADABLE: &str =
+    "[rankwatch: this line can no longer be read: its file changed after it was analyzed]";
 
 /// A line handed out of the ring (an owned copy).
 #[derive(Debug, Clone)]
@@ -39,22 +52,28 @@ pub struct RingLine {
 struct Header {
     seq: u64,
     ts_ms: Option<i64>,
+    /// The text's length (also of a text kept by reference).
     len: usize,
     continuation: bool,
+    by_reference: bool,
 }
 
 impl Header {
-    /// Appends the header, `text` and the padding that keeps the next header aligned.
-    fn write_record(&self, text: &[u8], block: &mut Vec<u8>) {
+    /// Appends the header, `body` (the text, or where it is) and the padding that keeps the
+    /// next header aligned.
+    fn write_record(&self, body: &[u8], block: &mut Vec<u8>) {
         let mut h = [0u8; HEADER];
         h[0..8].copy_from_slice(&self.seq.to_le_bytes());
         h[8..16].copy_from_slice(&self.ts_ms.unwrap_or(NO_TIME).to_le_bytes());
         h[16..20].copy_from_slice(&(self.len as u32).to_le_bytes());
-        let flags = if self.continuation { CONTINUATION } else { 0 };
+        let mut flags = if self.continuation { CONTINUATION } else { 0 };
+        if self.by_reference {
+            flags |= BY_REFERENCE;
+        }
         h[20..24].copy_from_slice(&flags.to_le_bytes());
         block.extend_from_slice(&h);
-        block.extend_from_slice(text);
-        let pad = record_size(text.len()) - HEADER - text.len();
+        block.extend_from_slice(body);
+        let pad = record_size(body.len()) - HEADER - body.len();
         block.extend_from_slice(&[0u8; 8][..pad]);
     }
 
@@ -62,18 +81,50 @@ impl Header {
         let word = |r: std::ops::Range<usize>| -> [u8; 8] { at[r].try_into().unwrap_or_default() };
         let half = |r: std::ops::Range<usize>| -> [u8; 4] { at[r].try_into().unwrap_or_default() };
         let ts = i64::from_le_bytes(word(8..16));
+        let flags = u32::from_le_bytes(half(20..24));
         Header {
             seq: u64::from_le_bytes(word(0..8)),
             ts_ms: (ts != NO_TIME).then_some(ts),
             len: u32::from_le_bytes(half(16..20)) as usize,
-            continuation: u32::from_le_bytes(half(20..24)) & CONTINUATION != 0,
+            continuation: flags & CONTINUATION != 0,
+            by_reference: flags & BY_REFERENCE != 0,
         }
+    }
+
+    /// Bytes of the record's body: its text, or where the text is.
+    fn body_len(&self) -> usize {
+        if self.by_reference {
+            REF_BYTES
+        } else {
+            self.len
+        }
+    }
+
+    /// Bytes the whole record takes in its block.
+    fn size(&self) -> usize {
+        record_size(self.body_len())
     }
 }
 
-/// Bytes a record of `len` bytes of text takes in a block (headers stay 8-byte aligned).
+/// Bytes a record with a body of `len` bytes takes in a block (headers stay 8-byte aligned).
 fn record_size(len: usize) -> usize {
     (HEADER + len).next_multiple_of(8)
+}
+
+fn reference_body(at: TextAt) -> [u8; REF_BYTES] {
+    let mut body = [0u8; REF_BYTES];
+    body[0..8].copy_from_slice(&at.offset.to_le_bytes());
+    body[8..12].copy_from_slice(&at.file.to_le_bytes());
+    body
+}
+
+fn read_reference(body: &[u8]) -> TextAt {
+    let offset = body.get(0..8).and_then(|b| b.try_into().ok());
+    let file = body.get(8..12).and_then(|b| b.try_into().ok());
+    TextAt {
+        offset: u64::from_le_bytes(offset.unwrap_or_default()),
+        file: u32::from_le_bytes(file.unwrap_or_default()),
+    }
 }
 
 #[derive(Debug, Default)]
@@ -94,6 +145,8 @@ pub struct Ring {
     /// The newest line that starts a record (not a continuation): its seq, block number and
     /// offset. A hit on a traceback's last line asks for the record from its first line.
     record_at: Option<(u64, u64, usize)>,
+    /// Where lines kept by reference are read back from.
+    texts: Option<Arc<FileTexts>>,
 }
 
 impl Ring {
@@ -106,14 +159,51 @@ impl Ring {
         max_lines: usize,
         max_bytes: usize,
     ) {
-        let cost = text.len() + LINE_OVERHEAD;
+        let header = Header {
+            seq,
+            ts_ms,
+            len: text.len(),
+            continuation,
+            by_reference: false,
+        };
+        self.push_record(header, text.as_bytes(), (max_lines, max_bytes));
+    }
+
+    /// Pushes a line of `text_len` bytes that stays in its file, at `at` of `texts`: it is
+    /// read back from there when the ring is read.
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_at(
+        &mut self,
+        seq: u64,
+        ts_ms: Option<i64>,
+        continuation: bool,
+        (text_len, at): (usize, TextAt),
+        texts: &Arc<FileTexts>,
+        max_lines: usize,
+        max_bytes: usize,
+    ) {
+        if !self.texts.as_ref().is_some_and(|t| Arc::ptr_eq(t, texts)) {
+            self.texts = Some(texts.clone());
+        }
+        let header = Header {
+            seq,
+            ts_ms,
+            len: text_len,
+            continuation,
+            by_reference: true,
+        };
+        self.push_record(header, &reference_body(at), (max_lines, max_bytes));
+    }
+
+    fn push_record(&mut self, header: Header, body: &[u8], (max_lines, max_bytes): (usize, usize)) {
+        let cost = header.len + LINE_OVERHEAD;
         while self.lines > 0 && (self.lines >= max_lines || self.bytes + cost > max_bytes) {
             self.pop_front();
         }
         if max_lines == 0 || cost > max_bytes {
             return;
         }
-        let size = record_size(text.len());
+        let size = record_size(body.len());
         let fits = self
             .blocks
             .back()
@@ -126,21 +216,15 @@ impl Ring {
             self.block_heap += memsize::vec(&block);
             self.blocks.push_back(block);
         }
-        let header = Header {
-            seq,
-            ts_ms,
-            len: text.len(),
-            continuation,
-        };
         let number = self.popped_blocks + self.blocks.len() as u64 - 1;
         let Some(block) = self.blocks.back_mut() else {
             return;
         };
         let at = block.len();
-        header.write_record(text.as_bytes(), block);
+        header.write_record(body, block);
         self.newest_at = at;
-        if !continuation {
-            self.record_at = Some((seq, number, at));
+        if !header.continuation {
+            self.record_at = Some((header.seq, number, at));
         }
         self.lines += 1;
         self.bytes += cost;
@@ -151,7 +235,7 @@ impl Ring {
             return;
         };
         let h = Header::read(&first[self.head..]);
-        self.head += record_size(h.len);
+        self.head += h.size();
         self.lines -= 1;
         self.bytes -= h.len + LINE_OVERHEAD;
         // A block is dead once its last record is popped; with no line left, all of them are.
@@ -189,21 +273,46 @@ impl Ring {
                         return None;
                     }
                     let h = Header::read(&b[at..]);
-                    let text = &b[at + HEADER..at + HEADER + h.len];
-                    at += record_size(h.len);
-                    Some((h, text))
+                    let body = &b[at + HEADER..at + HEADER + h.body_len()];
+                    at += h.size();
+                    Some((h, body))
                 })
             })
     }
 
-    fn line(h: Header, text: &[u8]) -> RingLine {
-        RingLine {
-            seq: h.seq,
-            ts_ms: h.ts_ms,
-            continuation: h.continuation,
-            // The text was a `&str` when it was pushed.
-            text: String::from_utf8_lossy(text).into_owned(),
+    /// The records as owned lines, with the texts kept by reference read back.
+    fn owned<'a>(&self, records: impl IntoIterator<Item = (Header, &'a [u8])>) -> Vec<RingLine> {
+        let records: Vec<(Header, &[u8])> = records.into_iter().collect();
+        let wanted: Vec<(TextAt, usize)> = records
+            .iter()
+            .filter(|(h, _)| h.by_reference)
+            .map(|(h, body)| (read_reference(body), h.len))
+            .collect();
+        let mut read = match (&self.texts, wanted.is_empty()) {
+            (Some(texts), false) => texts.read(&wanted),
+            _ => Vec::new(),
         }
+        .into_iter();
+        records
+            .into_iter()
+            .map(|(h, body)| {
+                let text = if h.by_reference {
+                    match read.next().flatten() {
+                        Some(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                        None => UNREADABLE.to_string(),
+                    }
+                } else {
+                    // The text was a `&str` when it was pushed.
+                    String::from_utf8_lossy(body).into_owned()
+                };
+                RingLine {
+                    seq: h.seq,
+                    ts_ms: h.ts_ms,
+                    continuation: h.continuation,
+                    text,
+                }
+            })
+            .collect()
     }
 
     /// Drops the oldest lines until at most `max_lines` remain, and returns block slack:
@@ -212,11 +321,11 @@ impl Ring {
         while self.lines > max_lines {
             self.pop_front();
         }
-        let live: usize = self.records().map(|(h, _)| record_size(h.len)).sum();
+        let live: usize = self.records().map(|(h, _)| h.size()).sum();
         let (mut packed, mut newest_at) = (Vec::with_capacity(live), 0);
-        for (h, text) in self.records() {
+        for (h, body) in self.records() {
             newest_at = packed.len();
-            h.write_record(text, &mut packed);
+            h.write_record(body, &mut packed);
         }
         self.newest_at = newest_at;
         self.record_at = None;
@@ -250,7 +359,7 @@ impl Ring {
 
     /// Every line, oldest first (owned copies).
     pub fn lines(&self) -> Vec<RingLine> {
-        self.records().map(|(h, t)| Ring::line(h, t)).collect()
+        self.owned(self.records())
     }
 
     /// Up to `n` lines that arrived before `seq` (oldest first).
@@ -264,7 +373,7 @@ impl Ring {
                 kept.push_back((h, t));
             }
         }
-        kept.into_iter().map(|(h, t)| Ring::line(h, t)).collect()
+        self.owned(kept)
     }
 
     /// The records from the remembered record start when it is `seq` and still live, else
@@ -279,23 +388,33 @@ impl Ring {
         self.records_at(first, offset)
     }
 
+    /// Whether the newest line is the one at `seq`.
+    pub fn newest_is(&self, seq: u64) -> bool {
+        self.newest().is_some_and(|(h, _)| h.seq == seq)
+    }
+
+    fn newest(&self) -> Option<(Header, &[u8])> {
+        let last = self.blocks.back().filter(|_| self.lines > 0)?;
+        let h = Header::read(&last[self.newest_at..]);
+        Some((
+            h,
+            &last[self.newest_at + HEADER..self.newest_at + HEADER + h.body_len()],
+        ))
+    }
+
     /// The line at `seq` and the continuation lines right after it.
     pub fn record_from(&self, seq: u64, max: usize) -> Vec<RingLine> {
-        if let (Some(last), true) = (self.blocks.back(), self.lines > 0 && max > 0) {
-            let h = Header::read(&last[self.newest_at..]);
-            if h.seq == seq {
-                let text = &last[self.newest_at + HEADER..self.newest_at + HEADER + h.len];
-                return vec![Ring::line(h, text)];
-            }
+        if let Some(newest) = self.newest().filter(|(h, _)| h.seq == seq && max > 0) {
+            return self.owned([newest]);
         }
         let mut out = Vec::new();
-        for (h, t) in self.records_before(seq).skip_while(|(h, _)| h.seq < seq) {
+        for (h, body) in self.records_before(seq).skip_while(|(h, _)| h.seq < seq) {
             if out.len() >= max || (!out.is_empty() && !h.continuation) {
                 break;
             }
-            out.push(Ring::line(h, t));
+            out.push((h, body));
         }
-        out
+        self.owned(out)
     }
 }
 
@@ -439,6 +558,12 @@ mod tests {
             max_bytes in 0usize..6000,
         ) {
             let (mut ring, mut model) = (Ring::default(), Model::default());
+            // Every third line stays in a file and is kept by reference.
+            let mut file = tempfile::NamedTempFile::new().unwrap();
+            let texts = Arc::new(FileTexts::default());
+            let meta = std::fs::metadata(file.path()).unwrap();
+            let id = texts.register(file.path(), crate::filetext::FileIdentity::of(&meta));
+            let mut written = 0u64;
             for (seq, (len, ts, cont, op)) in ops.into_iter().enumerate() {
                 let seq = seq as u64;
                 if op == 0 {
@@ -450,7 +575,14 @@ mod tests {
                 } else {
                     let text: String = "é".repeat(len % 7) + &"x".repeat(len);
                     let line = RingLine { seq, ts_ms: ts, continuation: cont, text };
-                    ring.push(seq, ts, cont, &line.text, max_lines, max_bytes);
+                    if seq.is_multiple_of(3) {
+                        std::io::Write::write_all(&mut file, format!("{}\n", line.text).as_bytes()).unwrap();
+                        let at = TextAt { file: id, offset: written };
+                        written += line.text.len() as u64 + 1;
+                        ring.push_at(seq, ts, cont, (line.text.len(), at), &texts, max_lines, max_bytes);
+                    } else {
+                        ring.push(seq, ts, cont, &line.text, max_lines, max_bytes);
+                    }
                     model.push(line, max_lines, max_bytes);
                 }
                 // Probe the newest line (or just before it) as hits do, and older ones.

@@ -7,9 +7,11 @@ use crate::catalog::Catalog;
 use crate::catalog::{Role, Sync};
 use crate::correlate;
 use crate::fieldre::FieldSpan;
+use crate::filetext::TextAt;
 use crate::job::{ContextObs, Hit, Incident, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
 use crate::memsize;
 use crate::prefix::{Level, Producer};
+use crate::ring::Ring;
 
 /// The fields one signature's regexes found in a line's message, read in place.
 struct FieldView<'a> {
@@ -263,13 +265,27 @@ impl Engine {
             st.open_hit = None;
         }
 
-        // Remember the line.
+        // Remember the line: by reference where it stays in its file, else a copy.
         {
-            let ring_lines = job.ring_lines;
+            let caps = (job.ring_lines, self.cfg.ring_bytes);
             let s = &mut job.sources[src as usize];
             let before = s.ring.heap_bytes();
-            s.ring
-                .push(seq, ts, continuation, line, ring_lines, self.cfg.ring_bytes);
+            let at = st
+                .text_at
+                .zip(d.chunk_start())
+                .map(|(piece, start)| TextAt {
+                    file: piece.file,
+                    offset: piece.offset + start as u64,
+                });
+            match at {
+                Some(at) => {
+                    let line_at = (line.len(), at);
+                    let texts = &self.file_texts;
+                    s.ring
+                        .push_at(seq, ts, continuation, line_at, texts, caps.0, caps.1)
+                }
+                None => s.ring.push(seq, ts, continuation, line, caps.0, caps.1),
+            }
             job.content_bytes = (job.content_bytes + s.ring.heap_bytes()).saturating_sub(before);
         }
 
@@ -324,19 +340,15 @@ impl Engine {
                         text: line.to_string(),
                         origin: st.origin.clone(),
                         fields: fields.to_pairs(),
-                        record: job.sources[src as usize]
-                            .ring
-                            .record_from(
-                                st.record_start,
-                                if spec.role == Role::Cause {
-                                    CAUSE_RECORD_LINES
-                                } else {
-                                    SYMPTOM_RECORD_LINES
-                                },
-                            )
-                            .into_iter()
-                            .map(|l| l.text)
-                            .collect(),
+                        record: hit_record(
+                            &job.sources[src as usize].ring,
+                            (st.record_start, seq, line),
+                            if spec.role == Role::Cause {
+                                CAUSE_RECORD_LINES
+                            } else {
+                                SYMPTOM_RECORD_LINES
+                            },
+                        ),
                         last_error_text: d.last_error_text,
                     };
                     st.open_hit = Some(self.add_hit(job, hit, spec.role == Role::Cause));
@@ -361,12 +373,11 @@ impl Engine {
                     text: line.to_string(),
                     origin: st.origin.clone(),
                     fields: Vec::new(),
-                    record: job.sources[src as usize]
-                        .ring
-                        .record_from(st.record_start, SYMPTOM_RECORD_LINES)
-                        .into_iter()
-                        .map(|l| l.text)
-                        .collect(),
+                    record: hit_record(
+                        &job.sources[src as usize].ring,
+                        (st.record_start, seq, line),
+                        SYMPTOM_RECORD_LINES,
+                    ),
                     last_error_text: d.last_error_text,
                 };
                 st.open_hit = Some(self.add_hit(job, hit, false));
@@ -510,4 +521,17 @@ impl Engine {
         job.hits.push(hit);
         idx
     }
+}
+
+/// The lines of a hit's record (its first line at `start`, the hit's line at `seq`): the
+/// hit's line alone when it starts its record, without reading it back from the ring (where
+/// it may be kept by reference).
+fn hit_record(ring: &Ring, (start, seq, line): (u64, u64, &str), max: usize) -> Vec<String> {
+    if start == seq && max > 0 && ring.newest_is(seq) {
+        return vec![line.to_string()];
+    }
+    ring.record_from(start, max)
+        .into_iter()
+        .map(|l| l.text)
+        .collect()
 }

@@ -17,6 +17,7 @@
 use super::lines::{Batch, LineDecoder, LineState, Times};
 use super::{piece_end, Engine, StreamHints, PIECE_BYTES};
 use crate::files::{LogReader, ReadError, CHUNK_BYTES};
+use crate::filetext::{FileIdentity, TextAt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -61,8 +62,13 @@ struct WorkerTime {
 
 /// What a worker hands over for a file, in order.
 enum Piece {
-    /// Decoded lines, decoded from `text`.
-    Lines { text: Vec<u8>, batch: Batch },
+    /// Decoded lines, decoded from `text`; `at`: the file and where `text` starts in it,
+    /// when those are the file's own bytes (a plain file).
+    Lines {
+        text: Vec<u8>,
+        batch: Batch,
+        at: Option<(FileIdentity, u64)>,
+    },
     /// The file is done; why it was not read to the end, if it was not.
     End(Option<ReadError>),
 }
@@ -194,13 +200,23 @@ impl Engine {
         };
         for (i, (f, rx)) in files.iter().zip(receivers).enumerate() {
             let id = self.open_stream(&f.job, &f.origin, f.hints.clone());
+            let mut registered = None;
             let problem = loop {
                 let piece = rx.recv();
                 lap(&mut report.wait_s);
                 match piece {
-                    Ok(Piece::Lines { text, mut batch }) => {
+                    Ok(Piece::Lines {
+                        text,
+                        mut batch,
+                        at,
+                    }) => {
                         let n = batch.counts.bytes;
-                        self.apply_piece(id, &text, &mut batch);
+                        let at = at.map(|(identity, offset)| TextAt {
+                            file: *registered
+                                .get_or_insert_with(|| self.file_texts.register(&f.path, identity)),
+                            offset,
+                        });
+                        self.apply_piece(id, &text, &mut batch, at);
                         pool.put(text, batch);
                         lap(&mut report.apply_s);
                         report.bytes += n;
@@ -221,12 +237,14 @@ impl Engine {
         report
     }
 
-    fn apply_piece(&mut self, stream_id: u64, text: &[u8], batch: &mut Batch) {
+    fn apply_piece(&mut self, stream_id: u64, text: &[u8], batch: &mut Batch, at: Option<TextAt>) {
         let Some(mut st) = self.streams.remove(&stream_id) else {
             return;
         };
         let mut job = self.take_job(&st.job);
+        st.text_at = at;
         self.apply_batch(&mut job, &mut st, text, batch);
+        st.text_at = None;
         self.put_back(job, st, stream_id);
     }
 }
@@ -252,7 +270,9 @@ impl Worker<'_> {
         };
         let mut st = LineState::default();
         let mut chunk = std::mem::take(&mut self.chunk);
+        let identity = reader.identity();
         let problem = loop {
+            let chunk_at = identity.map(|id| (id, reader.delivered()));
             match reader.next_chunk_into(&mut chunk, CHUNK_BYTES) {
                 Ok(true) => {}
                 Ok(false) => break None,
@@ -260,7 +280,7 @@ impl Worker<'_> {
             }
             let decode = Instant::now();
             self.time.read_s += (decode - clock).as_secs_f64();
-            let sent = self.send_pieces(&mut st, &mut chunk, tx);
+            let sent = self.send_pieces(&mut st, (&mut chunk, chunk_at), tx);
             clock = Instant::now();
             self.time.decode_s += (clock - decode).as_secs_f64();
             if !sent {
@@ -274,6 +294,7 @@ impl Worker<'_> {
         let last = Piece::Lines {
             text: Vec::new(),
             batch,
+            at: None,
         };
         if tx.send(last).is_ok() {
             let _ = tx.send(Piece::End(problem));
@@ -286,7 +307,7 @@ impl Worker<'_> {
     fn send_pieces(
         &mut self,
         st: &mut LineState,
-        chunk: &mut Vec<u8>,
+        (chunk, chunk_at): (&mut Vec<u8>, Option<(FileIdentity, u64)>),
         tx: &SyncSender<Piece>,
     ) -> bool {
         let mut pos = 0;
@@ -301,7 +322,8 @@ impl Worker<'_> {
             };
             let mut batch = self.pool.batch();
             self.decoder.chunk(st, &text, Times::default(), &mut batch);
-            if tx.send(Piece::Lines { text, batch }).is_err() {
+            let at = chunk_at.map(|(id, offset)| (id, offset + pos as u64));
+            if tx.send(Piece::Lines { text, batch, at }).is_err() {
                 return false;
             }
             pos = end;

@@ -120,6 +120,14 @@ enum Span {
 }
 
 impl Span {
+    /// Where the line starts in the chunk it was cut from, if its text is the chunk's bytes.
+    fn chunk_start(self) -> Option<usize> {
+        match self {
+            Span::Chunk(a, _) => Some(a),
+            Span::Own(..) => None,
+        }
+    }
+
     /// The line's text: in `chunk`, the bytes it was decoded from, or in `own`, the batch's
     /// own copy.
     fn text<'a>(self, chunk: &'a [u8], own: &'a str) -> &'a str {
@@ -149,6 +157,14 @@ pub(crate) struct Decoded {
     pub event_ms: Option<i64>,
     /// This line's entries in `Batch::hits`.
     hits: std::ops::Range<usize>,
+}
+
+impl Decoded {
+    /// Where the line starts in the bytes it was decoded from, if its text is those bytes
+    /// as they were (not cleaned, joined or carried over).
+    pub(crate) fn chunk_start(&self) -> Option<usize> {
+        self.span.chunk_start()
+    }
 }
 
 /// A signature that matched a line, with the fields the engine reads from it (extracted

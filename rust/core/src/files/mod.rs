@@ -7,6 +7,7 @@
 
 mod gzip;
 
+use crate::filetext::FileIdentity;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::OpenOptionsExt;
@@ -82,6 +83,7 @@ pub struct LogReader {
     /// An error met after the bytes of the last chunk: reported on the next call.
     failed: Option<ReadError>,
     done: bool,
+    identity: FileIdentity,
 }
 
 impl LogReader {
@@ -114,7 +116,19 @@ impl LogReader {
             size_hint: meta.len(),
             failed: None,
             done: false,
+            identity: FileIdentity::of(&meta),
         })
+    }
+
+    /// The file, if its bytes are the ones delivered (a plain file, not a compressed one):
+    /// then a delivered byte can be read again at its offset.
+    pub fn identity(&self) -> Option<FileIdentity> {
+        matches!(self.source, Source::Plain(_)).then_some(self.identity)
+    }
+
+    /// Bytes delivered so far: the offset of the next chunk's first byte.
+    pub fn delivered(&self) -> u64 {
+        self.delivered
     }
 
     /// The next at most `max` bytes (decompressed for gzip); `Ok(None)` at the end. Chunks
