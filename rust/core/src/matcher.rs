@@ -326,8 +326,20 @@ pub const SCAN_MEMO_MAX_BYTES: usize = 1024;
 pub struct ScanMemo {
     slots: Vec<MemoSlot>,
     hasher: foldhash::fast::FixedState,
-    digit_blind: bool,
+    mask: MemoKey,
     key: Vec<u8>,
+}
+
+/// What a [`ScanMemo`]'s key leaves out of a message: what no pattern of its database tells
+/// apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoKey {
+    /// Nothing: the key is the message.
+    Exact,
+    /// Digits ([`crate::digits::mask_digits`]).
+    Digits,
+    /// Digits, and the letters of hex tokens ([`crate::hextoken::mask_hex_tokens`]).
+    DigitsAndHexTokens,
 }
 
 #[derive(Default)]
@@ -358,17 +370,17 @@ impl MemoSlot {
 
 impl Default for ScanMemo {
     fn default() -> Self {
-        ScanMemo::new(false)
+        ScanMemo::new(MemoKey::Exact)
     }
 }
 
 impl ScanMemo {
-    /// A memo keyed by the exact message, or by its digit-masked form when `digit_blind`.
-    pub fn new(digit_blind: bool) -> ScanMemo {
+    /// A memo keyed by the message with what `mask` says masked.
+    pub fn new(mask: MemoKey) -> ScanMemo {
         ScanMemo {
             slots: (0..SCAN_MEMO_SLOTS).map(|_| MemoSlot::default()).collect(),
             hasher: foldhash::fast::FixedState::with_seed(0x5ca7_3e30),
-            digit_blind,
+            mask,
             key: Vec::new(),
         }
     }
@@ -387,11 +399,17 @@ impl ScanMemo {
             matcher.scan_into(data, scratch, out);
             return;
         }
-        let key: &[u8] = if self.digit_blind {
-            crate::digits::mask_digits(data, &mut self.key);
-            &self.key
-        } else {
-            data
+        let key: &[u8] = match self.mask {
+            MemoKey::Exact => data,
+            MemoKey::Digits => {
+                crate::digits::mask_digits(data, &mut self.key);
+                &self.key
+            }
+            MemoKey::DigitsAndHexTokens => {
+                crate::digits::mask_digits(data, &mut self.key);
+                crate::hextoken::mask_hex_tokens(&mut self.key);
+                &self.key
+            }
         };
         let h = self.hasher.hash_one(key);
         let set = (h as usize & (SCAN_MEMO_SLOTS / 2 - 1)) * 2;

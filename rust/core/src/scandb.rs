@@ -8,10 +8,17 @@
 //! even for a small database. A catalog with a pattern that cannot be made blind gets the
 //! original patterns and an exact memo. Either way a scan reports exactly the expressions
 //! whose original pattern matches the message.
+//!
+//! Where moreover no blind form can tell the letters of a hex token apart
+//! ([`crate::hextoken`]), the memo's key also masks those: the plan records it, and a cached
+//! entry keeps it after the widened ids (as one more id, the number of expressions).
 
 use crate::dbcache::{CacheKey, CacheReport, DbCache, DbOrigin};
 use crate::digits::{blind, Blind};
-use crate::matcher::{CompileError, Expression, Matcher, ScanMemo, Scratch, FLAG_CASELESS};
+use crate::hextoken::is_token_blind;
+use crate::matcher::{
+    CompileError, Expression, Matcher, MemoKey, ScanMemo, Scratch, FLAG_CASELESS,
+};
 use regex_automata::meta::{Cache, Regex};
 use regex_automata::util::syntax;
 use regex_automata::Input;
@@ -22,7 +29,7 @@ pub struct ScanDb {
     main: Matcher,
     /// By expression id: the original form of a widened pattern, which confirms its hits.
     confirm: Vec<Option<Confirm>>,
-    digit_blind: bool,
+    key: MemoKey,
 }
 
 /// The original form of a widened pattern, compiled on its first hit: most catalogs' widened
@@ -68,11 +75,12 @@ impl ScanDb {
             cache,
         };
         if let Some(built) = blind.load_or_build(|| BlindPlan::of(exprs)?.build().ok()) {
-            let (main, widened, report) = built;
+            let (main, stored, report) = built;
+            let (widened, key) = read_plan_ids(&stored, exprs.len());
             let db = ScanDb {
-                confirm: confirmations(exprs, &widened),
+                confirm: confirmations(exprs, widened),
                 main,
-                digit_blind: true,
+                key,
             };
             return Ok((db, report));
         }
@@ -93,7 +101,7 @@ impl ScanDb {
                 let db = ScanDb {
                     main,
                     confirm: Vec::new(),
-                    digit_blind: false,
+                    key: MemoKey::Exact,
                 };
                 Ok((db, report))
             }
@@ -112,13 +120,18 @@ impl ScanDb {
 
     /// Whether scan results are shared between messages that differ only in digits.
     pub fn is_digit_blind(&self) -> bool {
-        self.digit_blind
+        self.key != MemoKey::Exact
+    }
+
+    /// Whether they are also shared between messages that differ only in hex tokens.
+    pub fn is_token_blind(&self) -> bool {
+        self.key == MemoKey::DigitsAndHexTokens
     }
 
     pub fn scanner(&self) -> Scanner {
         Scanner {
             scratch: self.main.scratch(),
-            memo: ScanMemo::new(self.digit_blind),
+            memo: ScanMemo::new(self.key),
             caches: Vec::new(),
         }
     }
@@ -169,6 +182,7 @@ const BLIND_VARIANT: &[u8] = concat!(
     "digit-blind ",
     env!("CARGO_PKG_VERSION"),
     include_str!("digits.rs"),
+    include_str!("hextoken.rs"),
     include_str!("scandb.rs")
 )
 .as_bytes();
@@ -194,6 +208,28 @@ struct BlindPlan {
     main: Vec<(String, u32, u32)>,
     /// The ids of the widened expressions.
     widened: Vec<u32>,
+    /// No form tells the letters of a hex token apart.
+    token_blind: bool,
+}
+
+/// The ids a cache entry keeps for a plan: the widened ids, then the number of expressions
+/// when the plan is token-blind.
+fn plan_ids(plan: &BlindPlan) -> Vec<u32> {
+    let mut ids = plan.widened.clone();
+    if plan.token_blind {
+        ids.push(plan.main.len() as u32);
+    }
+    ids
+}
+
+/// The widened ids and the memo key of a plan's stored ids (see [`plan_ids`]).
+fn read_plan_ids(ids: &[u32], expressions: usize) -> (&[u32], MemoKey) {
+    match ids.split_last() {
+        Some((&last, widened)) if last as usize == expressions => {
+            (widened, MemoKey::DigitsAndHexTokens)
+        }
+        _ => (ids, MemoKey::Digits),
+    }
 }
 
 impl BlindPlan {
@@ -203,6 +239,7 @@ impl BlindPlan {
         let mut plan = BlindPlan {
             main: Vec::with_capacity(exprs.len()),
             widened: Vec::new(),
+            token_blind: false,
         };
         for (i, e) in exprs.iter().enumerate() {
             if e.id as usize != i {
@@ -218,13 +255,16 @@ impl BlindPlan {
                 }
             }
         }
+        plan.token_blind = plan.main.iter().all(|(pattern, _, flags)| {
+            is_token_blind(pattern, flags & FLAG_CASELESS != 0).unwrap_or(false)
+        });
         Some(plan)
     }
 
     /// The main database and the widened ids, or `Err` when a widened form does not compile
     /// (the caller falls back to the original patterns, whose errors it reports).
     fn build(self) -> Result<(Matcher, Vec<u32>), CompileError> {
-        Ok((Matcher::compile(&expressions(&self.main))?, self.widened))
+        Ok((Matcher::compile(&expressions(&self.main))?, plan_ids(&self)))
     }
 }
 
@@ -256,10 +296,11 @@ impl Variant<'_> {
         };
         let path = cache.path_of(&key);
         let loaded = cache.load(&key, self.exprs.len()).and_then(|(m, ids)| {
+            // Ascending ids of expressions; the last may be the token-blind mark.
             let valid = ids.windows(2).all(|w| w[0] < w[1])
                 && ids
                     .last()
-                    .is_none_or(|&id| (id as usize) < self.exprs.len());
+                    .is_none_or(|&id| (id as usize) <= self.exprs.len());
             valid
                 .then_some((m, ids))
                 .ok_or_else(|| "ids out of range".to_string())
@@ -387,6 +428,34 @@ mod tests {
         }
     }
 
+    /// A catalog whose patterns cannot tell a hex token's letters apart shares scans between
+    /// messages that differ in them; one pattern that can (`x[0-9]` tells `0x5` from `0xa`)
+    /// keeps the letters in the key. Either way the scan reports what the originals match.
+    #[test]
+    fn hex_tokens_are_masked_only_when_no_pattern_tells_their_letters_apart() {
+        let messages = [
+            "comm 0x7f3a rank 3 x",
+            "comm 0xabcd rank 3 x",
+            "comm 0x5 y rank 3",
+            "comm 0xa y rank 3",
+            "comm 0x5 y rank 3",
+        ];
+        for (exprs, token_blind) in [(exprs(), true), (exprs_with(r"x[0-9] y"), false)] {
+            let (db, _) = ScanDb::build(&exprs, &["t"], None).unwrap();
+            assert!(db.is_digit_blind());
+            assert_eq!(db.is_token_blind(), token_blind);
+            let plain = Matcher::compile(&exprs).unwrap();
+            let mut plain_scratch = plain.scratch();
+            let mut scanner = db.scanner();
+            for m in messages {
+                let (mut want, mut got) = (Vec::new(), Vec::new());
+                plain.scan_into(m.as_bytes(), &mut plain_scratch, &mut want);
+                db.scan(m.as_bytes(), &mut scanner, &mut got);
+                assert_eq!(sorted(got), sorted(want), "{m}");
+            }
+        }
+    }
+
     /// Every message template NCCL and PyTorch can print (`shared/reference/messages`), each
     /// filled in with several sets of numbers and words, through one scanner (so the memo
     /// answers shapes it has seen): the shipped catalog's digit-blind scan must report what
@@ -401,7 +470,7 @@ mod tests {
         };
         let torch = std::fs::read_to_string(dir.join("torch.tsv")).unwrap();
         let catalog = crate::Catalog::from_sources(&crate::catalog::shipped_sources()).unwrap();
-        assert!(catalog.is_digit_blind());
+        assert!(catalog.is_digit_blind() && catalog.is_token_blind());
         let mut exprs = Vec::new();
         for sig in &catalog.signatures {
             for p in &sig.patterns {
@@ -441,6 +510,9 @@ mod tests {
         &["1", "15", "803", "0x1f3a", "mlx5_0", "-15"],
         &["9", "99", "113", "0x7f0a", "10.0.0.1<5>", "-6"],
         &["5", "11", "100", "0xdead", "docker0", "13"],
+        // Hex tokens of one length, letters against digits (one key when token-blind).
+        &["7", "40", "555", "0x55d0c8a3b2f0", "ib0", "0x1"],
+        &["3", "41", "556", "0x5500c803b200", "ens1f0", "0xa"],
     ];
 
     fn fill(format: &str, variant: usize, placeholder: &Regex) -> String {

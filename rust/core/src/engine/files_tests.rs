@@ -172,7 +172,10 @@ fn lines_of_files_replaced_after_reading_are_marked_not_read_from_the_new_file()
     let mut e = Engine::new(Arc::new(small()), Config::default());
     e.feed_files(&files, 2, None);
     // Every plain file is replaced by one of the same size before the diagnoses are made.
-    for f in files.iter().filter(|f| !f.path.to_string_lossy().ends_with(".gz")) {
+    for f in files
+        .iter()
+        .filter(|f| !f.path.to_string_lossy().ends_with(".gz"))
+    {
         if let Ok(len) = std::fs::metadata(&f.path).map(|m| m.len()) {
             std::fs::remove_file(&f.path).unwrap();
             std::fs::write(&f.path, "z".repeat(len as usize)).unwrap();
