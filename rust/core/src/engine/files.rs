@@ -6,9 +6,12 @@
 //!
 //! The stages are a pipeline with bounded queues: each file has a queue of at most
 //! `QUEUED_PIECES` decoded pieces, and a worker takes the next file only when it has handed
-//! over the last piece of its current one, so at most `workers × (QUEUED_PIECES + 2)` pieces
-//! (each at most `PIECE_BYTES` of text and its decoded lines, plus one `CHUNK_BYTES` read
-//! buffer per worker) are held at once, however large the job. Piece buffers go back to a
+//! over the last piece of its current one and that file is at most `LOOKAHEAD_FILES` per
+//! worker past the one being applied. So at most `workers × (QUEUED_PIECES + 2)` pieces of
+//! a large file, or the pieces of a few small files (each at most `PIECE_BYTES` of text and
+//! its decoded lines, plus one `CHUNK_BYTES` read buffer per worker), are held at once,
+//! however large the job. Without the file bound, workers ran ahead through a job of small
+//! files (a queue never fills) and held most of it decoded in fresh memory. Piece buffers go back to a
 //! small pool once applied: allocating on one thread and freeing on another costs glibc's
 //! allocator more than the decoding. Scoped threads rather than a pool crate: the work is one
 //! fan-out per call, and the ordered hand-over needs a queue per file, which a parallel
@@ -21,11 +24,53 @@ use crate::filetext::{FileIdentity, TextAt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 /// Decoded pieces a file's queue holds before its worker waits.
 const QUEUED_PIECES: usize = 4;
+/// Files per worker that may be decoded past the one being applied.
+const LOOKAHEAD_FILES: usize = 4;
+
+/// How far the apply stage has come: the workers wait for it to come near their next file.
+struct Gate {
+    applied: Mutex<usize>,
+    moved: Condvar,
+    ahead: usize,
+}
+
+impl Gate {
+    fn new(ahead: usize) -> Gate {
+        Gate {
+            applied: Mutex::new(0),
+            moved: Condvar::new(),
+            ahead,
+        }
+    }
+
+    /// Waits until file `i` is close enough to the one being applied.
+    fn wait_for(&self, i: usize) {
+        let mut applied = self.applied.lock().unwrap_or_else(|p| p.into_inner());
+        while i >= applied.saturating_add(self.ahead) {
+            applied = self.moved.wait(applied).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The apply stage is at file `i` (`usize::MAX`: done, nobody waits any more).
+    fn applying(&self, i: usize) {
+        *self.applied.lock().unwrap_or_else(|p| p.into_inner()) = i;
+        self.moved.notify_all();
+    }
+}
+
+/// Opens the gate for good when the apply stage ends, also by a panic.
+struct OpenOnDrop<'a>(&'a Gate);
+
+impl Drop for OpenOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.applying(usize::MAX);
+    }
+}
 
 /// One file to analyze and what its path says about its lines.
 #[derive(Debug, Clone)]
@@ -86,7 +131,7 @@ impl Pool {
         Pool {
             texts: Mutex::new(Vec::new()),
             batches: Mutex::new(Vec::new()),
-            keep: workers * (QUEUED_PIECES + 2),
+            keep: workers * (QUEUED_PIECES + 2 + 2 * LOOKAHEAD_FILES),
         }
     }
 
@@ -145,6 +190,7 @@ impl Engine {
             })
             .collect();
         let next = AtomicUsize::new(0);
+        let gate = Gate::new(workers * LOOKAHEAD_FILES);
         let pool = Pool::new(workers);
         let (catalog, max_line, year) = (
             self.catalog.clone(),
@@ -154,7 +200,7 @@ impl Engine {
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..workers)
                 .map(|_| {
-                    let (senders, next, pool) = (&senders, &next, &pool);
+                    let (senders, next, pool, gate) = (&senders, &next, &pool, &gate);
                     let mut worker = Worker {
                         decoder: LineDecoder::new(catalog.clone(), max_line, year),
                         pool,
@@ -165,6 +211,7 @@ impl Engine {
                         loop {
                             let i = next.fetch_add(1, Ordering::Relaxed);
                             let Some(slot) = senders.get(i) else { break };
+                            gate.wait_for(i);
                             let tx = slot.lock().ok().and_then(|mut t| t.take());
                             if let Some(tx) = tx {
                                 worker.decode_file(&files[i].path, &tx);
@@ -174,7 +221,9 @@ impl Engine {
                     })
                 })
                 .collect();
-            let mut report = self.apply_files(files, receivers, progress, &pool);
+            let open = OpenOnDrop(&gate);
+            let mut report = self.apply_files(files, receivers, progress, &pool, &gate);
+            drop(open);
             for time in handles.into_iter().filter_map(|h| h.join().ok()) {
                 report.read_s += time.read_s;
                 report.decode_s += time.decode_s;
@@ -190,6 +239,7 @@ impl Engine {
         receivers: Vec<Receiver<Piece>>,
         progress: Option<&AtomicU64>,
         pool: &Pool,
+        gate: &Gate,
     ) -> FilesReport {
         let mut report = FilesReport::default();
         let mut clock = Instant::now();
@@ -199,6 +249,7 @@ impl Engine {
             clock = now;
         };
         for (i, (f, rx)) in files.iter().zip(receivers).enumerate() {
+            gate.applying(i);
             let id = self.open_stream(&f.job, &f.origin, f.hints.clone());
             let mut registered = None;
             let problem = loop {
