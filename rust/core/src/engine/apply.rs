@@ -107,9 +107,13 @@ impl Engine {
         range: std::ops::Range<usize>,
     ) {
         let (text, lines, hits, fields) = batch.parts(chunk);
+        // One reference for the batch: cloning it per line made the apply thread bounce the
+        // catalog's first cache line (the reference count) with the decoding threads.
+        let catalog = self.catalog.clone();
         for d in &lines[range] {
             let line = text(d);
-            self.apply_line(job, st, line, d, &hits[Batch::hits_of(d)], fields);
+            let found = (&*catalog, &hits[Batch::hits_of(d)], fields);
+            self.apply_line(job, st, line, d, found);
         }
     }
 
@@ -120,8 +124,7 @@ impl Engine {
         st: &mut Stream,
         line: &str,
         d: &Decoded,
-        sig_hits: &[SigHit],
-        field_spans: &[FieldSpan],
+        (catalog, sig_hits, field_spans): (&Catalog, &[SigHit], &[FieldSpan]),
     ) {
         let (meta, continuation, level) = (&d.meta, d.continuation, d.level);
         let (ingest_ms, event_ms, line_no) = (d.ingest_ms, d.event_ms, d.line_no);
@@ -292,7 +295,6 @@ impl Engine {
         // Classify (the line stage scanned it).
         let mut opened = false;
         if !sig_hits.is_empty() {
-            let catalog = self.catalog.clone();
             let msg = meta.message(line);
             for sh in sig_hits {
                 let sig = sh.sig;
@@ -310,7 +312,7 @@ impl Engine {
                     continue;
                 }
                 let fields = FieldView {
-                    catalog: &catalog,
+                    catalog,
                     sig,
                     msg,
                     spans: &field_spans[sh.fields.clone()],
