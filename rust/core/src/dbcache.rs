@@ -9,6 +9,10 @@
 //! file is a miss, and so is one that another user owns or may write (Hyperscan trusts the
 //! bytecode it loads); a cache directory that cannot be written is skipped. Nothing here is
 //! ever an error to the caller: the worst case is compiling, as without a cache.
+//!
+//! Entries of catalogs no longer used do not pile up: writing an entry removes this user's
+//! entries not used for `UNUSED_FOR` (a hit refreshes its entry's time, at most daily) and
+//! temporary files a writer left behind.
 
 use crate::matcher::{host_platform, library_version, Expression, Matcher};
 use sha2::{Digest, Sha256};
@@ -16,6 +20,7 @@ use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
 /// Makes temporary file names unique between threads of one process.
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -23,6 +28,13 @@ static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 /// Bumped whenever the file layout or what the key covers changes.
 const MAGIC: &[u8; 8] = b"RWHSDB02";
 const HEADER_LEN: usize = 8 + 32 + 4 + 4 + 8 + 32;
+
+/// An entry not used for this long is removed when another one is written.
+const UNUSED_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
+/// A hit refreshes its entry's time when it is older than this (not on every start).
+const REFRESH_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// A temporary file this old was left by a writer that died.
+const ABANDONED_AFTER: Duration = Duration::from_secs(3600);
 
 /// Where compiled databases are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +114,9 @@ impl DbCache {
         file.read_to_end(&mut bytes)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let (ids, database) = check_entry(&bytes, key, expressions)?;
-        Ok((Matcher::deserialize(database, expressions)?, ids))
+        let matcher = Matcher::deserialize(database, expressions)?;
+        refresh(&file);
+        Ok((matcher, ids))
     }
 
     /// Writes `matcher` and `ids` under `key` atomically: a temporary file in the same
@@ -130,8 +144,62 @@ impl DbCache {
             let _ = fs::remove_file(&tmp);
             format!("cannot write {}: {e}", path.display())
         })?;
+        self.prune(&key.file_name);
         Ok(path)
     }
+
+    /// Removes this user's entries (other than `keep`) not used for `UNUSED_FOR`, and
+    /// abandoned temporary files. Best effort: what cannot be read or removed stays.
+    fn prune(&self, keep: &str) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let limit = if name.starts_with("catalog-") && name.ends_with(".hsdb") {
+                UNUSED_FOR
+            } else if name.starts_with(".catalog-") && name.ends_with(".tmp") {
+                ABANDONED_AFTER
+            } else {
+                continue;
+            };
+            let Ok(meta) = entry.metadata() else { continue };
+            let age = meta.modified().ok().and_then(|t| t.elapsed().ok());
+            if name != keep && owned_by_me(&meta) && age.is_some_and(|a| a > limit) {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// Marks a cache entry as used now, if it was last marked more than `REFRESH_AFTER` ago.
+fn refresh(file: &fs::File) {
+    let stale = file
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > REFRESH_AFTER);
+    if stale {
+        let _ = file.set_modified(SystemTime::now());
+    }
+}
+
+#[cfg(unix)]
+fn owned_by_me(meta: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    meta.uid() == unsafe { geteuid() }
+}
+
+#[cfg(not(unix))]
+fn owned_by_me(_meta: &fs::Metadata) -> bool {
+    true
+}
+
+#[cfg(unix)]
+extern "C" {
+    fn geteuid() -> u32;
 }
 
 /// Hyperscan trusts the bytecode it deserializes, and a checksum is no defence against someone
@@ -139,9 +207,6 @@ impl DbCache {
 #[cfg(unix)]
 fn check_owner(file: &fs::File) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
-    extern "C" {
-        fn geteuid() -> u32;
-    }
     let meta = file.metadata().map_err(|e| e.to_string())?;
     if meta.uid() != unsafe { geteuid() } {
         return Err("not owned by this user".into());
@@ -317,6 +382,50 @@ mod tests {
         m.scan_into(line, &mut m.scratch(), &mut out);
         out.sort();
         out
+    }
+
+    fn age(path: &Path, days: u64) {
+        let when = SystemTime::now() - Duration::from_secs(days * 24 * 3600);
+        fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(when)
+            .unwrap();
+    }
+
+    fn days_old(path: &Path) -> u64 {
+        let modified = fs::metadata(path).unwrap().modified().unwrap();
+        modified.elapsed().unwrap().as_secs() / (24 * 3600)
+    }
+
+    #[test]
+    fn writing_an_entry_removes_unused_ones_and_a_hit_keeps_its_own() {
+        let (cache, key, path) = stored("prune");
+        let dir = cache.dir().to_path_buf();
+        let old = dir.join("catalog-0000000000000000.hsdb");
+        let recent = dir.join("catalog-1111111111111111.hsdb");
+        let abandoned = dir.join(".catalog-2222.hsdb.1-0.tmp");
+        let other = dir.join("notes.txt");
+        for p in [&old, &recent, &abandoned, &other] {
+            fs::write(p, b"x").unwrap();
+        }
+        age(&old, 40);
+        age(&recent, 10);
+        age(&abandoned, 1);
+        age(&other, 400);
+        // A hit on an entry last used 40 days ago marks it used now.
+        age(&path, 40);
+        assert!(cache.load(&key, PATTERNS.len()).is_ok());
+        assert_eq!(days_old(&path), 0);
+        let ex = exprs(PATTERNS);
+        let another = CacheKey::new(&["b.toml"], &ex, b"t").unwrap();
+        cache
+            .store(&another, &Matcher::compile(&ex).unwrap(), &[])
+            .unwrap();
+        assert!(!old.exists() && !abandoned.exists());
+        assert!(recent.exists() && other.exists() && path.exists());
+        let _ = fs::remove_dir_all(dir);
     }
 
     #[test]
