@@ -70,6 +70,7 @@ struct SignatureSpec {
     role: Role,
     severity: Severity,
     weight: Option<u8>,
+    #[serde(default)]
     patterns: Vec<String>,
     #[serde(default)]
     caseless: bool,
@@ -89,6 +90,8 @@ struct SignatureSpec {
     hypotheses: Vec<Hypothesis>,
     #[serde(default)]
     sync: Option<String>,
+    #[serde(default)]
+    finding: bool,
     cause: Option<String>,
     fix: Option<String>,
     verify: Option<String>,
@@ -139,6 +142,9 @@ pub struct Signature {
     pub only_with_failure: bool,
     pub hypotheses: Vec<Hypothesis>,
     pub sync: Option<Sync>,
+    /// A conclusion an evidence rule draws from several lines (a mismatched collective, a
+    /// stalled rank): no patterns; its texts are the diagnosis's cause, fix and verify.
+    pub finding: bool,
     pub cause: String,
     pub fix: String,
     pub verify: String,
@@ -174,6 +180,15 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "last_enqueued",
     "last_completed",
     "timeout_ms",
+    "pg",
+    "op_type",
+    "numel_in",
+    "numel_out",
+    "dtype",
+    "ran_ms",
+    "state",
+    "comm_ptr",
+    "comm_id",
     "ib_status",
     "bdf",
     "nccl_version",
@@ -185,6 +200,7 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "socket_ifname",
     "graph_file",
     "non_pci_nic",
+    "op_count",
 ];
 
 /// Field names the engine reads from context lines as they arrive.
@@ -202,6 +218,7 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "socket_ifname",
     "graph_file",
     "non_pci_nic",
+    "op_count",
 ];
 
 /// Context fields a cause may name in `blames_setting`: settings that, once in effect, make a
@@ -508,7 +525,13 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
             SUBSYSTEMS.join(", ")
         )));
     }
-    if s.patterns.is_empty() {
+    if s.finding {
+        if !s.patterns.is_empty() || !s.fields.is_empty() || s.role != Role::Cause {
+            return Err(e(
+                "a finding is a cause with no patterns or fields (rules draw it)".into(),
+            ));
+        }
+    } else if s.patterns.is_empty() {
         return Err(e("no patterns".into()));
     }
     let mut seen = HashSet::new();
@@ -619,6 +642,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         only_with_failure: s.only_with_failure,
         hypotheses: s.hypotheses,
         sync,
+        finding: s.finding,
         cause: s.cause.unwrap_or_default(),
         fix: s.fix.unwrap_or_default(),
         verify: s.verify.unwrap_or_default(),

@@ -5,6 +5,7 @@
 
 mod board;
 pub mod clock;
+mod collectives;
 mod facts;
 mod render;
 mod rules;
@@ -113,6 +114,7 @@ pub fn diagnose_ready(
     now_wall_ms: i64,
     final_: bool,
 ) -> Vec<Diagnosis> {
+    open_from_traces(job, cat, cfg);
     let version = job.input_version();
     if now_wall_ms != i64::MAX {
         // Input fed before the first poll carries no wall time (the engine learns the clock
@@ -166,6 +168,65 @@ pub fn diagnose_ready(
     out
 }
 
+/// A job whose ranks' NCCL traces disagree at one operation counter has failed, even when no
+/// line says so (the collective hangs without an error): the odd rank's trace line opens an
+/// incident as the finding `collective_mismatch` (every side's line where no side is the
+/// majority).
+fn open_from_traces(job: &mut Job, cat: &Catalog, cfg: &Config) {
+    if !job.incidents.is_empty() || job.coll_calls_seen == job.coll_calls_checked {
+        return;
+    }
+    job.coll_calls_checked = job.coll_calls_seen;
+    let Some(finding) = cat.index_of("collective_mismatch") else {
+        return;
+    };
+    let offsets = estimate_offsets(job, cfg);
+    let odd: Vec<(u32, usize)> = {
+        let view = View::new(job, cat, cfg, &offsets);
+        let entries = collectives::table(&view, &[]);
+        let splits = collectives::splits(&entries);
+        let Some(split) = splits.into_iter().next() else {
+            return;
+        };
+        // With no majority (one rank against one), every side is a suspect.
+        let odd_from = usize::from(split.has_majority());
+        split.classes[odd_from..]
+            .iter()
+            .flat_map(|(_, es)| es.iter())
+            .filter_map(|e| match e.line {
+                board::LineRef::Call(src, i) => Some((src, i)),
+                _ => None,
+            })
+            .collect()
+    };
+    for (src, i) in odd {
+        let call = &job.sources[src as usize].coll_calls[i];
+        let hit = Hit {
+            sig: Some(finding),
+            warn_only: false,
+            source: src,
+            seq: call.seq,
+            line_no: call.line_no,
+            ts_ms: call.ts_ms,
+            ts_exact: call.ts_ms.is_some(),
+            ingest_ms: None,
+            text: call.line.clone(),
+            origin: call.origin.clone(),
+            fields: Vec::new(),
+            record: vec![call.line.clone()],
+            last_error_text: false,
+        };
+        let idx = job.hits.len();
+        let before: usize = job.incidents.iter().map(|x| x.heap_bytes()).sum();
+        assign_incident(job, &hit, idx as u32, cfg, 0);
+        let after: usize = job.incidents.iter().map(|x| x.heap_bytes()).sum();
+        job.content_bytes = (job.content_bytes + after + hit.heap_bytes()).saturating_sub(before);
+        job.tables_dirty = true;
+        job.failure_seen = true;
+        job.hits.push(hit);
+    }
+}
+
 /// An incident made only of unrecognised warnings is a failure only when the job shows a
 /// failure outcome somewhere (healthy runs print benign warnings too).
 fn shows_failure(job: &Job, hits: &[usize]) -> bool {
@@ -183,6 +244,7 @@ fn diagnose(view: &View, inc_idx: usize) -> Option<Diagnosis> {
         hits: &hits,
         classified: hits.iter().any(|&i| job.hits[i].sig.is_some()),
         notes: RefCell::new(Vec::new()),
+        collectives: std::cell::OnceCell::new(),
     };
     let mut board = Board::default();
     rules::run_all(view, &scope, &mut board);

@@ -3,6 +3,7 @@
 //! preceded the failure, and cause, fix and verify rendered with the incident's facts.
 
 use super::board::{Board, Cand, LineRef};
+use super::collectives::COLL_TRACE_SIGNATURE;
 use super::facts::{self, Facts};
 use super::rules::{blaming_causes, Scope};
 use super::util::{iso_ms, rank_ranges};
@@ -98,6 +99,14 @@ impl<'a> View<'a> {
                     Some(self.cat.signatures[obs.sig as usize].id.clone()),
                 )
             }
+            LineRef::Call(s, i) => (
+                self.job.sources[s as usize].coll_calls[i].line.clone(),
+                Some(COLL_TRACE_SIGNATURE.to_string()),
+            ),
+            LineRef::Ring(s, seq) => (
+                self.ring_line(s, seq).map_or_else(String::new, |l| l.text),
+                None,
+            ),
         }
     }
 
@@ -182,6 +191,53 @@ impl<'a> View<'a> {
                     text: obs.line.clone(),
                 }
             }
+            Some(LineRef::Call(src, i)) => {
+                let call = &job.sources[src as usize].coll_calls[i];
+                let fields = [
+                    ("coll_op", call.op.clone()),
+                    ("op_count", format!("{:x}", call.op_count)),
+                    ("count", call.count.to_string()),
+                    ("datatype", call.datatype.to_string()),
+                    ("root", call.root.to_string()),
+                    ("coll_nranks", call.nranks.to_string()),
+                ]
+                .map(|(k, val)| (k.to_string(), val));
+                let extra = json!({
+                    "ts": call.ts_ms.map(iso_ms),
+                    "ts_corrected": self.corrected(src, call.ts_ms).map(iso_ms),
+                    "ts_exact": call.ts_ms.is_some(), "line": call.line,
+                    "origin": format!("{}:{}", call.origin, call.line_no),
+                    "record": [call.line.clone()], "fields": fields_json(&fields),
+                });
+                merge(&mut v, extra);
+                RootLine {
+                    json: v,
+                    sig: self
+                        .cat
+                        .index_of(COLL_TRACE_SIGNATURE)
+                        .map(|i| &self.cat.signatures[i as usize]),
+                    at: Some((call.seq, src, call.ts_ms)),
+                    text: call.line.clone(),
+                }
+            }
+            Some(LineRef::Ring(src, seq)) => {
+                let line = self.ring_line(src, seq);
+                let text = line.as_ref().map_or_else(String::new, |l| l.text.clone());
+                let ts = line.as_ref().and_then(|l| l.ts_ms);
+                let extra = json!({
+                    "ts": ts.map(iso_ms), "ts_corrected": self.corrected(src, ts).map(iso_ms),
+                    "ts_exact": ts.is_some(), "line": text,
+                    "origin": job.sources[src as usize].origin.to_string(),
+                    "record": [text.clone()], "fields": {},
+                });
+                merge(&mut v, extra);
+                RootLine {
+                    json: v,
+                    sig: None,
+                    at: Some((seq, src, ts)),
+                    text,
+                }
+            }
             None => {
                 merge(
                     &mut v,
@@ -195,6 +251,11 @@ impl<'a> View<'a> {
                 }
             }
         }
+    }
+
+    fn ring_line(&self, src: u32, seq: u64) -> Option<RingLine> {
+        let ring = &self.job.sources[src as usize].ring;
+        ring.lines().into_iter().find(|l| l.seq == seq)
     }
 
     /// Lines of `srcs` before `at` (seq, source, time), oldest first, at most `limit`. When
@@ -313,9 +374,17 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
         .and_then(|(_, s)| s)
         .map(|s| &v.cat.signatures[s as usize]);
     let root_advice = root.sig.filter(|s| !s.fix.is_empty());
+    // A finding a rule drew (a mismatched collective, a rank that never joined) speaks for a
+    // candidate whose own lines are only symptoms; a cause line the candidate printed still
+    // comes first.
+    let finding_sig = top
+        .finding
+        .as_ref()
+        .map(|(s, _)| &v.cat.signatures[*s as usize]);
     let cause_sig = top
         .cause
         .and_then(|b| v.sig(v.hit(b)))
+        .or(finding_sig)
         .or(root_advice)
         .or(config_sig)
         .or(root.sig);
@@ -394,6 +463,9 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
             };
             format!("{} ({why})", c.title)
         }
+        _ if top.cause.is_none() && finding_sig.is_some() => {
+            finding_sig.map_or(String::new(), |f| f.title.clone())
+        }
         _ => sig_json["title"].as_str().unwrap_or("").to_string(),
     };
     let summary = format!(
@@ -425,6 +497,7 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
         "collateral_rank_count": all_coll.len(),
         "preceding_lines": preceding,
         "odd_context": distinct_notes(&inc.scope.notes.borrow()),
+        "collectives": board.collectives,
         "alternatives": alternatives,
         "hypotheses": hypotheses,
         "incident": {
@@ -569,6 +642,8 @@ fn confidence(top: &Cand, second: Option<&Cand>, tie: bool, classified: bool) ->
         } else {
             0.75
         }
+    } else if top.finding.is_some() && top.score() >= 50 {
+        0.75
     } else if top.pointer.is_some() || top.score() >= 20 {
         0.6
     } else if classified {
@@ -621,6 +696,11 @@ fn facts_of(v: &View, top: &Cand, root: &RootLine) -> Facts {
         "ib_dev",
     ] {
         put(&format!("job_{field}"), majority_value(v, field, top.host));
+    }
+    if let Some((_, finding_facts)) = &top.finding {
+        for (k, val) in finding_facts {
+            put(k, Some(val.clone()));
+        }
     }
     if let Some(h) = top.host {
         for field in ["iface", "ip", "nccl_version", "transport"] {

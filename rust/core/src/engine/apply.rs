@@ -8,7 +8,7 @@ use crate::catalog::{Role, Sync};
 use crate::correlate;
 use crate::fieldre::FieldSpan;
 use crate::filetext::TextAt;
-use crate::job::{ContextObs, Hit, Incident, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
+use crate::job::{CollCall, ContextObs, Hit, Incident, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
 use crate::memsize;
 use crate::prefix::{Level, Producer};
 use crate::ring::Ring;
@@ -31,6 +31,9 @@ struct Learned<'a> {
     rank: Option<&'a str>,
     nranks: Option<&'a str>,
     seq: Option<&'a str>,
+    op_count: Option<&'a str>,
+    comm_ptr: Option<&'a str>,
+    comm_id: Option<&'a str>,
     /// By position in `CONTEXT_FIELDS`.
     context: [Option<&'a str>; CONTEXT_FIELDS.len()],
 }
@@ -45,6 +48,9 @@ impl<'a> FieldView<'a> {
                 "rank" => &mut l.rank,
                 "nranks" => &mut l.nranks,
                 "seq" => &mut l.seq,
+                "op_count" => &mut l.op_count,
+                "comm_ptr" => &mut l.comm_ptr,
+                "comm_id" => &mut l.comm_id,
                 name => match CONTEXT_FIELDS.iter().position(|f| *f == name) {
                     Some(i) => &mut l.context[i],
                     None => continue,
@@ -63,6 +69,10 @@ impl<'a> FieldView<'a> {
             .collect()
     }
 }
+
+/// Communicators remembered per process (a job creates a few: world, data and tensor
+/// parallel groups; a process that creates thousands is not tracked past this).
+const MAX_COMMS_PER_SOURCE: usize = 64;
 
 /// Where a line sits: its job sequence number, its number in its stream, its time.
 #[derive(Clone, Copy)]
@@ -427,6 +437,18 @@ impl Engine {
             ) {
                 job.learn_rank(src, r, n);
             }
+            if got.op_count.is_some() {
+                Self::learn_coll_call(job, src, fields, line, at, st);
+            } else if let (Some(p), Some(id)) = (got.comm_ptr, got.comm_id) {
+                let s = &mut job.sources[src as usize];
+                if s.comm_id(p).is_none() && s.comm_ids.len() < MAX_COMMS_PER_SOURCE {
+                    let before = s.comm_ids_bytes();
+                    s.comm_ids.push((p.to_string(), id.to_string()));
+                    job.content_bytes =
+                        (job.content_bytes + s.comm_ids_bytes()).saturating_sub(before);
+                    job.coll_calls_seen += 1;
+                }
+            }
             for (&f, v) in CONTEXT_FIELDS.iter().zip(got.context) {
                 let Some(v) = v else { continue };
                 if f == "socket_ifname" {
@@ -486,6 +508,44 @@ impl Engine {
                 });
             }
         }
+    }
+
+    /// Keeps an NCCL collective trace line in its process's short list of calls.
+    fn learn_coll_call(
+        job: &mut Job,
+        src: u32,
+        fields: &FieldView<'_>,
+        line: &str,
+        at: LineAt,
+        st: &Stream,
+    ) {
+        let pairs = fields.to_pairs();
+        let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let num = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
+        let (Some(op), Some(op_count)) = (
+            get("coll_op"),
+            get("op_count").and_then(|v| u64::from_str_radix(v, 16).ok()),
+        ) else {
+            return;
+        };
+        let call = CollCall {
+            op: op.to_string(),
+            op_count,
+            count: num("count").unwrap_or(0),
+            datatype: num("datatype").unwrap_or(0) as u32,
+            redop: num("redop").unwrap_or(0) as u32,
+            root: get("root").and_then(|v| v.parse().ok()).unwrap_or(0),
+            nranks: num("coll_nranks").unwrap_or(0) as u32,
+            comm: get("comm_ptr").unwrap_or("").to_string(),
+            seq: at.seq,
+            line_no: at.line_no,
+            ts_ms: at.ts,
+            line: line.to_string(),
+            origin: st.origin.clone(),
+        };
+        let (after, before) = job.sources[src as usize].push_coll_call(call);
+        job.content_bytes = (job.content_bytes + after).saturating_sub(before);
+        job.coll_calls_seen += 1;
     }
 
     /// Counts a hit of `sig` from `source` and says whether it is kept (per-process caps).
