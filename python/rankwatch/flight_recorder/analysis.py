@@ -273,7 +273,11 @@ class _Group:
             done[rank] = max(completed) if completed else min(seqs) - 1
         best = max(done.values())
         ahead = [r for r, s in done.items() if s == best]
-        late = [r for r, s in done.items() if s < best and r not in blamed]
+        late = [
+            r
+            for r, s in done.items()
+            if s < best and r not in blamed and self._at(r, s + 1) is not None
+        ]  # (a rank with nothing after its last completed one is not inside a collective)
         if not late or len(late) >= len(ahead):
             return []  # most ranks are there: the few ahead are not the norm
         f = self.finding("behind", best, late, ahead)

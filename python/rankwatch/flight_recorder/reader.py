@@ -44,7 +44,7 @@ _PROBLEMS_KEPT = 3
 _STATES = frozenset({"scheduled", "started", "completed"})
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|bin))?$", re.IGNORECASE)
 _RANKS_TEXT = re.compile(r"^\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]$")
-_PICKLE_KEYS = (b"profiling_name", b"pg_config", b"version")
+_PICKLE_KEYS = (b"entries", b"pg_config", b"profiling_name", b"version")
 _JSON_KEYS = (b'"profiling_name"', b'"pg_config"', b'"version"')
 
 
@@ -79,9 +79,9 @@ def _no_gc() -> Iterator[None]:
 def sniff(head: bytes) -> str | None:
     """'pickle' or 'json' when the first bytes of a file look like a Flight Recorder dump."""
     if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-        if b"entries" in head and any(k in head for k in _PICKLE_KEYS):
-            return "pickle"
-        return None
+        # torch writes the small tables first and `entries` after them (before 2.0, first);
+        # a pickle that names one of the keys but is no dump is reported, not passed over
+        return "pickle" if any(k in head for k in _PICKLE_KEYS) else None
     stripped = head.lstrip()
     if stripped.startswith(b"{") and b'"entries"' in head and any(k in head for k in _JSON_KEYS):
         return "json"
@@ -393,7 +393,7 @@ def _entry(index: int, raw: Any) -> Entry:
     else:
         raise _BadEntry("process_group is not (name, description)")
     state = raw.get("state", "scheduled")
-    if state not in _STATES:
+    if type(state) is not str or state not in _STATES:
         raise _BadEntry(f"state {str(state)[:20]!r} is none of scheduled, started, completed")
     retired = raw.get("retired")
     if retired is not None and type(retired) is not bool:
