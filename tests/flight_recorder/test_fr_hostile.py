@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fr_data import DATA, real_doc, write_dump
+from fr_data import DATA, Analyze, real_doc, write_dump
 
-from conftest import Analyze
 from rankwatch.flight_recorder import DumpError, load_dump, read_dumps
 from rankwatch.flight_recorder.reader import check_dump
 
@@ -154,7 +153,7 @@ def test_wrong_types_at_the_top(change: Any, reason: str) -> None:
         check_dump([doc], "d", 0)
 
 
-def test_hostile_folder_through_the_command(tmp_path: Path, analyze: Analyze) -> None:
+def test_hostile_folder_through_the_command(tmp_path: Path, fr_analyze: Analyze) -> None:
     """A job folder with good dumps and every kind of bad one: the good ones are analyzed,
     each bad one is named with its reason on stderr, the exit status is 0."""
     job = tmp_path / "job"
@@ -170,7 +169,7 @@ def test_hostile_folder_through_the_command(tmp_path: Path, analyze: Analyze) ->
     with open(job / "nccl_trace_rank_9", "wb") as f:
         f.write(b"\x80\x02}q\x00(X\x07\x00\x00\x00entries")
         f.truncate(2 << 30)
-    code, report, err = analyze("--flight-recorder", job)
+    code, report, err = fr_analyze("--flight-recorder", job)
     assert code == 0, err
     assert not marker.exists()
     assert "Traceback" not in err
