@@ -82,3 +82,21 @@ def test_a_rank_busy_elsewhere_while_the_others_wait_is_the_root(tmp_path: Path)
     assert root_line(diagnoses) == busy
     assert diagnoses[0]["cause_signature"]["id"] == "collective_not_reached"
     assert diagnoses[0]["facts"]["waiting_ranks"] == "1-3"
+
+
+def test_a_rank_ahead_of_the_rest_in_a_hard_wrapped_console(tmp_path: Path) -> None:
+    # A terminal that wraps at a fixed column cuts NumelOut; the cut value is not taken.
+    def wrapped(rank: int, seq: int, op: str, numel: int) -> str:
+        record = (
+            f"[rank{rank}]:[E513 09:12:40.100200300 ProcessGroupNCCL.cpp:616] [Rank {rank}] "
+            f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, "
+            f"NumelIn={numel}, NumelOut={numel}, Timeout(ms)=1800000) ran for 1800040 "
+            "milliseconds before timing out."
+        )
+        return record[:172] + "\n" + record[172:] + "\n"
+
+    text = wrapped(2, 8811, "BROADCAST", 311000) + wrapped(1, 8811, "BROADCAST", 311000)
+    odd = wrapped(0, 8813, "_ALLGATHER_BASE", 77)
+    diagnoses = diagnose(tmp_path, text + odd)
+    assert root_line(diagnoses) == odd.split("\n")[0]
+    assert diagnoses[0]["facts"]["odd_values"].startswith("#8813 _ALLGATHER_BASE")

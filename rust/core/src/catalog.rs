@@ -189,6 +189,9 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "state",
     "comm_ptr",
     "comm_id",
+    "thread_name",
+    "frame_file",
+    "frame_line",
     "ib_status",
     "bdf",
     "nccl_version",
@@ -201,6 +204,8 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "graph_file",
     "non_pci_nic",
     "op_count",
+    "stack_thread",
+    "frame_func",
 ];
 
 /// Field names the engine reads from context lines as they arrive.
@@ -219,6 +224,8 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "graph_file",
     "non_pci_nic",
     "op_count",
+    "stack_thread",
+    "frame_func",
 ];
 
 /// Context fields a cause may name in `blames_setting`: settings that, once in effect, make a

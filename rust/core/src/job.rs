@@ -55,6 +55,46 @@ pub struct Source {
     /// (communicator pointer, communicator id) from this process's NCCL init lines: the id
     /// is the same on every rank of a communicator, the pointer is this process's own.
     pub comm_ids: Vec<(String, String)>,
+    /// The last main-thread stack this process's log showed (py-spy, faulthandler).
+    pub stack: Option<Stack>,
+}
+
+/// Frames kept per stack: the innermost ones say where the thread is.
+pub const STACK_FRAMES_KEPT: usize = 48;
+
+/// One thread's stack from a dump printed into the log, innermost frame first.
+#[derive(Debug, Clone, Default)]
+pub struct Stack {
+    /// The dump's header line and where it sits.
+    pub header: String,
+    pub seq: u64,
+    pub ts_ms: Option<i64>,
+    pub frames: Vec<StackFrame>,
+    /// Frames are still being added (the thread is the main one and no other line came).
+    pub open: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct StackFrame {
+    pub func: String,
+    pub file: String,
+    pub seq: u64,
+    pub line_no: u64,
+    pub text: String,
+}
+
+impl Stack {
+    pub fn heap_bytes(&self) -> usize {
+        memsize::string(&self.header)
+            + memsize::vec(&self.frames)
+            + self
+                .frames
+                .iter()
+                .map(|f| {
+                    memsize::string(&f.func) + memsize::string(&f.file) + memsize::string(&f.text)
+                })
+                .sum::<usize>()
+    }
 }
 
 /// Collective calls kept per process: a hang or mismatch is decided at the last few calls.
@@ -95,6 +135,7 @@ impl Source {
             + self.snapshot.as_ref().map_or(0, snapshot_bytes)
             + self.coll_calls_bytes()
             + self.comm_ids_bytes()
+            + self.stack.as_ref().map_or(0, Stack::heap_bytes)
     }
 
     pub fn comm_ids_bytes(&self) -> usize {
@@ -289,10 +330,10 @@ pub struct Job {
     pub compacted_upto: usize,
     /// Symptom hits per signature that kept their text through compaction.
     pub kept_text: FastMap<Option<u16>, u32>,
-    /// Collective trace lines seen (see `Source::coll_calls`).
-    pub coll_calls_seen: usize,
-    /// `coll_calls_seen` when the traces were last checked for a mismatch with no incident.
-    pub coll_calls_checked: usize,
+    /// Lines that fed the per-process tables (collective traces, communicator ids, stacks).
+    pub table_lines_seen: usize,
+    /// `table_lines_seen` when those tables were last checked for a failure no line states.
+    pub table_lines_checked: usize,
 }
 
 pub const CONTEXT_FIELDS: &[&str] = &[
@@ -325,7 +366,7 @@ impl Job {
             + self.sources.len()
             + self.context.len()
             + self.sync.len()
-            + self.coll_calls_seen
+            + self.table_lines_seen
     }
 
     pub fn host_id(&mut self, name: &str) -> HostId {

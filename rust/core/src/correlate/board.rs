@@ -17,6 +17,8 @@ pub enum LineRef {
     /// A line its source's ring still holds, by its seq: what a process was doing when the
     /// others stopped (it printed nothing a signature knows).
     Ring(u32, u64),
+    /// A frame of the process's last stack dump: (source, index into its frames).
+    Frame(u32, usize),
 }
 
 /// One piece of evidence: which rule, about whom, how much it weighs and why.

@@ -9,6 +9,7 @@ mod collectives;
 mod facts;
 mod render;
 mod rules;
+mod stacks;
 #[cfg(test)]
 mod testkit;
 pub mod util;
@@ -114,7 +115,7 @@ pub fn diagnose_ready(
     now_wall_ms: i64,
     final_: bool,
 ) -> Vec<Diagnosis> {
-    open_from_traces(job, cat, cfg);
+    open_from_tables(job, cat, cfg);
     let version = job.input_version();
     if now_wall_ms != i64::MAX {
         // Input fed before the first poll carries no wall time (the engine learns the clock
@@ -168,52 +169,69 @@ pub fn diagnose_ready(
     out
 }
 
-/// A job whose ranks' NCCL traces disagree at one operation counter has failed, even when no
-/// line says so (the collective hangs without an error): the odd rank's trace line opens an
-/// incident as the finding `collective_mismatch` (every side's line where no side is the
-/// majority).
-fn open_from_traces(job: &mut Job, cat: &Catalog, cfg: &Config) {
-    if !job.incidents.is_empty() || job.coll_calls_seen == job.coll_calls_checked {
+/// Some failures no line states: ranks' NCCL traces that disagree at one operation counter
+/// (the collective hangs without an error), a stack dump of a process stuck outside any
+/// collective. With no incident open, such a job gets one, opened on the line that shows it
+/// (the odd rank's trace, every side's where no side is the majority; the stuck frame) as
+/// the finding the rules then explain.
+fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
+    if !job.incidents.is_empty() || job.table_lines_seen == job.table_lines_checked {
         return;
     }
-    job.coll_calls_checked = job.coll_calls_seen;
-    let Some(finding) = cat.index_of("collective_mismatch") else {
-        return;
-    };
+    job.table_lines_checked = job.table_lines_seen;
     let offsets = estimate_offsets(job, cfg);
-    let odd: Vec<(u32, usize)> = {
+    let lines: Vec<(board::LineRef, &'static str)> = {
         let view = View::new(job, cat, cfg, &offsets);
-        let entries = collectives::table(&view, &[]);
-        let splits = collectives::splits(&entries);
-        let Some(split) = splits.into_iter().next() else {
-            return;
-        };
-        // With no majority (one rank against one), every side is a suspect.
-        let odd_from = usize::from(split.has_majority());
-        split.classes[odd_from..]
-            .iter()
-            .flat_map(|(_, es)| es.iter())
-            .filter_map(|e| match e.line {
-                board::LineRef::Call(src, i) => Some((src, i)),
-                _ => None,
-            })
-            .collect()
+        let mut out = trace_split_lines(&view);
+        if out.is_empty() {
+            out = stuck_stack_lines(&view);
+        }
+        out
     };
-    for (src, i) in odd {
-        let call = &job.sources[src as usize].coll_calls[i];
+    for (line, finding) in lines {
+        let Some(sig) = cat.index_of(finding) else {
+            continue;
+        };
+        let (src, text, origin, seq, line_no, ts) = match line {
+            board::LineRef::Call(src, i) => {
+                let c = &job.sources[src as usize].coll_calls[i];
+                (
+                    src,
+                    c.line.clone(),
+                    c.origin.clone(),
+                    c.seq,
+                    c.line_no,
+                    c.ts_ms,
+                )
+            }
+            board::LineRef::Frame(src, i) => {
+                let s = &job.sources[src as usize];
+                let Some(k) = &s.stack else { continue };
+                let f = &k.frames[i];
+                (
+                    src,
+                    f.text.clone(),
+                    s.origin.clone(),
+                    f.seq,
+                    f.line_no,
+                    k.ts_ms,
+                )
+            }
+            _ => continue,
+        };
         let hit = Hit {
-            sig: Some(finding),
+            sig: Some(sig),
             warn_only: false,
             source: src,
-            seq: call.seq,
-            line_no: call.line_no,
-            ts_ms: call.ts_ms,
-            ts_exact: call.ts_ms.is_some(),
+            seq,
+            line_no,
+            ts_ms: ts,
+            ts_exact: ts.is_some(),
             ingest_ms: None,
-            text: call.line.clone(),
-            origin: call.origin.clone(),
+            text: text.clone(),
+            origin,
             fields: Vec::new(),
-            record: vec![call.line.clone()],
+            record: vec![text],
             last_error_text: false,
         };
         let idx = job.hits.len();
@@ -225,6 +243,39 @@ fn open_from_traces(job: &mut Job, cat: &Catalog, cfg: &Config) {
         job.failure_seen = true;
         job.hits.push(hit);
     }
+}
+
+/// The first disagreement of the job's NCCL traces: its minority's lines (every side's when
+/// none is the majority).
+fn trace_split_lines(view: &View) -> Vec<(board::LineRef, &'static str)> {
+    let entries = collectives::table(view, &[]);
+    let splits = collectives::splits(&entries);
+    let Some(split) = splits.into_iter().next() else {
+        return Vec::new();
+    };
+    let odd_from = usize::from(split.has_majority());
+    split.classes[odd_from..]
+        .iter()
+        .flat_map(|(_, es)| es.iter())
+        .filter(|e| matches!(e.line, board::LineRef::Call(..)))
+        .map(|e| (e.line, "collective_mismatch"))
+        .collect()
+}
+
+/// Frames where processes whose stacks were dumped are stuck outside any collective.
+fn stuck_stack_lines(view: &View) -> Vec<(board::LineRef, &'static str)> {
+    view.job
+        .sources
+        .iter()
+        .enumerate()
+        .filter_map(|(si, s)| match stacks::place(s.stack.as_ref()?)? {
+            stacks::Place::Elsewhere(i) => Some((
+                board::LineRef::Frame(si as u32, i),
+                "stuck_outside_collective",
+            )),
+            stacks::Place::Collective(_) => None,
+        })
+        .collect()
 }
 
 /// An incident made only of unrecognised warnings is a failure only when the job shows a

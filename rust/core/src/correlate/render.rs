@@ -6,6 +6,7 @@ use super::board::{Board, Cand, LineRef};
 use super::collectives::COLL_TRACE_SIGNATURE;
 use super::facts::{self, Facts};
 use super::rules::{blaming_causes, Scope};
+use super::stacks::STACK_FRAME_SIGNATURE;
 use super::util::{iso_ms, rank_ranges};
 use super::view::View;
 use crate::catalog::{Role, Signature};
@@ -106,6 +107,11 @@ impl<'a> View<'a> {
             LineRef::Ring(s, seq) => (
                 self.ring_line(s, seq).map_or_else(String::new, |l| l.text),
                 None,
+            ),
+            LineRef::Frame(s, i) => (
+                self.frame(s, i)
+                    .map_or_else(String::new, |f| f.text.clone()),
+                Some(STACK_FRAME_SIGNATURE.to_string()),
             ),
         }
     }
@@ -238,6 +244,41 @@ impl<'a> View<'a> {
                     text,
                 }
             }
+            Some(LineRef::Frame(src, i)) => {
+                let stack = job.sources[src as usize].stack.as_ref();
+                let frame = self.frame(src, i);
+                let text = frame.map_or_else(String::new, |f| f.text.clone());
+                let ts = stack.and_then(|k| k.ts_ms);
+                let mut record: Vec<String> =
+                    stack.map_or_else(Vec::new, |k| vec![k.header.clone()]);
+                record.extend(
+                    stack
+                        .into_iter()
+                        .flat_map(|k| k.frames.iter().take(12).map(|f| f.text.clone())),
+                );
+                let fields = frame.map_or_else(Vec::new, |f| {
+                    vec![
+                        ("frame_func".to_string(), f.func.clone()),
+                        ("frame_file".to_string(), f.file.clone()),
+                    ]
+                });
+                let extra = json!({
+                    "ts": ts.map(iso_ms), "ts_corrected": self.corrected(src, ts).map(iso_ms),
+                    "ts_exact": false, "line": text,
+                    "origin": format!("{}:{}", job.sources[src as usize].origin, frame.map_or(0, |f| f.line_no)),
+                    "record": record, "fields": fields_json(&fields),
+                });
+                merge(&mut v, extra);
+                RootLine {
+                    json: v,
+                    sig: self
+                        .cat
+                        .index_of(STACK_FRAME_SIGNATURE)
+                        .map(|i| &self.cat.signatures[i as usize]),
+                    at: Some((frame.map_or(0, |f| f.seq), src, ts)),
+                    text,
+                }
+            }
             None => {
                 merge(
                     &mut v,
@@ -251,6 +292,10 @@ impl<'a> View<'a> {
                 }
             }
         }
+    }
+
+    fn frame(&self, src: u32, i: usize) -> Option<&'a crate::job::StackFrame> {
+        self.job.sources[src as usize].stack.as_ref()?.frames.get(i)
     }
 
     fn ring_line(&self, src: u32, seq: u64) -> Option<RingLine> {

@@ -15,6 +15,7 @@ mod progress;
 mod seq_lag;
 mod setting_blame;
 mod silence;
+mod stack_dumps;
 mod symptoms;
 
 use super::board::Board;
@@ -50,6 +51,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("seq_lag", seq_lag::apply),
     ("collective_mismatch", collective_mismatch::apply),
     ("progress", progress::apply),
+    ("stack_dumps", stack_dumps::apply),
     ("silence", silence::apply),
     ("bad_interface", bad_interface::apply),
     ("ifname_unmatched", ifname_unmatched::apply),

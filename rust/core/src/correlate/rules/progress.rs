@@ -5,6 +5,11 @@
 //!   opCount, Flight Recorder entries, watchdog counters). +20, as the watchdog's own
 //!   counters weigh in `seq_lag` (which this rule does not repeat; it adds the finding and
 //!   its facts to what `seq_lag` found).
+//! - **Ahead**: it waits in a later collective than a clear majority of its group (three or
+//!   more ranks in view): it ran past one the others are still in, so their sequences of
+//!   collectives diverged (+20, the finding `collective_mismatch` with both sides' sequence
+//!   numbers; the mirror of "behind"). Case: a hard-wrapped console where two ranks time out
+//!   in BROADCAST #532339 and one in _ALLGATHER_BASE #532341.
 //! - **Kept running**: it stated nothing about that collective, printed no failure, and went
 //!   on logging a minute or more after the others entered it (a validation loop, a progress
 //!   bar, a checkpoint save on one rank while the rest sit in a broadcast). +30: more than
@@ -17,12 +22,13 @@
 //! collective, the waiting ranks and the rank's last collective.
 
 use crate::correlate::board::{Board, LineRef};
-use crate::correlate::collectives::{who_list, Entry};
+use crate::correlate::collectives::{describe, who_list, Entry};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
 use std::collections::{BTreeMap, BTreeSet};
 
 const FINDING: &str = "collective_not_reached";
+const MISMATCH: &str = "collective_mismatch";
 /// A rank that logged this long after the others entered a collective was alive elsewhere.
 const KEPT_MS: i64 = 60_000;
 /// Within one group a rank cannot fall further behind than this (see `seq_lag`).
@@ -104,6 +110,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let entries = scope.collectives(v);
     for (_, (front, waited)) in frontiers(entries) {
         let Some(w) = waited else { continue };
+        ahead(v, entries, board, &w, &front);
         for (&who, &last) in &front {
             if last >= w.seq || w.seq - last > MAX_LAG {
                 continue;
@@ -131,6 +138,56 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             }
         }
         kept_running(v, scope, board, &w, &front, finding);
+    }
+}
+
+/// Ranks that wait in a later collective than the clear majority of their group does: they
+/// ran past a collective the others are still in, so the ranks' sequences of collectives
+/// diverged, and the few are the odd ones.
+fn ahead(v: &View, entries: &[Entry], board: &mut Board, w: &Waited, front: &BTreeMap<Who, u64>) {
+    let Some(finding) = v.cat.index_of(MISMATCH) else {
+        return;
+    };
+    if front.len() < 3 || w.ranks.len() * 2 <= front.len() {
+        return;
+    }
+    let waiting_at = |who: Who, seq: u64| {
+        entries
+            .iter()
+            .find(|e| e.who == who && e.group == w.group && e.seq == seq && e.waiting)
+    };
+    let majority: Vec<Who> = w.ranks.iter().copied().collect();
+    let Some(theirs) = majority.first().and_then(|&m| waiting_at(m, w.seq)) else {
+        return;
+    };
+    for (&who, &last) in front {
+        if last <= w.seq || last - w.seq > MAX_LAG {
+            continue;
+        }
+        let Some(own) = waiting_at(who, last) else {
+            continue;
+        };
+        let (mine, others) = (
+            format!("#{last} {}", describe(&own.fp, false)),
+            format!("#{} {}", w.seq, describe(&theirs.fp, false)),
+        );
+        let facts = vec![
+            ("coll_seq".to_string(), w.seq.to_string()),
+            ("coll_group".to_string(), w.group.to_string()),
+            ("odd_ranks".to_string(), who_list(&[who])),
+            ("odd_values".to_string(), mine.clone()),
+            ("other_ranks".to_string(), who_list(&majority)),
+            ("other_values".to_string(), others.clone()),
+        ];
+        let host = v.who_host(who);
+        let c = board.cand(who, host);
+        c.stated = c.stated.or(Some(own.line));
+        c.finding = c.finding.take().or(Some((finding, facts)));
+        let why = format!(
+            "ahead: it waits in {mine} while {} wait in {others}",
+            who_list(&majority)
+        );
+        board.add(who, host, "progress", 20, why);
     }
 }
 
@@ -267,5 +324,27 @@ mod tests {
         let d = diagnose(&log);
         assert!(root_line(&d).contains("opCount 8 "), "{}", root_line(&d));
         assert_eq!(d[0].json["cause_signature"]["id"], "collective_not_reached");
+    }
+
+    #[test]
+    fn a_rank_waiting_in_a_later_collective_than_the_rest_is_the_odd_one() {
+        let line = |rank: u32, seq: u32, op: &str| {
+            format!(
+                "[rank{rank}]:[E513 13:25:57.714781669 ProcessGroupNCCL.cpp:616] [Rank {rank}] \
+                 Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, \
+                 NumelIn=513, NumelOut=513, Timeout(ms)=1800000) ran for 1800042 milliseconds \
+                 before timing out.\n"
+            )
+        };
+        let log = line(2, 700, "BROADCAST")
+            + &line(1, 700, "BROADCAST")
+            + &line(0, 702, "_ALLGATHER_BASE");
+        let d = diagnose(&log);
+        assert!(root_line(&d).starts_with("[rank0]:"), "{}", root_line(&d));
+        assert_eq!(d[0].json["cause_signature"]["id"], "collective_mismatch");
+        assert_eq!(
+            d[0].json["facts"]["odd_values"],
+            "#702 _ALLGATHER_BASE NumelIn=513 NumelOut=513"
+        );
     }
 }
