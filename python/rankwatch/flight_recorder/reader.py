@@ -261,9 +261,10 @@ def check_dump(doc: Any, path: str, rank: int, work_limit: int | None = None) ->
     checked = dump.entries
     problems = dump.entry_problems
     work = 0
+    cache = _Cache()
     for i, raw in enumerate(entries):
         try:
-            entry = _entry(i, raw)
+            entry = _entry(i, raw, cache)
             checked.append(entry)
             if work_limit is not None:
                 work += 1 + len(entry.frames)
@@ -313,38 +314,27 @@ def _sizes(raw: dict[str, Any], key: str) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
-def _dtypes(raw: dict[str, Any], key: str) -> tuple[str, ...]:
+def _dtypes(raw: dict[str, Any], key: str, cache: _Cache) -> tuple[str, ...]:
     value = raw.get(key)
     if value is None:
         return ()
-    if (
-        not isinstance(value, list)
-        or len(value) > MAX_TENSORS
-        or not all(type(d) is str and len(d) <= 64 for d in value)
-    ):
+    if type(value) is not list or len(value) > MAX_TENSORS:
         raise _BadEntry(f"{key} is not a list of dtype names")
-    return tuple(value)
+    try:
+        key_t = tuple(value)
+        got = cache.dtypes.get(key_t)
+    except TypeError:  # something unhashable inside
+        raise _BadEntry(f"{key} is not a list of dtype names") from None
+    if got is None:
+        if not all(type(d) is str and len(d) <= 64 for d in value):
+            raise _BadEntry(f"{key} is not a list of dtype names")
+        got = cache.dtypes[key_t] = key_t
+    return got
 
 
 def _time(raw: dict[str, Any], key: str) -> int | None:
     value = _int_field(raw, key)
     return value if value else None  # JSON dumps write a missing time as 0
-
-
-def _frames(value: Any) -> tuple[Frame, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise _BadEntry(f"frames is {type(value).__name__}, expected a list")
-    out = []
-    for f in value[:MAX_FRAMES]:
-        if not isinstance(f, dict):
-            raise _BadEntry("frames holds something other than a frame")
-        filename, name, line = f.get("filename"), f.get("name"), f.get("line")
-        if type(filename) is not str or type(name) is not str or type(line) is not int:
-            raise _BadEntry("a frame lacks its filename, name or line")
-        out.append(Frame(filename[:MAX_TEXT], line, name[:MAX_TEXT]))
-    return tuple(out)
 
 
 def _peers(op: str, meta: str) -> tuple[int | None, int | None] | None:
@@ -367,43 +357,94 @@ def _peers(op: str, meta: str) -> tuple[int | None, int | None] | None:
     return None
 
 
-def _entry(index: int, raw: Any) -> Entry:
-    if not isinstance(raw, dict):
+class _Cache:
+    """Per dump: what many entries share is checked once. torch's pickler writes one
+    frame table and one group tuple that every entry refers to, and profiling names and
+    dtype lists repeat; a shared object is checked once, by identity (the decoded dump
+    holds every object alive while it is checked)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, tuple[str, str, tuple[int | None, int | None] | None]] = {}
+        self.frames: dict[int, Frame] = {}
+        self.groups: dict[int, tuple[str, str]] = {}
+        self.dtypes: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def name(self, name: Any) -> tuple[str, str, tuple[int | None, int | None] | None]:
+        if type(name) is not str or len(name) > 256:
+            raise _BadEntry("profiling_name missing or not text")
+        got = self.names.get(name)
+        if got is None:
+            backend, _, rest = name.rpartition(":")
+            op, _, meta = rest.partition(" ")
+            if not op:
+                raise _BadEntry(f"profiling_name {name[:40]!r} names no operation")
+            got = self.names[name] = (backend, op, _peers(op, meta))
+        return got
+
+    def frame(self, f: Any) -> Frame:
+        got = self.frames.get(id(f))
+        if got is None:
+            if not isinstance(f, dict):
+                raise _BadEntry("frames holds something other than a frame")
+            filename, name, line = f.get("filename"), f.get("name"), f.get("line")
+            if type(filename) is not str or type(name) is not str or type(line) is not int:
+                raise _BadEntry("a frame lacks its filename, name or line")
+            got = self.frames[id(f)] = Frame(filename[:MAX_TEXT], line, name[:MAX_TEXT])
+        return got
+
+    def group(self, pg: Any, pg_id: int | None) -> tuple[str, str]:
+        if pg is None:
+            return (str(pg_id) if pg_id is not None else ""), ""
+        got = self.groups.get(id(pg))
+        if got is None:
+            if not (
+                isinstance(pg, list | tuple)
+                and len(pg) == 2
+                and type(pg[0]) is str
+                and type(pg[1]) is str
+            ):
+                raise _BadEntry("process_group is not (name, description)")
+            got = self.groups[id(pg)] = (pg[0][:MAX_TEXT], pg[1][:MAX_TEXT])
+        return got
+
+
+def _entry(index: int, raw: Any, cache: _Cache) -> Entry:
+    if type(raw) is not dict:
         raise _BadEntry(f"is {type(raw).__name__}, not a table")
-    name = raw.get("profiling_name")
-    if type(name) is not str or len(name) > 256:
-        raise _BadEntry("profiling_name missing or not text")
-    backend, _, rest = name.rpartition(":")
-    op, _, meta = rest.partition(" ")
-    if not op:
-        raise _BadEntry(f"profiling_name {name[:40]!r} names no operation")
-    seq = _int_field(raw, "collective_seq_id")
+    get = raw.get
+    backend, op, peers = cache.name(get("profiling_name"))
+    seq = get("collective_seq_id")
     if seq is None:
-        seq = _int_field(raw, "seq_id")  # format 1.x
-    if seq is None:
-        raise _BadEntry("no collective_seq_id (or seq_id)")
-    pg_id = _int_field(raw, "pg_id")
-    pg = raw.get("process_group")
-    if pg is None:
-        pg_name, pg_desc = (str(pg_id) if pg_id is not None else ""), ""
-    elif (
-        isinstance(pg, list | tuple) and len(pg) == 2 and type(pg[0]) is str and type(pg[1]) is str
-    ):
-        pg_name, pg_desc = pg[0][:MAX_TEXT], pg[1][:MAX_TEXT]
-    else:
-        raise _BadEntry("process_group is not (name, description)")
-    state = raw.get("state", "scheduled")
+        seq = get("seq_id")  # format 1.x
+    if type(seq) is not int:
+        raise _BadEntry(
+            "no collective_seq_id (or seq_id)"
+            if seq is None
+            else f"collective_seq_id is {type(seq).__name__}, expected an integer"
+        )
+    pg_id = get("pg_id")
+    if pg_id is not None and type(pg_id) is not int:
+        raise _BadEntry(f"pg_id is {type(pg_id).__name__}, expected an integer")
+    pg_name, pg_desc = cache.group(get("process_group"), pg_id)
+    state = get("state", "scheduled")
     if type(state) is not str or state not in _STATES:
         raise _BadEntry(f"state {str(state)[:20]!r} is none of scheduled, started, completed")
-    retired = raw.get("retired")
+    retired = get("retired")
     if retired is not None and type(retired) is not bool:
         raise _BadEntry("retired is not a boolean")
-    is_p2p = raw.get("is_p2p")
+    is_p2p = get("is_p2p")
     if is_p2p is None:
         is_p2p = op in ("send", "recv")
     elif type(is_p2p) is not bool:
         raise _BadEntry("is_p2p is not a boolean")
     record_id = _int_field(raw, "record_id")
+    frames = get("frames")
+    if frames is None:
+        checked_frames: tuple[Frame, ...] = ()
+    elif type(frames) is list:
+        checked_frames = tuple(cache.frame(f) for f in frames[:MAX_FRAMES])
+    else:
+        raise _BadEntry(f"frames is {type(frames).__name__}, expected a list")
     return Entry(
         pos=index,
         record_id=index if record_id is None else record_id,
@@ -415,16 +456,16 @@ def _entry(index: int, raw: Any) -> Entry:
         is_p2p=is_p2p,
         op=op,
         backend=backend,
-        peers=_peers(op, meta),
+        peers=peers,
         input_sizes=_sizes(raw, "input_sizes"),
         output_sizes=_sizes(raw, "output_sizes"),
-        input_dtypes=_dtypes(raw, "input_dtypes"),
-        output_dtypes=_dtypes(raw, "output_dtypes"),
+        input_dtypes=_dtypes(raw, "input_dtypes", cache),
+        output_dtypes=_dtypes(raw, "output_dtypes", cache),
         state=state,
         retired=retired,
         time_created_ns=_time(raw, "time_created_ns"),
         time_started_ns=_time(raw, "time_discovered_started_ns"),
         time_completed_ns=_time(raw, "time_discovered_completed_ns"),
         timeout_ms=_int_field(raw, "timeout_ms"),
-        frames=_frames(raw.get("frames")),
+        frames=checked_frames,
     )

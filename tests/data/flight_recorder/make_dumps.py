@@ -1,7 +1,8 @@
 """Writes the Flight Recorder fixtures in this folder with torch itself.
 
-Run it in a throw-away environment that has torch (CPU is enough; any torch whose Gloo
-backend records into the Flight Recorder, 2.8 or later), from this folder:
+Run it in a throw-away environment that has torch (CPU is enough: a torch whose Gloo backend
+records into the Flight Recorder; these were made with torch 2.15.0 from PyPI), from this
+folder:
 
     python -m venv ~/frvenv && ~/frvenv/bin/pip install torch
     cd tests/data/flight_recorder && ~/frvenv/bin/python make_dumps.py
