@@ -23,6 +23,7 @@ from rankwatch.flight_recorder.reader import (
     MAX_DUMP_BYTES,
     DumpError,
     load_dump,
+    no_gc,
     sniff,
 )
 from rankwatch.flight_recorder.render import RankLines, render
@@ -175,21 +176,9 @@ def read_dumps(
     dumps: list[Dump] = []
     problems: list[str] = []
     notes: list[str] = []
-    for p in paths:
-        try:
-            d = load_dump(p, max_bytes)
-        except DumpError as e:
-            message = f"{printable(p)}: {e}"
-            problems.append(message)
-            if on_problem is not None:
-                on_problem(message)
-            continue
-        if d.skipped_entries:
-            notes.append(
-                f"{printable(p)}: {d.skipped_entries} entries left out "
-                f"({'; '.join(d.entry_problems)})"
-            )
-        dumps.append(d)
+    with no_gc():  # millions of entries and no cycles: the collector would only rescan them
+        for p in paths:
+            _read_one(p, max_bytes, dumps, problems, notes, on_problem)
     ranks: dict[int, Dump] = {}
     for d in dumps:
         if d.rank in ranks:
@@ -201,6 +190,29 @@ def read_dumps(
     return dumps, problems, notes
 
 
+def _read_one(
+    p: Path,
+    max_bytes: int,
+    dumps: list[Dump],
+    problems: list[str],
+    notes: list[str],
+    on_problem: Callable[[str], None] | None,
+) -> None:
+    try:
+        d = load_dump(p, max_bytes)
+    except DumpError as e:
+        message = f"{printable(p)}: {e}"
+        problems.append(message)
+        if on_problem is not None:
+            on_problem(message)
+        return
+    if d.skipped_entries:
+        notes.append(
+            f"{printable(p)}: {d.skipped_entries} entries left out ({'; '.join(d.entry_problems)})"
+        )
+    dumps.append(d)
+
+
 def feed_dumps(
     engine: _EngineLike,
     job: str,
@@ -210,8 +222,9 @@ def feed_dumps(
     """Analyzes the job's dumps and feeds the resulting lines to the engine: one stream per
     rank, its dump's path as the origin (`missing_origin` for a rank that wrote none).
     Returns the analysis and the number of lines fed."""
-    analysis = analyze(dumps)
-    per_rank = render(analysis)
+    with no_gc():
+        analysis = analyze(dumps)
+        per_rank = render(analysis)
     origin_of = {d.rank: printable(d.path, limit=None) for d in dumps}
     lines = 0
     for rank in sorted(per_rank):

@@ -64,7 +64,7 @@ class _NoGlobals(pickle.Unpickler):
 
 
 @contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Loading builds millions of containers and frees none: the cyclic collector would scan
     them over and over for nothing."""
     enabled = gc.isenabled()
@@ -128,14 +128,15 @@ def load_dump(path: Path, max_bytes: int = MAX_DUMP_BYTES, rank: int | None = No
     kind = sniff(data[:SNIFF_BYTES])
     if kind is None:
         raise DumpError("not a Flight Recorder dump (neither its pickle nor its JSON form)")
-    doc = _decode(data, kind)
-    if rank is None:
-        rank = _rank_of(doc, path)
-    return check_dump(doc, str(path), rank, work_limit=len(data) + 100_000)
+    with no_gc():
+        doc = _decode(data, kind)
+        if rank is None:
+            rank = _rank_of(doc, path)
+        return check_dump(doc, str(path), rank, work_limit=len(data) + 100_000)
 
 
 def _decode(data: bytes, kind: str) -> Any:
-    with _no_gc():
+    with no_gc():
         if kind == "json":
             try:
                 return orjson.loads(data)
@@ -296,22 +297,27 @@ def _int_field(raw: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def _sizes(raw: dict[str, Any], key: str) -> tuple[tuple[int, ...], ...]:
+def _sizes(raw: dict[str, Any], key: str, cache: _Cache) -> tuple[tuple[int, ...], ...]:
     value = raw.get(key)
     if value is None:
         return ()
-    if not isinstance(value, list) or len(value) > MAX_TENSORS:
+    if type(value) is not list or len(value) > MAX_TENSORS:
         raise _BadEntry(f"{key} is not a list of shapes")
-    out = []
-    for shape in value:
-        if (
-            not isinstance(shape, list)
-            or len(shape) > MAX_DIMS
-            or not all(type(d) is int for d in shape)
-        ):
-            raise _BadEntry(f"{key} holds a shape that is not a list of integers")
-        out.append(tuple(shape))
-    return tuple(out)
+    try:  # equal shapes are one object in memory (most entries repeat a few shapes)
+        key_t = tuple(map(tuple, value))
+        got = cache.sizes.get(key_t)
+    except TypeError:  # not lists, or something unhashable inside
+        raise _BadEntry(f"{key} holds a shape that is not a list of integers") from None
+    if got is None:
+        for shape in value:
+            if (
+                type(shape) is not list
+                or len(shape) > MAX_DIMS
+                or not all(type(d) is int for d in shape)
+            ):
+                raise _BadEntry(f"{key} holds a shape that is not a list of integers")
+        got = cache.sizes[key_t] = key_t
+    return got
 
 
 def _dtypes(raw: dict[str, Any], key: str, cache: _Cache) -> tuple[str, ...]:
@@ -368,6 +374,15 @@ class _Cache:
         self.frames: dict[int, Frame] = {}
         self.groups: dict[int, tuple[str, str]] = {}
         self.dtypes: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.sizes: dict[tuple[tuple[Any, ...], ...], tuple[tuple[int, ...], ...]] = {}
+        self.fps: dict[tuple[object, ...], tuple[object, ...]] = {}
+
+    def fingerprint(self, *parts: object) -> tuple[object, ...]:
+        """One shared tuple per distinct fingerprint (its parts are shared already)."""
+        got = self.fps.get(parts)
+        if got is None:
+            got = self.fps[parts] = parts
+        return got
 
     def name(self, name: Any) -> tuple[str, str, tuple[int | None, int | None] | None]:
         if type(name) is not str or len(name) > 256:
@@ -438,6 +453,10 @@ def _entry(index: int, raw: Any, cache: _Cache) -> Entry:
     elif type(is_p2p) is not bool:
         raise _BadEntry("is_p2p is not a boolean")
     record_id = _int_field(raw, "record_id")
+    in_sizes = _sizes(raw, "input_sizes", cache)
+    out_sizes = _sizes(raw, "output_sizes", cache)
+    in_dtypes = _dtypes(raw, "input_dtypes", cache)
+    out_dtypes = _dtypes(raw, "output_dtypes", cache)
     frames = get("frames")
     if frames is None:
         checked_frames: tuple[Frame, ...] = ()
@@ -457,10 +476,10 @@ def _entry(index: int, raw: Any, cache: _Cache) -> Entry:
         op=op,
         backend=backend,
         peers=peers,
-        input_sizes=_sizes(raw, "input_sizes"),
-        output_sizes=_sizes(raw, "output_sizes"),
-        input_dtypes=_dtypes(raw, "input_dtypes", cache),
-        output_dtypes=_dtypes(raw, "output_dtypes", cache),
+        input_sizes=in_sizes,
+        output_sizes=out_sizes,
+        input_dtypes=in_dtypes,
+        output_dtypes=out_dtypes,
         state=state,
         retired=retired,
         time_created_ns=_time(raw, "time_created_ns"),
@@ -468,4 +487,5 @@ def _entry(index: int, raw: Any, cache: _Cache) -> Entry:
         time_completed_ns=_time(raw, "time_discovered_completed_ns"),
         timeout_ms=_int_field(raw, "timeout_ms"),
         frames=checked_frames,
+        fp=cache.fingerprint(op, in_sizes, out_sizes, in_dtypes, out_dtypes),
     )
