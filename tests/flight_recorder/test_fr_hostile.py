@@ -189,3 +189,19 @@ def test_entries_left_out_are_noted(tmp_path: Path) -> None:
     dumps, problems, notes = read_dumps([path])
     assert not problems and len(dumps) == 1
     assert notes == [f"{path}: 1 entries left out (entry 0: input_sizes is not a list of shapes)"]
+
+
+def test_memory_budget_keeps_the_newest_entries(tmp_path: Path) -> None:
+    """A job's dumps hold at most what the memory budget allows: each keeps its newest
+    entries (the stuck collectives are the last ones), never fewer than 64."""
+    paths = [write_dump(tmp_path / f"nccl_trace_rank_{r}", real_doc("hang", r)) for r in range(6)]
+    dumps, problems, notes = read_dumps(paths, memory_bytes=6 * 800 * 3)
+    assert not problems
+    assert all(len(d.entries) == 64 or d.dropped_entries == 0 for d in dumps)
+    small = real_doc("hang", 0)
+    small["entries"] = small["entries"] * 30  # 210 entries
+    big = write_dump(tmp_path / "nccl_trace_rank_0", small)
+    [d], _, notes = read_dumps([big], memory_bytes=100 * 800)
+    assert (len(d.entries), d.dropped_entries) == (100, 110)
+    assert d.entries[0].pos == 110
+    assert "the newest 100 of each were analyzed" in notes[-1]

@@ -147,6 +147,9 @@ class Daemon:
                 cfg.flight_recorder_quiet_ms,
                 cfg.max_dump_bytes,
                 self.metrics.registry,
+                # one job's dumps at a time, held only while they are analyzed: the share
+                # the budget leaves as headroom
+                memory_bytes=cfg.memory_budget_bytes // 10,
             )
 
     # --- lifecycle ------------------------------------------------------------------------

@@ -28,10 +28,12 @@ Streams = list[tuple[int, str, bytes]]
 FeedFn = Callable[[str, Sequence[tuple[int, str, bytes]]], Awaitable[None]]
 
 
-def prepare(job: str, paths: list[Path], max_bytes: int, fed: Fed) -> tuple[Streams, int, int]:
+def prepare(
+    job: str, paths: list[Path], max_bytes: int, fed: Fed, memory_bytes: int | None = None
+) -> tuple[Streams, int, int]:
     """Reads and analyzes one job's dumps; returns the streams of lines not fed before, the
     number of dumps read and of dumps skipped (each logged with its reason)."""
-    dumps, problems, notes = read_dumps(paths, max_bytes)
+    dumps, problems, notes = read_dumps(paths, max_bytes, memory_bytes=memory_bytes)
     for m in problems:
         log.warning("job %s: skipped Flight Recorder dump %s", printable(job), m)
     for m in notes:
@@ -60,8 +62,10 @@ class FlightRecorderFeed:
         quiet_ms: int,
         max_bytes: int,
         registry: CollectorRegistry,
+        memory_bytes: int | None = None,
     ) -> None:
         self.root = Path(root)
+        self.memory_bytes = memory_bytes
         self.poll_s = poll_ms / 1000
         self.max_bytes = max_bytes
         self.watcher = DumpWatcher(self.root, quiet_ms)
@@ -100,7 +104,7 @@ class FlightRecorderFeed:
         ready = await asyncio.to_thread(self.watcher.scan)
         for job, paths in ready:
             streams, read, skipped = await asyncio.to_thread(
-                prepare, job, paths, self.max_bytes, self.fed
+                prepare, job, paths, self.max_bytes, self.fed, self.memory_bytes
             )
             self.dumps.labels("read").inc(read)
             self.dumps.labels("skipped").inc(skipped)

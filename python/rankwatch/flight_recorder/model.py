@@ -146,4 +146,5 @@ class Dump:
     status: dict[str, GroupStatus] = field(default_factory=dict)
     host: str | None = None
     skipped_entries: int = 0  # entries that failed a check, counted and left out
+    dropped_entries: int = 0  # the oldest entries, not kept within the memory budget
     entry_problems: list[str] = field(default_factory=list)  # the first few, for the report

@@ -106,7 +106,12 @@ def rank_from_name(path: Path) -> int | None:
     return value if value <= MAX_RANK else None
 
 
-def load_dump(path: Path, max_bytes: int = MAX_DUMP_BYTES, rank: int | None = None) -> Dump:
+def load_dump(
+    path: Path,
+    max_bytes: int = MAX_DUMP_BYTES,
+    rank: int | None = None,
+    keep_last: int | None = None,
+) -> Dump:
     """Reads and checks one dump. Raises DumpError (the reason) when it cannot be used."""
     try:
         st = os.stat(path)
@@ -132,7 +137,7 @@ def load_dump(path: Path, max_bytes: int = MAX_DUMP_BYTES, rank: int | None = No
         doc = _decode(data, kind)
         if rank is None:
             rank = _rank_of(doc, path)
-        return check_dump(doc, str(path), rank, work_limit=len(data) + 100_000)
+        return check_dump(doc, str(path), rank, work_limit=len(data) + 100_000, keep_last=keep_last)
 
 
 def _decode(data: bytes, kind: str) -> Any:
@@ -233,12 +238,20 @@ def _status(value: Any) -> dict[str, GroupStatus]:
     return out
 
 
-def check_dump(doc: Any, path: str, rank: int, work_limit: int | None = None) -> Dump:
+def check_dump(
+    doc: Any,
+    path: str,
+    rank: int,
+    work_limit: int | None = None,
+    keep_last: int | None = None,
+) -> Dump:
     """Turns a decoded dump into checked values (see the module doc for the versions).
 
     `work_limit` bounds the shapes, dimensions and frames walked: a pickle can refer to one
     list a million times for two bytes a reference, so the walk is held to what the file's
-    size can honestly hold (every element a dump really has costs at least a byte)."""
+    size can honestly hold (every element a dump really has costs at least a byte).
+    `keep_last` keeps only the newest entries (the memory budget's share of this dump);
+    the older ones are counted in `Dump.dropped_entries`."""
     if not isinstance(doc, dict):
         raise DumpError(f"holds a {type(doc).__name__}, not the table torch writes")
     version = doc.get("version", "unknown")
@@ -263,7 +276,12 @@ def check_dump(doc: Any, path: str, rank: int, work_limit: int | None = None) ->
     problems = dump.entry_problems
     work = 0
     cache = _Cache()
-    for i, raw in enumerate(entries):
+    start = 0
+    if keep_last is not None and len(entries) > keep_last:
+        start = len(entries) - keep_last
+        dump.dropped_entries = start
+    for i in range(start, len(entries)):
+        raw = entries[i]
         try:
             entry = _entry(i, raw, cache)
             checked.append(entry)
