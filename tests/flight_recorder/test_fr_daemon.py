@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from fr_data import DATA
 
 from daemon_fixtures import Daemon, read_topic, wait_for
+from flight_recorder.fr_data import DATA
 from rankwatch.daemon.replay import BatchSender, new_producer
 from rankwatch.flight_recorder.watch import DumpWatcher, Fed, job_of
 

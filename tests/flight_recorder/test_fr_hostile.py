@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fr_data import DATA, real_doc, write_dump
 
-from conftest import Analyze
+from flight_recorder.conftest import Analyze
+from flight_recorder.fr_data import DATA, real_doc, write_dump
 from rankwatch.flight_recorder import DumpError, load_dump, read_dumps
 from rankwatch.flight_recorder.reader import check_dump
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fr_data import DATA
 
-from conftest import Analyze
+from flight_recorder.conftest import Analyze
+from flight_recorder.fr_data import DATA
 
 # scenario -> (signature, root-cause rank) from the dumps, alone or with the logs
 EXPECTED = {
