@@ -88,15 +88,6 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
-def sniff_file(path: Path) -> str | None:
-    """`sniff` of a file's first bytes; None when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return sniff(f.read(SNIFF_BYTES))
-    except OSError:
-        return None
-
-
 def rank_from_name(path: Path) -> int | None:
     """torch names a dump `<prefix><rank>` (`nccl_trace_rank_3`); the number at the end."""
     m = _RANK_IN_NAME.search(path.name)
