@@ -18,7 +18,9 @@ environment's site-packages, this folder) are replaced by neutral ones, so that 
 the machine that made them is checked in. The pickle is re-encoded for that (same structure,
 same protocol); the JSON is rewritten as text.
 
-CI never runs this script: the dumps it made are checked in.
+CI never runs this script: the dumps it made are checked in, and the tests are pinned to them.
+A rerun writes new times, and where Gloo aborts a rank on a size mismatch (that rank writes
+no dump) which rank it is may differ; the rank at fault is the same.
 """
 
 from __future__ import annotations
