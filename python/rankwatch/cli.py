@@ -82,6 +82,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         args.max_dump_bytes,
         on_problem=say("skipped Flight Recorder dump"),
         on_note=say("note:"),
+        memory_bytes=args.memory_budget_bytes,
     )
     result = analyze_files(
         engine,

@@ -4,14 +4,10 @@ own files: trusted, so the plain unpickler may read them here)."""
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "flight_recorder"
-# `analyze(*args)` -> (exit status, the --json report, stderr): the `fr_analyze` fixture.
-Analyze = Callable[..., tuple[int, dict[str, Any], str]]
-
 SCENARIOS = ("size_mismatch", "skipped", "hang", "p2p_unmatched", "p2p_unmatched_nccl", "healthy")
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fr_data import DATA, SCENARIOS, real_doc, write_dump
-
+from flight_recorder.fr_data import DATA, SCENARIOS, real_doc, write_dump
 from rankwatch.flight_recorder import find_dumps, is_dump, load_dump
 from rankwatch.flight_recorder.reader import check_dump, rank_from_name
 from rankwatch.inputs import DumpFile, discover

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fr_data import DATA, Analyze, real_doc, write_dump
 
+from flight_recorder.conftest import Analyze
+from flight_recorder.fr_data import DATA, real_doc, write_dump
 from rankwatch.flight_recorder import DumpError, load_dump, read_dumps
 from rankwatch.flight_recorder.reader import check_dump
 
@@ -153,7 +154,7 @@ def test_wrong_types_at_the_top(change: Any, reason: str) -> None:
         check_dump([doc], "d", 0)
 
 
-def test_hostile_folder_through_the_command(tmp_path: Path, fr_analyze: Analyze) -> None:
+def test_hostile_folder_through_the_command(tmp_path: Path, analyze: Analyze) -> None:
     """A job folder with good dumps and every kind of bad one: the good ones are analyzed,
     each bad one is named with its reason on stderr, the exit status is 0."""
     job = tmp_path / "job"
@@ -169,7 +170,7 @@ def test_hostile_folder_through_the_command(tmp_path: Path, fr_analyze: Analyze)
     with open(job / "nccl_trace_rank_9", "wb") as f:
         f.write(b"\x80\x02}q\x00(X\x07\x00\x00\x00entries")
         f.truncate(2 << 30)
-    code, report, err = fr_analyze("--flight-recorder", job)
+    code, report, err = analyze("--flight-recorder", job)
     assert code == 0, err
     assert not marker.exists()
     assert "Traceback" not in err
@@ -188,3 +189,19 @@ def test_entries_left_out_are_noted(tmp_path: Path) -> None:
     dumps, problems, notes = read_dumps([path])
     assert not problems and len(dumps) == 1
     assert notes == [f"{path}: 1 entries left out (entry 0: input_sizes is not a list of shapes)"]
+
+
+def test_memory_budget_keeps_the_newest_entries(tmp_path: Path) -> None:
+    """A job's dumps hold at most what the memory budget allows: each keeps its newest
+    entries (the stuck collectives are the last ones), never fewer than 64."""
+    paths = [write_dump(tmp_path / f"nccl_trace_rank_{r}", real_doc("hang", r)) for r in range(6)]
+    dumps, problems, notes = read_dumps(paths, memory_bytes=6 * 800 * 3)
+    assert not problems
+    assert all(len(d.entries) == 64 or d.dropped_entries == 0 for d in dumps)
+    small = real_doc("hang", 0)
+    small["entries"] = small["entries"] * 30  # 210 entries
+    big = write_dump(tmp_path / "nccl_trace_rank_0", small)
+    [d], _, notes = read_dumps([big], memory_bytes=100 * 800)
+    assert (len(d.entries), d.dropped_entries) == (100, 110)
+    assert d.entries[0].pos == 110
+    assert "the newest 100 of each were analyzed" in notes[-1]

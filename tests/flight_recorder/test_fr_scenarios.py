@@ -18,7 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fr_data import DATA, Analyze
+
+from flight_recorder.conftest import Analyze
+from flight_recorder.fr_data import DATA
 
 # scenario -> (signature, root-cause rank) from the dumps, alone or with the logs
 EXPECTED = {
@@ -38,8 +40,8 @@ def one(report: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
-def test_dumps_alone(fr_analyze: Analyze, scenario: str) -> None:
-    code, report, err = fr_analyze("--flight-recorder", DATA / scenario)
+def test_dumps_alone(analyze: Analyze, scenario: str) -> None:
+    code, report, err = analyze("--flight-recorder", DATA / scenario)
     assert code == 0, err
     d = one(report)
     signature, rank = EXPECTED[scenario]
@@ -50,8 +52,8 @@ def test_dumps_alone(fr_analyze: Analyze, scenario: str) -> None:
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
-def test_dumps_with_logs_make_one_diagnosis(fr_analyze: Analyze, scenario: str) -> None:
-    code, report, err = fr_analyze(DATA / scenario)
+def test_dumps_with_logs_make_one_diagnosis(analyze: Analyze, scenario: str) -> None:
+    code, report, err = analyze(DATA / scenario)
     assert code == 0, err
     d = one(report)
     assert (d["signature"]["id"], d["root_cause"]["rank"]) == EXPECTED[scenario]
@@ -63,16 +65,16 @@ def test_dumps_with_logs_make_one_diagnosis(fr_analyze: Analyze, scenario: str) 
     assert report["input"]["files"] >= 4
 
 
-def test_healthy_run_has_no_diagnosis(fr_analyze: Analyze) -> None:
+def test_healthy_run_has_no_diagnosis(analyze: Analyze) -> None:
     for args in (("--flight-recorder", DATA / "healthy"), (DATA / "healthy",)):
-        code, report, err = fr_analyze(*args)
+        code, report, err = analyze(*args)
         assert code == 0, err
         assert report["diagnoses"] == []
         assert report["input"]["flight_recorder"]["dumps"] == 4
 
 
-def test_mismatch_facts_name_both_sides_and_the_call_site(fr_analyze: Analyze) -> None:
-    d = one(fr_analyze("--flight-recorder", DATA / "size_mismatch")[1])
+def test_mismatch_facts_name_both_sides_and_the_call_site(analyze: Analyze) -> None:
+    d = one(analyze("--flight-recorder", DATA / "size_mismatch")[1])
     f = d["facts"]
     assert (f["seq"], f["op_type"], f["numel_in"], f["dtype"]) == (
         "5",
@@ -88,55 +90,55 @@ def test_mismatch_facts_name_both_sides_and_the_call_site(fr_analyze: Analyze) -
     assert "collective #5 of process group 0" in d["verify"]
 
 
-def test_skipped_collective_shows_both_call_sites(fr_analyze: Analyze) -> None:
-    d = one(fr_analyze("--flight-recorder", DATA / "skipped")[1])
+def test_skipped_collective_shows_both_call_sites(analyze: Analyze) -> None:
+    d = one(analyze("--flight-recorder", DATA / "skipped")[1])
     f = d["facts"]
     assert f["call_site"] == "/workspace/make_dumps.py:50 (train_step)"  # its next gradients
     assert f["other_call_site"] == "/workspace/make_dumps.py:55 (train_step)"  # the loss
     assert (f["numel_in"], f["other_numel_in"]) == ("1024", "1")
 
 
-def test_hang_names_where_the_rank_stopped(fr_analyze: Analyze) -> None:
-    d = one(fr_analyze("--flight-recorder", DATA / "hang")[1])
+def test_hang_names_where_the_rank_stopped(analyze: Analyze) -> None:
+    d = one(analyze("--flight-recorder", DATA / "hang")[1])
     f = d["facts"]
     assert (f["seq"], f["last_enqueued"], f["waiting_ranks"]) == ("7", "6", "0-4")
     assert "after /workspace/make_dumps.py:55 (train_step)" in d["fix"]
     assert d["collateral_ranks"] == "0-4"
 
 
-def test_json_dumps_read_like_pickles(fr_analyze: Analyze) -> None:
-    code, report, err = fr_analyze("--flight-recorder", DATA / "size_mismatch_json")
+def test_json_dumps_read_like_pickles(analyze: Analyze) -> None:
+    code, report, err = analyze("--flight-recorder", DATA / "size_mismatch_json")
     assert code == 0, err
     d = one(report)
     assert (d["signature"]["id"], d["root_cause"]["rank"]) == ("fr_collective_mismatch", 2)
     assert d["root_cause"]["origin"].endswith("fr_rank_2.json:2")
 
 
-def test_logs_alone_where_they_suffice(fr_analyze: Analyze) -> None:
+def test_logs_alone_where_they_suffice(analyze: Analyze) -> None:
     """The NCCL watchdog's SeqNum says who is behind, not why: alone, the logs blame rank 0
     (stuck in its send), the dumps blame rank 3 (which never posted the recv); together one
     diagnosis, the dumps' rank, with the watchdog lines as its collateral."""
     logs = DATA / "p2p_unmatched_nccl" / "logs"
-    d = one(fr_analyze(logs)[1])
+    d = one(analyze(logs)[1])
     assert (d["signature"]["id"], d["root_cause"]["rank"]) == ("pt_watchdog_timeout", 0)
-    both = one(fr_analyze(DATA / "p2p_unmatched_nccl")[1])
+    both = one(analyze(DATA / "p2p_unmatched_nccl")[1])
     assert both["root_cause"]["rank"] == 3
     assert {"pt_watchdog_timeout"} <= {c["signature"] for c in both["collateral"]}
 
 
-def test_glob_and_single_file(fr_analyze: Analyze) -> None:
-    code, report, _ = fr_analyze("--flight-recorder", str(DATA / "hang" / "nccl_trace_rank_*"))
+def test_glob_and_single_file(analyze: Analyze) -> None:
+    code, report, _ = analyze("--flight-recorder", str(DATA / "hang" / "nccl_trace_rank_*"))
     assert code == 0
     assert one(report)["root_cause"]["rank"] == 5
-    code, report, err = fr_analyze(
+    code, report, err = analyze(
         DATA / "hang" / "logs", "--flight-recorder", DATA / "hang" / "nccl_trace_rank_5"
     )
     assert code == 0, err
     assert report["input"]["flight_recorder"]["dumps"] == 1
 
 
-def test_dumps_given_for_several_jobs_need_a_job_name(fr_analyze: Analyze) -> None:
-    code, _, err = fr_analyze(
+def test_dumps_given_for_several_jobs_need_a_job_name(analyze: Analyze) -> None:
+    code, _, err = analyze(
         DATA / "hang" / "logs", DATA / "skipped" / "logs", "--flight-recorder", DATA / "hang"
     )
     assert code == 2

@@ -317,6 +317,26 @@ class DaemonConfig:
         kind=INT,
         minimum=0,
     )
+    # --- Flight Recorder ----------------------------------------------------------------------
+    flight_recorder_dir: str | None = _opt(
+        None,
+        "folder that jobs write PyTorch Flight Recorder dumps into, watched for new dumps (a "
+        "dump's job: its first folder under DIR, or its name without the rank)",
+        kind=OPT_STR,
+        metavar="DIR",
+    )
+    flight_recorder_poll_ms: int = _opt(
+        2_000, "how often the Flight Recorder folder is scanned", kind=INT, minimum=100
+    )
+    flight_recorder_quiet_ms: int = _opt(
+        5_000,
+        "a job's dumps are read once none of them changed for this long",
+        kind=INT,
+        minimum=0,
+    )
+    max_dump_bytes: int = _opt(
+        256 << 20, "larger Flight Recorder dumps are reported and skipped", kind=INT, minimum=1024
+    )
     # --- TOML only ----------------------------------------------------------------------------
     topics: dict[str, TopicConfig] = field(default_factory=dict)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -76,6 +77,17 @@ class EngineWorker:
                 self._new_jobs.append((args[1], sorted(now - known)))
             known = now
         return out
+
+    async def feed_streams(self, job: str, streams: Sequence[tuple[int, str, bytes]]) -> None:
+        """Feeds whole streams of one job, each (rank, origin, lines): one stream per rank,
+        as the Flight Recorder's lines are fed (rankwatch.flight_recorder)."""
+        await self._call(self._feed_streams, job, list(streams))
+
+    def _feed_streams(self, job: str, streams: list[tuple[int, str, bytes]]) -> None:
+        for rank, origin, data in streams:
+            stream = self.engine.open_stream(job, origin, source_key=f"rank:{rank}", rank=rank)
+            self.engine.feed(stream, data, int(time.time() * 1000))
+            self.engine.close_stream(stream)
 
     def take_new_jobs(self) -> list[tuple[str, list[str]]]:
         """Jobs first seen since the last call, with the origin of the batch that showed them

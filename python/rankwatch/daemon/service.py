@@ -17,6 +17,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -48,6 +49,7 @@ from rankwatch.daemon.repartition import (
 from rankwatch.daemon.sdnotify import Notifier
 from rankwatch.daemon.tail import TopicTail
 from rankwatch.engine import REJECT_REASONS, Decoder, Engine, FedRecords
+from rankwatch.flight_recorder.daemon import FlightRecorderFeed
 
 log = logging.getLogger("rankwatch.daemon")
 
@@ -136,6 +138,19 @@ class Daemon:
         self.last_commit = time.monotonic()
         self.last_housekeeping = time.monotonic()
         self.last_fleet_sync = time.monotonic()
+        self.flight_recorder: FlightRecorderFeed | None = None
+        self._fr_task: asyncio.Task[None] | None = None
+        if cfg.flight_recorder_dir:
+            self.flight_recorder = FlightRecorderFeed(
+                cfg.flight_recorder_dir,
+                cfg.flight_recorder_poll_ms,
+                cfg.flight_recorder_quiet_ms,
+                cfg.max_dump_bytes,
+                self.metrics.registry,
+                # one job's dumps at a time, held only while they are analyzed: the share
+                # the budget leaves as headroom
+                memory_bytes=cfg.memory_budget_bytes // 10,
+            )
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -166,6 +181,7 @@ class Daemon:
             self.started = True
             self._kafka_probe = asyncio.create_task(self._probe_kafka())
             self._start_repartition()
+            self._start_flight_recorder()
             while not self.stopping.is_set() and self.failure is None:
                 await self._step()
             await self._stop_repartition()  # all it read is forwarded before the analysis drains
@@ -215,6 +231,29 @@ class Daemon:
             f"; transactional id {cfg.transactional_id}" if cfg.transactional_id else "",
         )
 
+    def _start_flight_recorder(self) -> None:
+        if self.flight_recorder is None:
+            return
+        task = asyncio.create_task(self.flight_recorder.run(self._feed_flight_recorder))
+        task.add_done_callback(self._flight_recorder_done)
+        self._fr_task = task
+
+    def _flight_recorder_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("Flight Recorder watcher stopped: %r", task.exception())
+
+    async def _feed_flight_recorder(
+        self, job: str, streams: Sequence[tuple[int, str, bytes]]
+    ) -> None:
+        """A job's Flight Recorder lines into the engine, between two batches of records."""
+        async with self.lock:
+            await self._settle()
+            await self.engine.feed_streams(job, streams)
+            try:
+                await self._poll_and_publish()
+            except PublishError as e:
+                self._fail(e)
+
     def _start_repartition(self) -> None:
         if self.repartitioner is None:
             return
@@ -256,6 +295,10 @@ class Daemon:
         log.info("drained: offsets committed")
 
     async def _close(self) -> None:
+        if self._fr_task is not None:
+            self._fr_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._fr_task
         if self._kafka_probe is not None:
             self._kafka_probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -20,11 +20,12 @@ completed one, and its entry at the first mismatched sequence id."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from rankwatch.flight_recorder.model import Dump, Entry
+from rankwatch.flight_recorder.reader import no_gc
 
 KINDS = ("mismatch", "not_scheduled", "behind", "no_dump", "unmatched_send", "unmatched_recv")
 
@@ -84,6 +85,14 @@ def rank_list(ranks: Iterable[int]) -> str:
 
 def analyze(dumps: Sequence[Dump]) -> Analysis:
     """Findings for every process group the dumps mention, most telling first."""
+    with no_gc():
+        try:
+            return _analyze(dumps)
+        finally:
+            _CANON.clear()
+
+
+def _analyze(dumps: Sequence[Dump]) -> Analysis:
     by_rank: dict[int, Dump] = {}
     for d in dumps:  # the same rank twice (two dumps of one process): the later file wins
         by_rank[d.rank] = d
@@ -104,6 +113,10 @@ def analyze(dumps: Sequence[Dump]) -> Analysis:
     order = {k: i for i, k in enumerate(KINDS)}
     findings.sort(key=lambda f: (order[f.kind], f.tie, f.seq, f.pg))
     return Analysis(findings, shown, len(per_pg), sorted(by_rank))
+
+
+# Fingerprints by value, shared by every rank's rows during one analysis (cleared after it).
+_CANON: dict[object, object] = {}
 
 
 def _explained(colls: list[Finding], p2p: list[Finding]) -> list[Finding]:
@@ -150,13 +163,38 @@ class _Group:
         self.pg_id = any_entry.pg_id
         # per rank: sequence id -> the entries issued under it (one, or a coalesced batch)
         self.colls: dict[int, dict[int, list[Entry]]] = {}
+        # per rank: sequence id -> what must agree there; the last fully completed id
+        self.fps: dict[int, dict[int, object]] = {}
+        self.done: dict[int, int | None] = {}
         for rank, es in entries.items():
             seqs: dict[int, list[Entry]] = {}
             for e in es:
                 if not e.is_p2p:
-                    seqs.setdefault(e.seq, []).append(e)
-            if seqs:
-                self.colls[rank] = seqs
+                    got = seqs.get(e.seq)
+                    if got is None:
+                        seqs[e.seq] = [e]
+                    else:
+                        got.append(e)
+            if not seqs:
+                continue
+            self.colls[rank] = seqs
+            # equal fingerprints of all ranks become one object, so that rows of equal
+            # fingerprints compare by identity (a dump shares its own already)
+            local: dict[int, object] = {}
+            fps: dict[int, object] = {}
+            for s, g in seqs.items():
+                fp: object = g[0].fingerprint() if len(g) == 1 else tuple(e.fp for e in g)
+                canon = local.get(id(fp))
+                if canon is None:
+                    canon = local[id(fp)] = _CANON.setdefault(fp, fp)
+                fps[s] = canon
+            self.fps[rank] = fps
+            completed = [
+                s
+                for s, g in seqs.items()
+                if g[-1].state == "completed" and all(e.state == "completed" for e in g)
+            ]
+            self.done[rank] = max(completed) if completed else None
         self.mismatch_seq: int | None = None
         # whether the dumps say which collectives completed (Gloo leaves every entry
         # 'scheduled'; its pg_status counts a failed collective as completed)
@@ -196,14 +234,16 @@ class _Group:
         if lo > hi or len(self.colls) < 2:
             return None
         rng = range(lo, hi + 1)
-
-        def fps(seqs: dict[int, list[Entry]]) -> tuple[object, ...]:
-            return tuple(
-                tuple(e.fingerprint() for e in seqs[s]) if s in seqs else None for s in rng
-            )
-
-        rows = {rank: fps(seqs) for rank, seqs in self.colls.items()}
-        common = Counter(rows.values()).most_common(1)[0][0]
+        rows = {rank: tuple(map(fps.get, rng)) for rank, fps in self.fps.items()}
+        groups: list[tuple[tuple[object, ...], list[int]]] = []
+        for rank, row in rows.items():
+            for rep, members in groups:
+                if row == rep:  # element by element, equal objects by identity
+                    members.append(rank)
+                    break
+            else:
+                groups.append((row, [rank]))
+        common = max(groups, key=lambda g: len(g[1]))[0]
         first: int | None = None
         for row in rows.values():
             if row == common:
@@ -269,8 +309,8 @@ class _Group:
     def _behind(self, blamed: set[int]) -> list[Finding]:
         done: dict[int, int] = {}
         for rank, seqs in self.colls.items():
-            completed = [s for s, es in seqs.items() if all(e.state == "completed" for e in es)]
-            done[rank] = max(completed) if completed else min(seqs) - 1
+            last_done = self.done[rank]
+            done[rank] = last_done if last_done is not None else min(seqs) - 1
         best = max(done.values())
         ahead = [r for r, s in done.items() if s == best]
         late = [
@@ -361,9 +401,9 @@ class _Group:
                 out.append(Shown(rank, "last_recorded", last))
             elif last.state != "completed":
                 out.append(Shown(rank, "waiting", last))
-            completed = [s for s, es in seqs.items() if es[-1].state == "completed"]
-            if completed:
-                out.append(Shown(rank, "last_completed", seqs[max(completed)][-1]))
+            last_done = self.done[rank]
+            if last_done is not None:
+                out.append(Shown(rank, "last_completed", seqs[last_done][-1]))
             if self.mismatch_seq is not None and self.mismatch_seq in seqs:
                 e = seqs[self.mismatch_seq][-1]
                 if e is not last:

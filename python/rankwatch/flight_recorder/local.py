@@ -80,15 +80,17 @@ def feed_job_dumps(
     max_bytes: int = MAX_DUMP_BYTES,
     on_problem: Callable[[str], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    memory_bytes: int | None = None,
 ) -> FedDumps:
     """Reads, checks and analyzes every job's dumps and feeds their lines to the engine. A
-    dump that cannot be used is reported ("PATH: reason") and left out."""
+    dump that cannot be used is reported ("PATH: reason") and left out. `memory_bytes`
+    bounds what one job's dumps hold (`read_dumps`)."""
     out = FedDumps()
     by_job: dict[str, list[Path]] = defaultdict(list)
     for d in dumps:
         by_job[d.job].append(d.path)
     for job, paths in sorted(by_job.items()):
-        read, problems, notes = read_dumps(paths, max_bytes)
+        read, problems, notes = read_dumps(paths, max_bytes, memory_bytes=memory_bytes)
         for m in problems:
             out.skipped.append(m)
             if on_problem is not None:

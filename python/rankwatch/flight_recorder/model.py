@@ -50,6 +50,7 @@ class Entry(NamedTuple):
     time_completed_ns: int | None
     timeout_ms: int | None
     frames: tuple[Frame, ...]
+    fp: tuple[object, ...] = ()  # fingerprint(), computed once by the reader
 
     @property
     def op_type(self) -> str:
@@ -58,6 +59,8 @@ class Entry(NamedTuple):
 
     def fingerprint(self) -> tuple[object, ...]:
         """What every rank of a group must agree on at one sequence id."""
+        if self.fp:
+            return self.fp
         return (self.op, self.input_sizes, self.output_sizes, self.input_dtypes, self.output_dtypes)
 
     def numel_in(self) -> int:
@@ -143,4 +146,5 @@ class Dump:
     status: dict[str, GroupStatus] = field(default_factory=dict)
     host: str | None = None
     skipped_entries: int = 0  # entries that failed a check, counted and left out
+    dropped_entries: int = 0  # the oldest entries, not kept within the memory budget
     entry_problems: list[str] = field(default_factory=list)  # the first few, for the report

@@ -64,7 +64,7 @@ class _NoGlobals(pickle.Unpickler):
 
 
 @contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Loading builds millions of containers and frees none: the cyclic collector would scan
     them over and over for nothing."""
     enabled = gc.isenabled()
@@ -88,15 +88,6 @@ def sniff(head: bytes) -> str | None:
     return None
 
 
-def sniff_file(path: Path) -> str | None:
-    """`sniff` of a file's first bytes; None when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return sniff(f.read(SNIFF_BYTES))
-    except OSError:
-        return None
-
-
 def rank_from_name(path: Path) -> int | None:
     """torch names a dump `<prefix><rank>` (`nccl_trace_rank_3`); the number at the end."""
     m = _RANK_IN_NAME.search(path.name)
@@ -106,7 +97,12 @@ def rank_from_name(path: Path) -> int | None:
     return value if value <= MAX_RANK else None
 
 
-def load_dump(path: Path, max_bytes: int = MAX_DUMP_BYTES, rank: int | None = None) -> Dump:
+def load_dump(
+    path: Path,
+    max_bytes: int = MAX_DUMP_BYTES,
+    rank: int | None = None,
+    keep_last: int | None = None,
+) -> Dump:
     """Reads and checks one dump. Raises DumpError (the reason) when it cannot be used."""
     try:
         st = os.stat(path)
@@ -128,14 +124,15 @@ def load_dump(path: Path, max_bytes: int = MAX_DUMP_BYTES, rank: int | None = No
     kind = sniff(data[:SNIFF_BYTES])
     if kind is None:
         raise DumpError("not a Flight Recorder dump (neither its pickle nor its JSON form)")
-    doc = _decode(data, kind)
-    if rank is None:
-        rank = _rank_of(doc, path)
-    return check_dump(doc, str(path), rank, work_limit=len(data) + 100_000)
+    with no_gc():
+        doc = _decode(data, kind)
+        if rank is None:
+            rank = _rank_of(doc, path)
+        return check_dump(doc, str(path), rank, work_limit=len(data) + 100_000, keep_last=keep_last)
 
 
 def _decode(data: bytes, kind: str) -> Any:
-    with _no_gc():
+    with no_gc():
         if kind == "json":
             try:
                 return orjson.loads(data)
@@ -232,12 +229,20 @@ def _status(value: Any) -> dict[str, GroupStatus]:
     return out
 
 
-def check_dump(doc: Any, path: str, rank: int, work_limit: int | None = None) -> Dump:
+def check_dump(
+    doc: Any,
+    path: str,
+    rank: int,
+    work_limit: int | None = None,
+    keep_last: int | None = None,
+) -> Dump:
     """Turns a decoded dump into checked values (see the module doc for the versions).
 
     `work_limit` bounds the shapes, dimensions and frames walked: a pickle can refer to one
     list a million times for two bytes a reference, so the walk is held to what the file's
-    size can honestly hold (every element a dump really has costs at least a byte)."""
+    size can honestly hold (every element a dump really has costs at least a byte).
+    `keep_last` keeps only the newest entries (the memory budget's share of this dump);
+    the older ones are counted in `Dump.dropped_entries`."""
     if not isinstance(doc, dict):
         raise DumpError(f"holds a {type(doc).__name__}, not the table torch writes")
     version = doc.get("version", "unknown")
@@ -261,9 +266,15 @@ def check_dump(doc: Any, path: str, rank: int, work_limit: int | None = None) ->
     checked = dump.entries
     problems = dump.entry_problems
     work = 0
-    for i, raw in enumerate(entries):
+    cache = _Cache()
+    start = 0
+    if keep_last is not None and len(entries) > keep_last:
+        start = len(entries) - keep_last
+        dump.dropped_entries = start
+    for i in range(start, len(entries)):
+        raw = entries[i]
         try:
-            entry = _entry(i, raw)
+            entry = _entry(i, raw, cache)
             checked.append(entry)
             if work_limit is not None:
                 work += 1 + len(entry.frames)
@@ -295,56 +306,50 @@ def _int_field(raw: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def _sizes(raw: dict[str, Any], key: str) -> tuple[tuple[int, ...], ...]:
+def _sizes(raw: dict[str, Any], key: str, cache: _Cache) -> tuple[tuple[int, ...], ...]:
     value = raw.get(key)
     if value is None:
         return ()
-    if not isinstance(value, list) or len(value) > MAX_TENSORS:
+    if type(value) is not list or len(value) > MAX_TENSORS:
         raise _BadEntry(f"{key} is not a list of shapes")
-    out = []
-    for shape in value:
-        if (
-            not isinstance(shape, list)
-            or len(shape) > MAX_DIMS
-            or not all(type(d) is int for d in shape)
-        ):
-            raise _BadEntry(f"{key} holds a shape that is not a list of integers")
-        out.append(tuple(shape))
-    return tuple(out)
+    try:  # equal shapes are one object in memory (most entries repeat a few shapes)
+        key_t = tuple(map(tuple, value))
+        got = cache.sizes.get(key_t)
+    except TypeError:  # not lists, or something unhashable inside
+        raise _BadEntry(f"{key} holds a shape that is not a list of integers") from None
+    if got is None:
+        for shape in value:
+            if (
+                type(shape) is not list
+                or len(shape) > MAX_DIMS
+                or not all(type(d) is int for d in shape)
+            ):
+                raise _BadEntry(f"{key} holds a shape that is not a list of integers")
+        got = cache.sizes[key_t] = key_t
+    return got
 
 
-def _dtypes(raw: dict[str, Any], key: str) -> tuple[str, ...]:
+def _dtypes(raw: dict[str, Any], key: str, cache: _Cache) -> tuple[str, ...]:
     value = raw.get(key)
     if value is None:
         return ()
-    if (
-        not isinstance(value, list)
-        or len(value) > MAX_TENSORS
-        or not all(type(d) is str and len(d) <= 64 for d in value)
-    ):
+    if type(value) is not list or len(value) > MAX_TENSORS:
         raise _BadEntry(f"{key} is not a list of dtype names")
-    return tuple(value)
+    try:
+        key_t = tuple(value)
+        got = cache.dtypes.get(key_t)
+    except TypeError:  # something unhashable inside
+        raise _BadEntry(f"{key} is not a list of dtype names") from None
+    if got is None:
+        if not all(type(d) is str and len(d) <= 64 for d in value):
+            raise _BadEntry(f"{key} is not a list of dtype names")
+        got = cache.dtypes[key_t] = key_t
+    return got
 
 
 def _time(raw: dict[str, Any], key: str) -> int | None:
     value = _int_field(raw, key)
     return value if value else None  # JSON dumps write a missing time as 0
-
-
-def _frames(value: Any) -> tuple[Frame, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise _BadEntry(f"frames is {type(value).__name__}, expected a list")
-    out = []
-    for f in value[:MAX_FRAMES]:
-        if not isinstance(f, dict):
-            raise _BadEntry("frames holds something other than a frame")
-        filename, name, line = f.get("filename"), f.get("name"), f.get("line")
-        if type(filename) is not str or type(name) is not str or type(line) is not int:
-            raise _BadEntry("a frame lacks its filename, name or line")
-        out.append(Frame(filename[:MAX_TEXT], line, name[:MAX_TEXT]))
-    return tuple(out)
 
 
 def _peers(op: str, meta: str) -> tuple[int | None, int | None] | None:
@@ -367,43 +372,107 @@ def _peers(op: str, meta: str) -> tuple[int | None, int | None] | None:
     return None
 
 
-def _entry(index: int, raw: Any) -> Entry:
-    if not isinstance(raw, dict):
+class _Cache:
+    """Per dump: what many entries share is checked once. torch's pickler writes one
+    frame table and one group tuple that every entry refers to, and profiling names and
+    dtype lists repeat; a shared object is checked once, by identity (the decoded dump
+    holds every object alive while it is checked)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, tuple[str, str, tuple[int | None, int | None] | None]] = {}
+        self.frames: dict[int, Frame] = {}
+        self.groups: dict[int, tuple[str, str]] = {}
+        self.dtypes: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self.sizes: dict[tuple[tuple[Any, ...], ...], tuple[tuple[int, ...], ...]] = {}
+        self.fps: dict[tuple[object, ...], tuple[object, ...]] = {}
+
+    def fingerprint(self, *parts: object) -> tuple[object, ...]:
+        """One shared tuple per distinct fingerprint (its parts are shared already)."""
+        got = self.fps.get(parts)
+        if got is None:
+            got = self.fps[parts] = parts
+        return got
+
+    def name(self, name: Any) -> tuple[str, str, tuple[int | None, int | None] | None]:
+        if type(name) is not str or len(name) > 256:
+            raise _BadEntry("profiling_name missing or not text")
+        got = self.names.get(name)
+        if got is None:
+            backend, _, rest = name.rpartition(":")
+            op, _, meta = rest.partition(" ")
+            if not op:
+                raise _BadEntry(f"profiling_name {name[:40]!r} names no operation")
+            got = self.names[name] = (backend, op, _peers(op, meta))
+        return got
+
+    def frame(self, f: Any) -> Frame:
+        got = self.frames.get(id(f))
+        if got is None:
+            if not isinstance(f, dict):
+                raise _BadEntry("frames holds something other than a frame")
+            filename, name, line = f.get("filename"), f.get("name"), f.get("line")
+            if type(filename) is not str or type(name) is not str or type(line) is not int:
+                raise _BadEntry("a frame lacks its filename, name or line")
+            got = self.frames[id(f)] = Frame(filename[:MAX_TEXT], line, name[:MAX_TEXT])
+        return got
+
+    def group(self, pg: Any, pg_id: int | None) -> tuple[str, str]:
+        if pg is None:
+            return (str(pg_id) if pg_id is not None else ""), ""
+        got = self.groups.get(id(pg))
+        if got is None:
+            if not (
+                isinstance(pg, list | tuple)
+                and len(pg) == 2
+                and type(pg[0]) is str
+                and type(pg[1]) is str
+            ):
+                raise _BadEntry("process_group is not (name, description)")
+            got = self.groups[id(pg)] = (pg[0][:MAX_TEXT], pg[1][:MAX_TEXT])
+        return got
+
+
+def _entry(index: int, raw: Any, cache: _Cache) -> Entry:
+    if type(raw) is not dict:
         raise _BadEntry(f"is {type(raw).__name__}, not a table")
-    name = raw.get("profiling_name")
-    if type(name) is not str or len(name) > 256:
-        raise _BadEntry("profiling_name missing or not text")
-    backend, _, rest = name.rpartition(":")
-    op, _, meta = rest.partition(" ")
-    if not op:
-        raise _BadEntry(f"profiling_name {name[:40]!r} names no operation")
-    seq = _int_field(raw, "collective_seq_id")
+    get = raw.get
+    backend, op, peers = cache.name(get("profiling_name"))
+    seq = get("collective_seq_id")
     if seq is None:
-        seq = _int_field(raw, "seq_id")  # format 1.x
-    if seq is None:
-        raise _BadEntry("no collective_seq_id (or seq_id)")
-    pg_id = _int_field(raw, "pg_id")
-    pg = raw.get("process_group")
-    if pg is None:
-        pg_name, pg_desc = (str(pg_id) if pg_id is not None else ""), ""
-    elif (
-        isinstance(pg, list | tuple) and len(pg) == 2 and type(pg[0]) is str and type(pg[1]) is str
-    ):
-        pg_name, pg_desc = pg[0][:MAX_TEXT], pg[1][:MAX_TEXT]
-    else:
-        raise _BadEntry("process_group is not (name, description)")
-    state = raw.get("state", "scheduled")
+        seq = get("seq_id")  # format 1.x
+    if type(seq) is not int:
+        raise _BadEntry(
+            "no collective_seq_id (or seq_id)"
+            if seq is None
+            else f"collective_seq_id is {type(seq).__name__}, expected an integer"
+        )
+    pg_id = get("pg_id")
+    if pg_id is not None and type(pg_id) is not int:
+        raise _BadEntry(f"pg_id is {type(pg_id).__name__}, expected an integer")
+    pg_name, pg_desc = cache.group(get("process_group"), pg_id)
+    state = get("state", "scheduled")
     if type(state) is not str or state not in _STATES:
         raise _BadEntry(f"state {str(state)[:20]!r} is none of scheduled, started, completed")
-    retired = raw.get("retired")
+    retired = get("retired")
     if retired is not None and type(retired) is not bool:
         raise _BadEntry("retired is not a boolean")
-    is_p2p = raw.get("is_p2p")
+    is_p2p = get("is_p2p")
     if is_p2p is None:
         is_p2p = op in ("send", "recv")
     elif type(is_p2p) is not bool:
         raise _BadEntry("is_p2p is not a boolean")
     record_id = _int_field(raw, "record_id")
+    in_sizes = _sizes(raw, "input_sizes", cache)
+    out_sizes = _sizes(raw, "output_sizes", cache)
+    in_dtypes = _dtypes(raw, "input_dtypes", cache)
+    out_dtypes = _dtypes(raw, "output_dtypes", cache)
+    frames = get("frames")
+    if frames is None:
+        checked_frames: tuple[Frame, ...] = ()
+    elif type(frames) is list:
+        checked_frames = tuple(cache.frame(f) for f in frames[:MAX_FRAMES])
+    else:
+        raise _BadEntry(f"frames is {type(frames).__name__}, expected a list")
     return Entry(
         pos=index,
         record_id=index if record_id is None else record_id,
@@ -415,16 +484,17 @@ def _entry(index: int, raw: Any) -> Entry:
         is_p2p=is_p2p,
         op=op,
         backend=backend,
-        peers=_peers(op, meta),
-        input_sizes=_sizes(raw, "input_sizes"),
-        output_sizes=_sizes(raw, "output_sizes"),
-        input_dtypes=_dtypes(raw, "input_dtypes"),
-        output_dtypes=_dtypes(raw, "output_dtypes"),
+        peers=peers,
+        input_sizes=in_sizes,
+        output_sizes=out_sizes,
+        input_dtypes=in_dtypes,
+        output_dtypes=out_dtypes,
         state=state,
         retired=retired,
         time_created_ns=_time(raw, "time_created_ns"),
         time_started_ns=_time(raw, "time_discovered_started_ns"),
         time_completed_ns=_time(raw, "time_discovered_completed_ns"),
         timeout_ms=_int_field(raw, "timeout_ms"),
-        frames=_frames(raw.get("frames")),
+        frames=checked_frames,
+        fp=cache.fingerprint(op, in_sizes, out_sizes, in_dtypes, out_dtypes),
     )

@@ -15,7 +15,7 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass
 
-from rankwatch.flight_recorder.analysis import Analysis, Finding, Shown, rank_list
+from rankwatch.flight_recorder.analysis import Analysis, Finding, rank_list
 from rankwatch.flight_recorder.model import Entry
 
 PREFIX = "Flight Recorder: "
@@ -231,7 +231,3 @@ def render(analysis: Analysis) -> dict[int, RankLines]:
                 when = f.other.time_ns()
             lines_of(rank).lines.append((when, line))
     return dict(out)
-
-
-def shown_summary(s: Shown) -> str:
-    return entry_line(s.rank, s.why, s.entry)

@@ -1,7 +1,8 @@
 """Writes the Flight Recorder fixtures in this folder with torch itself.
 
-Run it in a throw-away environment that has torch (CPU is enough; any torch whose Gloo
-backend records into the Flight Recorder, 2.8 or later), from this folder:
+Run it in a throw-away environment that has torch (CPU is enough: a torch whose Gloo backend
+records into the Flight Recorder; these were made with torch 2.15.0 from PyPI), from this
+folder:
 
     python -m venv ~/frvenv && ~/frvenv/bin/pip install torch
     cd tests/data/flight_recorder && ~/frvenv/bin/python make_dumps.py
@@ -17,7 +18,9 @@ environment's site-packages, this folder) are replaced by neutral ones, so that 
 the machine that made them is checked in. The pickle is re-encoded for that (same structure,
 same protocol); the JSON is rewritten as text.
 
-CI never runs this script: the dumps it made are checked in.
+CI never runs this script: the dumps it made are checked in, and the tests are pinned to them.
+A rerun writes new times, and where Gloo aborts a rank on a size mismatch (that rank writes
+no dump) which rank it is may differ; the rank at fault is the same.
 """
 
 from __future__ import annotations
