@@ -12,6 +12,7 @@ mod error_chain;
 mod ifname_unmatched;
 mod peer_naming;
 mod progress;
+mod ras_report;
 mod seq_lag;
 mod setting_blame;
 mod silence;
@@ -52,6 +53,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("collective_mismatch", collective_mismatch::apply),
     ("progress", progress::apply),
     ("stack_dumps", stack_dumps::apply),
+    ("ras_report", ras_report::apply),
     ("silence", silence::apply),
     ("bad_interface", bad_interface::apply),
     ("ifname_unmatched", ifname_unmatched::apply),
