@@ -1,0 +1,200 @@
+"""NCCL RAS reports (`ncclras` text output) read beside a job's logs: invented reports in the
+shapes NCCL 2.24-2.30 print (src/ras/client_support.cc), with other hosts and numbers than the
+reports users posted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import analyze_dir
+from rankwatch import Catalog
+from rankwatch.local import discover
+
+HOSTS = ["trn-a07", "trn-a08"]
+RANKS = 8  # four per host
+
+
+def pid(rank: int) -> int:
+    return 51200 + rank
+
+
+def host(rank: int) -> str:
+    return HOSTS[rank // 4]
+
+
+def rank_log(rank: int, tail: str = "") -> str:
+    """A rank's log up to a hang: NCCL init (which maps host and pid to the rank), then the
+    training loop's progress, then silence (or `tail`)."""
+    h, p, dev = host(rank), pid(rank), rank % 4
+    lines = [
+        f"{h}:{p}:{p} [{dev}] NCCL INFO Bootstrap : Using eth0:10.40.{rank // 4}.5<0>",
+        f"{h}:{p}:{p} [{dev}] NCCL INFO NCCL version 2.26.5+cuda12.8",
+        f"{h}:{p}:{p + 60} [{dev}] NCCL INFO comm 0x55d0c1a0 rank {rank} nranks {RANKS} "
+        f"cudaDev {dev} nvmlDev {dev} busId {dev + 1}b000 commId 0x6d2f00aa4c11b8e3 "
+        "- Init COMPLETE",
+        f"[rank{rank}]: step 400 loss 2.31",
+    ]
+    return "\n".join(lines) + "\n" + tail
+
+
+HEADER = """\
+NCCL version 2.26.5 compiled with CUDA 12.8
+CUDA runtime version 12080, driver version 12080
+
+Job summary
+===========
+
+  Nodes  Processes         GPUs  Processes     GPUs
+(total)   per node  per process    (total)  (total)
+      2          4            1          8        8
+
+Communicators... (0.00s)
+=============
+
+Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+    #  in group  per comm  per node  per comm  in group
+"""
+
+
+def report(status: str, errors: str, body: str) -> str:
+    row = f"    0         1         2         4         8         8  {status:>8}  {errors:>6}\n"
+    return HEADER + row + "\nErrors\n======\n\n" + body
+
+
+def gpu_tail(rank: int) -> str:
+    return f"GPU {rank % 4} managed by process {pid(rank)} on node {host(rank)}"
+
+
+def job(tmp_path: Path, ras: str, name: str = "ras-report.txt") -> Path:
+    d = tmp_path / "job"
+    d.mkdir()
+    for r in range(RANKS):
+        (d / f"rank-{r}.log").write_text(rank_log(r))
+    (d / name).write_text(ras)
+    return d
+
+
+def analyze(d: Path, catalog: Catalog) -> list[dict[str, Any]]:
+    diagnoses, _ = analyze_dir(d, catalog)
+    return diagnoses
+
+
+def test_a_report_file_in_the_job_folder_is_read_like_a_log(tmp_path: Path) -> None:
+    d = job(tmp_path, report("RUNNING", "OK", "Warnings\n========\n"), name="ras_0412.txt")
+    files, _ = discover([d])
+    assert "ras_0412.txt" in {f.path.name for f in files}
+
+
+def test_a_healthy_report_makes_no_diagnosis(tmp_path: Path, catalog: Catalog) -> None:
+    d = job(tmp_path, report("RUNNING", "OK", "Warnings\n========\n"))
+    assert analyze(d, catalog) == []
+
+
+def test_a_hang_only_the_report_shows_names_the_rank_behind(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    body = (
+        "Warnings\n========\n\n#0-0 (3be0917c55a2d64f) MISMATCH\n"
+        "  Communicator ranks have different ReduceScatter operation counts\n"
+        "  7 ranks have launched up to operation 9316\n"
+        f"  Rank 6 has launched up to operation 9315 -- {gpu_tail(6)}\n"
+    )
+    [d] = analyze(job(tmp_path, report("RUNNING", "MISMATCH", body)), catalog)
+    root = d["root_cause"]
+    assert "Rank 6 has launched up to operation 9315" in root["line"]
+    assert root["rank"] == 6 and root["host"] == "trn-a08"
+    assert d["cause_signature"]["id"] == "ras_rank_behind"
+    assert "py-spy dump --pid 51206 on trn-a08" in d["fix"]
+    assert "9316" in d["cause"] and "ReduceScatter" in d["cause"]
+
+
+def test_the_ranks_ahead_are_not_blamed_when_only_they_are_listed(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    # As in NVIDIA/nccl#1911: NCCL lists the two ranks ahead, not the many behind.
+    body = (
+        "Warnings\n========\n\n#0-0 (3be0917c55a2d64f) MISMATCH\n"
+        "  Communicator ranks have different AllGather operation counts\n"
+        "  6 ranks have launched up to operation 77\n"
+        "  2 ranks have launched up to operation 78\n"
+        f"  Rank 2 -- {gpu_tail(2)}\n"
+        f"  Rank 3 -- {gpu_tail(3)}\n"
+    )
+    [d] = analyze(job(tmp_path, report("RUNNING", "MISMATCH", body)), catalog)
+    assert "6 ranks have launched up to operation 77" in d["root_cause"]["line"]
+    assert d["root_cause"]["rank"] not in (2, 3)
+    assert d["facts"]["lagging_ranks"] == "0-1,4-7"
+    assert d["facts"]["ahead_ranks"] == "2-3"
+
+
+def test_a_dead_process_is_the_root_on_its_rank(tmp_path: Path, catalog: Catalog) -> None:
+    body = (
+        "INCOMPLETE\n  Missing communicator data from 1 job process\n"
+        f"  Process {pid(5)} on node {host(5)} managing GPU 1\n\n"
+        "DEAD\n  1 job process is considered dead (unreachable via the RAS network)\n"
+        f"  Process {pid(5)} on node {host(5)} managing GPU 1\n\n"
+        "#0-0 (3be0917c55a2d64f) INCOMPLETE\n  Missing communicator data from 1 rank\n"
+        f"  Rank 5 -- {gpu_tail(5)}\n\nWarnings\n========\n"
+    )
+    [d] = analyze(job(tmp_path, report("RUNNING", "INCOMPLETE", body)), catalog)
+    assert d["cause_signature"]["id"] == "ras_process_dead"
+    assert d["root_cause"]["rank"] == 5 and d["root_cause"]["host"] == "trn-a08"
+    assert f"Process {pid(5)} on node trn-a08" in d["root_cause"]["line"]
+    assert "trn-a08" in d["fix"]
+
+
+def test_several_dead_processes_on_another_host_are_all_suspects(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    body = (
+        "DEAD\n  2 job processes are considered dead (unreachable via the RAS network)\n"
+        f"  Process {pid(0)} on node {host(0)} managing GPU 0\n"
+        f"  Process {pid(1)} on node {host(1)} managing GPU 1\n\n"
+    )
+    [d] = analyze(job(tmp_path, report("RUNNING", "INCOMPLETE", body)), catalog)
+    assert d["root_cause"]["rank"] == 0
+    suspects = {s["rank"] for s in d["suspects"]}
+    assert {0, 1} <= suspects
+
+
+def test_the_rank_with_its_own_error_beats_the_remote_errors(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    body = (
+        "#0-0 (3be0917c55a2d64f) ERROR\n  Asynchronous errors on 8 ranks\n"
+        "  7 ranks reported Remote process error\n"
+        f"  Rank 3 reported Unhandled CUDA error -- {gpu_tail(3)}\n\n"
+    )
+    [d] = analyze(job(tmp_path, report("RUNNING", "ERROR", body)), catalog)
+    assert d["cause_signature"]["id"] == "ras_rank_error"
+    assert d["root_cause"]["rank"] == 3
+    assert "Unhandled CUDA error" in d["cause"]
+
+
+def test_the_older_report_shape_names_missing_ranks(tmp_path: Path, catalog: Catalog) -> None:
+    # 2.24/2.25: one counter for all collectives, missing ranks as a list.
+    body = (
+        "#0-0 (3be0917c55a2d64f) INCOMPLETE\n  Missing communicator data from 1 rank\n"
+        "  The missing rank: 7\n\n"
+    )
+    [d] = analyze(job(tmp_path, report("RUNNING", "INCOMPLETE", body)), catalog)
+    assert d["cause_signature"]["id"] == "ras_rank_missing"
+    assert d["root_cause"]["rank"] == 7
+
+
+def test_a_report_pasted_into_a_log_is_read_too(tmp_path: Path, catalog: Catalog) -> None:
+    body = (
+        "Warnings\n========\n\n#0-0 (3be0917c55a2d64f) MISMATCH\n"
+        "  Communicator ranks have different status\n"
+        "  7 ranks have status RUNNING\n"
+        f"  Rank 1 has status INIT -- {gpu_tail(1)}\n"
+    )
+    pasted = "".join(
+        f"Mar  2 09:14:0{i % 10} trn-a07 ras-watch[771]: {line}\n"
+        for i, line in enumerate(report("RUNNING", "MISMATCH", body).splitlines())
+    )
+    [d] = analyze(job(tmp_path, pasted, name="monitor.log"), catalog)
+    assert d["cause_signature"]["id"] == "ras_rank_status"
+    assert d["root_cause"]["rank"] == 1
+    assert "still initializing" in d["cause"]
