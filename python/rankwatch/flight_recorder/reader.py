@@ -210,7 +210,8 @@ def _ranks(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, str):
         if len(value) > 16 * MAX_TENSORS * 64 or not _RANKS_TEXT.match(value):
             return None
-        return tuple(int(x) for x in value.strip("[] \t").split(",") if x.strip())
+        inner = value.strip("[] \t")  # the pattern allows no empty item between commas
+        return tuple(map(int, inner.split(","))) if inner.strip() else ()
     if isinstance(value, list | tuple) and all(type(r) is int and r >= 0 for r in value):
         return tuple(value)
     return None
