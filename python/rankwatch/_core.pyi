@@ -86,3 +86,11 @@ class Decoder:
     def jobs(
         self, values: list[bytes], keys: list[bytes | None], headers: list[bytes | None]
     ) -> list[bytes | None]: ...
+
+def fr_read_pickle(
+    data: bytes,
+    keep_last: int | None,
+    work_limit: int | None,
+    entry_cls: type[Any],
+    frame_cls: type[Any],
+) -> tuple[dict[str, Any], list[Any], int] | None: ...

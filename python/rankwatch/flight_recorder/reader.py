@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from rankwatch import _core
 from rankwatch.flight_recorder.model import Dump, Entry, Frame, GroupConfig, GroupStatus
 
 MAX_DUMP_BYTES = 256 << 20  # torch's default buffer of 2,000 entries with stacks: a few MB
@@ -125,10 +126,34 @@ def load_dump(
     if kind is None:
         raise DumpError("not a Flight Recorder dump (neither its pickle nor its JSON form)")
     with no_gc():
+        work_limit = len(data) + 100_000
+        if kind == "pickle":
+            fast = _fast_pickle(data, path, rank, work_limit, keep_last)
+            if fast is not None:
+                return fast
         doc = _decode(data, kind)
         if rank is None:
             rank = _rank_of(doc, path)
-        return check_dump(doc, str(path), rank, work_limit=len(data) + 100_000, keep_last=keep_last)
+        return check_dump(doc, str(path), rank, work_limit=work_limit, keep_last=keep_last)
+
+
+def _fast_pickle(
+    data: bytes, path: Path, rank: int | None, work_limit: int, keep_last: int | None
+) -> Dump | None:
+    """The Rust reader (`rankwatch-core`'s `flight_recorder`): the same restricted decoding
+    and entry checks, for a dump that passes them all; None for anything else (refused,
+    malformed, an entry left out, over the work limit), which the Python reader below then
+    decides and explains."""
+    got = _core.fr_read_pickle(data, keep_last, work_limit, Entry, Frame)
+    if got is None:
+        return None
+    top, entries, start = got
+    if rank is None:
+        rank = _rank_of(top, path)
+    dump = _checked_top(top, str(path), rank)
+    dump.entries = entries
+    dump.dropped_entries = start
+    return dump
 
 
 def _decode(data: bytes, kind: str) -> Any:
@@ -185,7 +210,8 @@ def _ranks(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, str):
         if len(value) > 16 * MAX_TENSORS * 64 or not _RANKS_TEXT.match(value):
             return None
-        return tuple(int(x) for x in value.strip("[] \t").split(",") if x.strip())
+        inner = value.strip("[] \t")  # the pattern allows no empty item between commas
+        return tuple(map(int, inner.split(","))) if inner.strip() else ()
     if isinstance(value, list | tuple) and all(type(r) is int and r >= 0 for r in value):
         return tuple(value)
     return None
@@ -255,14 +281,7 @@ def check_dump(
         )
     if len(entries) > MAX_ENTRIES:
         raise DumpError(f"{len(entries):,} entries, more than the {MAX_ENTRIES:,} accepted")
-    dump = Dump(
-        path=path,
-        rank=rank,
-        version=version,
-        entries=[],
-        groups=_groups(doc.get("pg_config")),
-        status=_status(doc.get("pg_status")),
-    )
+    dump = _checked_top(doc, path, rank)
     checked = dump.entries
     problems = dump.entry_problems
     work = 0
@@ -291,6 +310,21 @@ def check_dump(
     if entries and not checked:
         raise DumpError(f"no usable entry ({problems[0] if problems else 'all malformed'})")
     return dump
+
+
+def _checked_top(doc: dict[str, Any], path: str, rank: int) -> Dump:
+    """A dump with its top-level values checked (version, groups, status), no entries yet."""
+    version = doc.get("version", "unknown")
+    if type(version) is not str or len(version) > 32:
+        raise DumpError(f"version is {type(version).__name__}, expected text like '2.10'")
+    return Dump(
+        path=path,
+        rank=rank,
+        version=version,
+        entries=[],
+        groups=_groups(doc.get("pg_config")),
+        status=_status(doc.get("pg_status")),
+    )
 
 
 class _BadEntry(Exception):

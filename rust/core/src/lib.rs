@@ -18,6 +18,7 @@ pub mod engine;
 pub mod fieldre;
 pub mod files;
 pub mod filetext;
+pub mod flight_recorder;
 pub mod hextoken;
 pub mod job;
 pub mod jsonfields;

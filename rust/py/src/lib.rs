@@ -12,6 +12,7 @@ use rankwatch_core::correlate::Diagnosis;
 use rankwatch_core::dbcache::{DbCache, DbOrigin};
 use rankwatch_core::engine::RawRecord;
 use rankwatch_core::files::ReadError;
+use rankwatch_core::flight_recorder as fr;
 use rankwatch_core::prefix::{docker_json, peel};
 use rankwatch_core::records::{DecoderConfig, RecordDecoder};
 use rankwatch_core::{Catalog, Config, Engine, FileInput, StreamHints};
@@ -748,5 +749,210 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CatalogError", m.py().get_type::<CatalogError>())?;
     m.add_function(wrap_pyfunction!(hyperscan_version, m)?)?;
     m.add_function(wrap_pyfunction!(prefer_huge_pages, m)?)?;
+    m.add_function(wrap_pyfunction!(fr_read_pickle, m)?)?;
     Ok(())
+}
+
+// --- Flight Recorder dumps -----------------------------------------------------------------
+
+/// The top-level values the Python checks read, converted (shared nodes once); `None` when a
+/// value is outside what the fast path converts (a big integer, nesting deeper than a dump's).
+fn fr_value<'py>(
+    py: Python<'py>,
+    doc: &fr::Doc<'_>,
+    id: u32,
+    depth: u32,
+    memo: &mut std::collections::HashMap<u32, Bound<'py, PyAny>>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    use pyo3::types::{PyDict, PyTuple};
+    use pyo3::IntoPyObjectExt;
+    if let Some(got) = memo.get(&id) {
+        return Ok(Some(got.clone()));
+    }
+    if depth > 6 {
+        return Ok(None);
+    }
+    let mut items = |ids: &[u32]| -> PyResult<Option<Vec<Bound<'py, PyAny>>>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for &i in ids {
+            match fr_value(py, doc, i, depth + 1, memo)? {
+                Some(v) => out.push(v),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(out))
+    };
+    let v = match doc.node(id) {
+        fr::Node::None => py.None().into_bound(py),
+        fr::Node::Bool(b) => b.into_bound_py_any(py)?,
+        fr::Node::Int(i) => i.into_bound_py_any(py)?,
+        fr::Node::BigInt => return Ok(None),
+        fr::Node::Float(f) => f.into_bound_py_any(py)?,
+        fr::Node::Str(..) => doc.text(id).unwrap_or_default().into_bound_py_any(py)?,
+        fr::Node::Bytes(..) => PyBytes::new(py, doc.bytes(id).unwrap_or_default()).into_any(),
+        fr::Node::List(ids) => match items(ids)? {
+            Some(v) => PyList::new(py, v)?.into_any(),
+            None => return Ok(None),
+        },
+        fr::Node::Tuple(ids) => match items(ids)? {
+            Some(v) => PyTuple::new(py, v)?.into_any(),
+            None => return Ok(None),
+        },
+        fr::Node::Dict(pairs) => {
+            let d = PyDict::new(py);
+            for &(k, v) in pairs {
+                let (Some(k), Some(v)) = (
+                    fr_value(py, doc, k, depth + 1, memo)?,
+                    fr_value(py, doc, v, depth + 1, memo)?,
+                ) else {
+                    return Ok(None);
+                };
+                d.set_item(k, v)?;
+            }
+            d.into_any()
+        }
+    };
+    memo.insert(id, v.clone());
+    Ok(Some(v))
+}
+
+/// Reads a pickled Flight Recorder dump on the fast path: `(top, entries, start)` where
+/// `top` holds the dump's `version`, `rank`, `pg_config` and `pg_status` as decoded,
+/// `entries` the checked entries kept (instances of `entry_cls`, stack frames of
+/// `frame_cls`) and `start` the index of the first one kept; `None` when the dump is
+/// anything but clean (refused, malformed, an entry that fails a check, over the work
+/// limit), for the Python reader to decide and explain. Decoding and checking release the
+/// GIL.
+#[pyfunction]
+#[pyo3(signature = (data, keep_last, work_limit, entry_cls, frame_cls))]
+#[allow(clippy::type_complexity)]
+fn fr_read_pickle<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyBytes>,
+    keep_last: Option<usize>,
+    work_limit: Option<usize>,
+    entry_cls: &Bound<'py, PyAny>,
+    frame_cls: &Bound<'py, PyAny>,
+) -> PyResult<Option<(Bound<'py, pyo3::types::PyDict>, Bound<'py, PyList>, usize)>> {
+    use pyo3::types::{PyDict, PyTuple};
+    use pyo3::IntoPyObjectExt;
+    let bytes = data.as_bytes();
+    let got = py.detach(|| {
+        let doc = fr::parse(bytes).ok()?;
+        let checked = fr::check(&doc, keep_last, work_limit)?;
+        Some((doc, checked))
+    });
+    let Some((doc, c)) = got else {
+        return Ok(None);
+    };
+    let top = PyDict::new(py);
+    let mut memo = std::collections::HashMap::new();
+    for key in ["version", "rank", "pg_config", "pg_status"] {
+        if let Some(id) = doc.get(doc.root, key) {
+            match fr_value(py, &doc, id, 0, &mut memo)? {
+                Some(v) => top.set_item(key, v)?,
+                None => return Ok(None),
+            }
+        }
+    }
+    drop(memo);
+    let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?;
+    let text = |s: &str| -> PyResult<Bound<'py, PyAny>> { s.into_bound_py_any(py) };
+    let states: Vec<Bound<'py, PyAny>> = fr::STATES
+        .iter()
+        .map(|s| text(s))
+        .collect::<PyResult<_>>()?;
+    let ops: Vec<Bound<'py, PyAny>> = c.ops.iter().map(|s| text(s)).collect::<PyResult<_>>()?;
+    let mut names = Vec::with_capacity(c.names.len());
+    for n in &c.names {
+        let peers = match n.peers {
+            None => py.None().into_bound(py),
+            Some((a, b)) => (a, b).into_bound_py_any(py)?,
+        };
+        names.push((text(&n.backend)?, ops[n.op as usize].clone(), peers));
+    }
+    let groups: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = c
+        .groups
+        .iter()
+        .map(|(a, b)| Ok((text(a)?, text(b)?)))
+        .collect::<PyResult<_>>()?;
+    let mut shapes = Vec::with_capacity(c.shapes.len());
+    for s in &c.shapes {
+        let inner: Vec<Bound<'py, PyTuple>> = s
+            .iter()
+            .map(|dims| PyTuple::new(py, dims))
+            .collect::<PyResult<_>>()?;
+        shapes.push(PyTuple::new(py, inner)?.into_any());
+    }
+    let mut dtypes = Vec::with_capacity(c.dtypes.len());
+    for d in &c.dtypes {
+        dtypes.push(PyTuple::new(py, d)?.into_any());
+    }
+    let mut frames = Vec::with_capacity(c.frames.len());
+    for f in &c.frames {
+        let row = (f.filename.as_str(), f.line, f.name.as_str()).into_pyobject(py)?;
+        frames.push(tuple_new.call1((frame_cls, row))?);
+    }
+    let mut frame_lists = Vec::with_capacity(c.frame_lists.len());
+    for l in &c.frame_lists {
+        frame_lists.push(PyTuple::new(py, l.iter().map(|&i| &frames[i as usize]))?.into_any());
+    }
+    let mut fps = Vec::with_capacity(c.fps.len());
+    for k in &c.fps {
+        fps.push(
+            PyTuple::new(
+                py,
+                [
+                    &ops[k[0] as usize],
+                    &shapes[k[1] as usize],
+                    &shapes[k[2] as usize],
+                    &dtypes[k[3] as usize],
+                    &dtypes[k[4] as usize],
+                ],
+            )?
+            .into_any(),
+        );
+    }
+    let out = PyList::empty(py);
+    let none = py.None().into_bound(py);
+    let opt = |v: Option<i64>| -> PyResult<Bound<'py, PyAny>> {
+        match v {
+            None => Ok(none.clone()),
+            Some(v) => v.into_bound_py_any(py),
+        }
+    };
+    for e in &c.entries {
+        let (backend, op, peers) = &names[e.name as usize];
+        let (pg, pg_desc) = &groups[e.group as usize];
+        let row = PyTuple::new(
+            py,
+            [
+                e.pos.into_bound_py_any(py)?,
+                e.record_id.into_bound_py_any(py)?,
+                pg.clone(),
+                pg_desc.clone(),
+                opt(e.pg_id)?,
+                e.seq.into_bound_py_any(py)?,
+                opt(e.p2p_seq)?,
+                e.is_p2p.into_bound_py_any(py)?,
+                op.clone(),
+                backend.clone(),
+                peers.clone(),
+                shapes[e.input_sizes as usize].clone(),
+                shapes[e.output_sizes as usize].clone(),
+                dtypes[e.input_dtypes as usize].clone(),
+                dtypes[e.output_dtypes as usize].clone(),
+                states[e.state as usize].clone(),
+                e.retired.into_bound_py_any(py)?,
+                opt(e.time_created_ns)?,
+                opt(e.time_started_ns)?,
+                opt(e.time_completed_ns)?,
+                opt(e.timeout_ms)?,
+                frame_lists[e.frames as usize].clone(),
+                fps[e.fp as usize].clone(),
+            ],
+        )?;
+        out.append(tuple_new.call1((entry_cls, row))?)?;
+    }
+    Ok(Some((top, out, c.start)))
 }

@@ -1,0 +1,929 @@
+//! Flight Recorder dumps, the fast path: a restricted pickle reader and the per-entry checks
+//! of `rankwatch.flight_recorder.reader`, for dumps that pass them all.
+//!
+//! The reader builds plain values only (dicts, lists, tuples, text, numbers, booleans,
+//! None) in one flat arena: a value the pickle refers to twice is one node referred to
+//! twice, so references that multiply cost nothing here, and no container is copied. Every
+//! opcode that names a class, a function, an extension code or a persistent id (GLOBAL,
+//! STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, EXT*, PERSID) is refused, as are the
+//! plain-data opcodes torch never writes (sets, protocol-0 text forms, buffers): nothing is
+//! looked up and nothing runs. Drops and walks are iterative or of fixed depth, so deep
+//! nesting cannot overflow the stack.
+//!
+//! This path only ever accepts: any refusal, any entry that fails a check, any value outside
+//! what it handles, and the caller falls back to the Python reader, which gives the reason.
+//! So what this accepts must be exactly what the Python checks produce for it (the parity
+//! tests compare both on every checked-in dump and on the hostile ones).
+
+use foldhash::{HashMap, HashMapExt};
+
+const MAX_ENTRIES: usize = 1_000_000;
+const MAX_FRAMES: usize = 256;
+const MAX_TENSORS: usize = 4096;
+const MAX_DIMS: usize = 64;
+const MAX_TEXT: usize = 4096;
+const MAX_NAME: usize = 256;
+const MAX_DTYPE: usize = 64;
+
+/// One value of a decoded pickle. Containers hold node ids.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Node {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// An integer that does not fit 64 bits (never accepted by the fast path).
+    BigInt,
+    Float(f64),
+    /// UTF-8 text: a range of the input.
+    Str(u32, u32),
+    Bytes(u32, u32),
+    List(Vec<u32>),
+    Tuple(Vec<u32>),
+    Dict(Vec<(u32, u32)>),
+}
+
+/// A decoded pickle: its nodes and the root's id.
+pub struct Doc<'a> {
+    data: &'a [u8],
+    pub nodes: Vec<Node>,
+    pub root: u32,
+}
+
+impl<'a> Doc<'a> {
+    pub fn node(&self, id: u32) -> &Node {
+        &self.nodes[id as usize]
+    }
+
+    /// The text of a `Str` node.
+    pub fn text(&self, id: u32) -> Option<&'a str> {
+        match self.nodes[id as usize] {
+            // validated as UTF-8 when read
+            Node::Str(s, n) => std::str::from_utf8(&self.data[s as usize..(s + n) as usize]).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn bytes(&self, id: u32) -> Option<&'a [u8]> {
+        match self.nodes[id as usize] {
+            Node::Bytes(s, n) => Some(&self.data[s as usize..(s + n) as usize]),
+            _ => None,
+        }
+    }
+
+    /// The value under a text key of a dict node (the last one, as Python's dict keeps).
+    pub fn get(&self, dict: u32, key: &str) -> Option<u32> {
+        match self.node(dict) {
+            Node::Dict(items) => items
+                .iter()
+                .rev()
+                .find(|(k, _)| self.text(*k) == Some(key))
+                .map(|&(_, v)| v),
+            _ => None,
+        }
+    }
+}
+
+/// Why the fast reader did not take a pickle (the Python reader then says why, or reads it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotTaken(pub &'static str);
+
+fn take<'a>(data: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], NotTaken> {
+    let end = pos.checked_add(n).ok_or(NotTaken("length overflows"))?;
+    let got = data.get(*pos..end).ok_or(NotTaken("truncated"))?;
+    *pos = end;
+    Ok(got)
+}
+
+fn le_u(b: &[u8]) -> u64 {
+    b.iter()
+        .rev()
+        .fold(0u64, |acc, &x| (acc << 8) | u64::from(x))
+}
+
+/// Decodes a pickle with the restricted opcode set (see the module doc).
+pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
+    if data.len() >= u32::MAX as usize {
+        return Err(NotTaken("too large for the fast reader"));
+    }
+    let mut nodes: Vec<Node> = Vec::new();
+    let mut stack: Vec<u32> = Vec::new();
+    let mut marks: Vec<usize> = Vec::new();
+    let mut memo: HashMap<u32, u32> = HashMap::new();
+    let mut pos = 0usize;
+    let push_node = |nodes: &mut Vec<Node>, stack: &mut Vec<u32>, n: Node| {
+        stack.push(nodes.len() as u32);
+        nodes.push(n);
+    };
+    let pop_mark = |stack: &mut Vec<u32>, marks: &mut Vec<usize>| -> Result<Vec<u32>, NotTaken> {
+        let m = marks.pop().ok_or(NotTaken("no mark"))?;
+        if m > stack.len() {
+            return Err(NotTaken("mark past the stack"));
+        }
+        Ok(stack.split_off(m))
+    };
+    loop {
+        let op = *take(data, &mut pos, 1)?
+            .first()
+            .ok_or(NotTaken("truncated"))?;
+        match op {
+            0x80 => {
+                take(data, &mut pos, 1)?; // PROTO
+            }
+            0x95 => {
+                take(data, &mut pos, 8)?; // FRAME: a hint only
+            }
+            b'.' => {
+                let root = stack.pop().ok_or(NotTaken("empty stack at STOP"))?;
+                return Ok(Doc { data, nodes, root });
+            }
+            b'(' => marks.push(stack.len()),
+            b'0' => {
+                stack.pop().ok_or(NotTaken("pop of an empty stack"))?;
+            }
+            b'1' => {
+                pop_mark(&mut stack, &mut marks)?;
+            }
+            b'2' => {
+                let top = *stack.last().ok_or(NotTaken("dup of an empty stack"))?;
+                stack.push(top);
+            }
+            b'N' => push_node(&mut nodes, &mut stack, Node::None),
+            0x88 => push_node(&mut nodes, &mut stack, Node::Bool(true)),
+            0x89 => push_node(&mut nodes, &mut stack, Node::Bool(false)),
+            b'J' => {
+                let b = take(data, &mut pos, 4)?;
+                let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                push_node(&mut nodes, &mut stack, Node::Int(i64::from(v)));
+            }
+            b'K' => {
+                let b = take(data, &mut pos, 1)?;
+                push_node(&mut nodes, &mut stack, Node::Int(i64::from(b[0])));
+            }
+            b'M' => {
+                let b = take(data, &mut pos, 2)?;
+                push_node(&mut nodes, &mut stack, Node::Int(le_u(b) as i64));
+            }
+            0x8a => {
+                let n = take(data, &mut pos, 1)?[0] as usize;
+                let b = take(data, &mut pos, n)?;
+                let node = if n == 0 {
+                    Node::Int(0)
+                } else if n <= 8 {
+                    // two's complement, little-endian, sign-extended from its top byte
+                    let raw = le_u(b);
+                    let shift = 64 - 8 * n as u32;
+                    Node::Int(((raw << shift) as i64) >> shift)
+                } else {
+                    Node::BigInt
+                };
+                push_node(&mut nodes, &mut stack, node);
+            }
+            b'G' => {
+                let b = take(data, &mut pos, 8)?;
+                let v = f64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+                push_node(&mut nodes, &mut stack, Node::Float(v));
+            }
+            b'X' | 0x8c | 0x8d | b'B' | b'C' | 0x8e => {
+                let width = match op {
+                    0x8c | b'C' => 1,
+                    b'X' | b'B' => 4,
+                    _ => 8,
+                };
+                let n = le_u(take(data, &mut pos, width)?);
+                let n = usize::try_from(n).map_err(|_| NotTaken("length overflows"))?;
+                let start = pos;
+                let b = take(data, &mut pos, n)?;
+                let node = if matches!(op, b'B' | b'C' | 0x8e) {
+                    Node::Bytes(start as u32, n as u32)
+                } else {
+                    // Python decodes with surrogatepass; such text is left to it
+                    std::str::from_utf8(b).map_err(|_| NotTaken("text that is not UTF-8"))?;
+                    Node::Str(start as u32, n as u32)
+                };
+                push_node(&mut nodes, &mut stack, node);
+            }
+            b']' => push_node(&mut nodes, &mut stack, Node::List(Vec::new())),
+            b')' => push_node(&mut nodes, &mut stack, Node::Tuple(Vec::new())),
+            b'}' => push_node(&mut nodes, &mut stack, Node::Dict(Vec::new())),
+            b'l' => {
+                let items = pop_mark(&mut stack, &mut marks)?;
+                push_node(&mut nodes, &mut stack, Node::List(items));
+            }
+            b't' => {
+                let items = pop_mark(&mut stack, &mut marks)?;
+                push_node(&mut nodes, &mut stack, Node::Tuple(items));
+            }
+            0x85..=0x87 => {
+                let n = (op - 0x84) as usize;
+                if stack.len() < n || marks.last().is_some_and(|&m| m > stack.len() - n) {
+                    return Err(NotTaken("tuple of missing items"));
+                }
+                let items = stack.split_off(stack.len() - n);
+                push_node(&mut nodes, &mut stack, Node::Tuple(items));
+            }
+            b'd' => {
+                let items = pop_mark(&mut stack, &mut marks)?;
+                let pairs = pairs(&nodes, &items)?;
+                push_node(&mut nodes, &mut stack, Node::Dict(pairs));
+            }
+            b'a' | b'e' => {
+                let items = if op == b'a' {
+                    vec![stack.pop().ok_or(NotTaken("append to nothing"))?]
+                } else {
+                    pop_mark(&mut stack, &mut marks)?
+                };
+                let target = *stack.last().ok_or(NotTaken("append to nothing"))?;
+                match &mut nodes[target as usize] {
+                    Node::List(v) => v.extend(items),
+                    _ => return Err(NotTaken("append to something other than a list")),
+                }
+            }
+            b's' | b'u' => {
+                let items = if op == b's' {
+                    if stack.len() < 2 {
+                        return Err(NotTaken("setitem without key and value"));
+                    }
+                    stack.split_off(stack.len() - 2)
+                } else {
+                    pop_mark(&mut stack, &mut marks)?
+                };
+                let new = pairs(&nodes, &items)?;
+                let target = *stack.last().ok_or(NotTaken("setitem on nothing"))?;
+                match &mut nodes[target as usize] {
+                    Node::Dict(v) => v.extend(new),
+                    _ => return Err(NotTaken("setitem on something other than a dict")),
+                }
+            }
+            b'q' | b'r' | 0x94 => {
+                let idx = match op {
+                    b'q' => take(data, &mut pos, 1)?[0] as u32,
+                    b'r' => le_u(take(data, &mut pos, 4)?) as u32,
+                    _ => memo.len() as u32,
+                };
+                let top = *stack.last().ok_or(NotTaken("memo of an empty stack"))?;
+                memo.insert(idx, top);
+            }
+            b'h' | b'j' => {
+                let idx = if op == b'h' {
+                    take(data, &mut pos, 1)?[0] as u32
+                } else {
+                    le_u(take(data, &mut pos, 4)?) as u32
+                };
+                let got = *memo.get(&idx).ok_or(NotTaken("memo key not found"))?;
+                stack.push(got);
+            }
+            // everything else: classes, functions, extension codes, persistent ids, and the
+            // plain-data opcodes torch does not write
+            _ => return Err(NotTaken("opcode outside the fast reader's set")),
+        }
+    }
+}
+
+/// Key-value pairs of a dict being built; keys must be hashable in Python (text, numbers,
+/// booleans, None, bytes here; tuples and the rest are left to the Python reader).
+fn pairs(nodes: &[Node], items: &[u32]) -> Result<Vec<(u32, u32)>, NotTaken> {
+    if !items.len().is_multiple_of(2) {
+        return Err(NotTaken("odd number of dict items"));
+    }
+    items
+        .chunks_exact(2)
+        .map(|kv| match nodes[kv[0] as usize] {
+            Node::List(_) | Node::Dict(_) | Node::Tuple(_) => Err(NotTaken("unhashable key")),
+            _ => Ok((kv[0], kv[1])),
+        })
+        .collect()
+}
+
+// --- the checks ---------------------------------------------------------------------------
+
+/// `profiling_name` split as the Python reader splits it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Name {
+    pub backend: String,
+    pub op: u32, // index into `Checked::ops`
+    pub peers: Option<(Option<i64>, Option<i64>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub filename: String,
+    pub line: i64,
+    pub name: String,
+}
+
+pub const STATES: [&str; 3] = ["scheduled", "started", "completed"];
+
+/// One checked entry; the numbers index the tables of `Checked`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub pos: usize,
+    pub record_id: i64,
+    pub group: u32,
+    pub pg_id: Option<i64>,
+    pub seq: i64,
+    pub p2p_seq: Option<i64>,
+    pub is_p2p: bool,
+    pub name: u32,
+    pub input_sizes: u32,
+    pub output_sizes: u32,
+    pub input_dtypes: u32,
+    pub output_dtypes: u32,
+    pub state: u8, // index into STATES
+    pub retired: Option<bool>,
+    pub time_created_ns: Option<i64>,
+    pub time_started_ns: Option<i64>,
+    pub time_completed_ns: Option<i64>,
+    pub timeout_ms: Option<i64>,
+    pub frames: u32,
+    pub fp: u32,
+}
+
+/// A dump whose kept entries all passed: the entries, and the values they share, each once.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// Index of the first entry kept (the older ones are dropped by the memory budget).
+    pub start: usize,
+    pub entries: Vec<Entry>,
+    pub ops: Vec<String>,
+    pub names: Vec<Name>,
+    pub groups: Vec<(String, String)>,
+    pub shapes: Vec<Vec<Vec<i64>>>,
+    pub dtypes: Vec<Vec<String>>,
+    pub frames: Vec<Frame>,
+    pub frame_lists: Vec<Vec<u32>>,
+    /// (op, input sizes, output sizes, input dtypes, output dtypes)
+    pub fps: Vec<[u32; 5]>,
+}
+
+#[derive(Default)]
+struct Tables<'a> {
+    ops: HashMap<&'a str, u32>,
+    names: HashMap<&'a str, u32>,
+    groups: HashMap<(String, String), u32>,
+    shapes: HashMap<Vec<Vec<i64>>, u32>,
+    shapes_by_node: HashMap<u32, u32>,
+    dtypes: HashMap<Vec<&'a str>, u32>,
+    dtypes_by_node: HashMap<u32, u32>,
+    frames: HashMap<u32, u32>,
+    frame_lists: HashMap<u32, u32>,
+    fps: HashMap<[u32; 5], u32>,
+}
+
+fn chars(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    }
+}
+
+/// The first `MAX_TEXT` characters (Python's `s[:MAX_TEXT]`).
+fn clip(s: &str) -> String {
+    match s.char_indices().nth(MAX_TEXT) {
+        Some((i, _)) => s[..i].to_owned(),
+        None => s.to_owned(),
+    }
+}
+
+const FIELDS: usize = 19;
+
+/// The slot of an entry field the checks read.
+fn slot(key: &str) -> Option<usize> {
+    Some(match key {
+        "profiling_name" => F_NAME,
+        "collective_seq_id" => F_SEQ,
+        "seq_id" => F_SEQ_ID,
+        "pg_id" => F_PG_ID,
+        "process_group" => F_PG,
+        "state" => F_STATE,
+        "retired" => F_RETIRED,
+        "is_p2p" => F_IS_P2P,
+        "record_id" => F_RECORD,
+        "input_sizes" => F_IN_SIZES,
+        "output_sizes" => F_OUT_SIZES,
+        "input_dtypes" => F_IN_DTYPES,
+        "output_dtypes" => F_OUT_DTYPES,
+        "frames" => F_FRAMES,
+        "p2p_seq_id" => F_P2P_SEQ,
+        "time_created_ns" => F_CREATED,
+        "time_discovered_started_ns" => F_STARTED,
+        "time_discovered_completed_ns" => F_COMPLETED,
+        "timeout_ms" => F_TIMEOUT,
+        _ => return None,
+    })
+}
+
+const F_NAME: usize = 0;
+const F_SEQ: usize = 1;
+const F_SEQ_ID: usize = 2;
+const F_PG_ID: usize = 3;
+const F_PG: usize = 4;
+const F_STATE: usize = 5;
+const F_RETIRED: usize = 6;
+const F_IS_P2P: usize = 7;
+const F_RECORD: usize = 8;
+const F_IN_SIZES: usize = 9;
+const F_OUT_SIZES: usize = 10;
+const F_IN_DTYPES: usize = 11;
+const F_OUT_DTYPES: usize = 12;
+const F_FRAMES: usize = 13;
+const F_P2P_SEQ: usize = 14;
+const F_CREATED: usize = 15;
+const F_STARTED: usize = 16;
+const F_COMPLETED: usize = 17;
+const F_TIMEOUT: usize = 18;
+
+/// Checks a decoded dump as `reader.check_dump` does, for the entries it keeps. `None`
+/// when anything is outside what the fast path accepts (the caller then runs the Python
+/// checks, which give the reason or skip the entry).
+pub fn check(
+    doc: &Doc<'_>,
+    keep_last: Option<usize>,
+    work_limit: Option<usize>,
+) -> Option<Checked> {
+    let root = doc.root;
+    if !matches!(doc.node(root), Node::Dict(_)) {
+        return None;
+    }
+    let entries = match doc.node(doc.get(root, "entries")?) {
+        Node::List(v) => v,
+        _ => return None,
+    };
+    if entries.len() > MAX_ENTRIES {
+        return None;
+    }
+    let start = match keep_last {
+        Some(k) if entries.len() > k => entries.len() - k,
+        _ => 0,
+    };
+    let mut out = Checked {
+        start,
+        ..Checked::default()
+    };
+    out.entries.reserve(entries.len() - start);
+    let mut t = Tables::default();
+    let mut work = 0usize;
+    let mut shape_work: Vec<usize> = Vec::new();
+    for (i, &raw) in entries.iter().enumerate().skip(start) {
+        let e = entry(doc, i, raw, &mut out, &mut t, &mut shape_work)?;
+        if let Some(limit) = work_limit {
+            work += 1
+                + out.frame_lists[e.frames as usize].len()
+                + shape_work[e.input_sizes as usize]
+                + shape_work[e.output_sizes as usize];
+            if work > limit {
+                return None;
+            }
+        }
+        out.entries.push(e);
+    }
+    Some(out)
+}
+
+fn int(doc: &Doc<'_>, id: Option<u32>) -> Option<Option<i64>> {
+    match id.map(|id| doc.node(id)) {
+        None | Some(Node::None) => Some(None),
+        Some(Node::Int(v)) => Some(Some(*v)),
+        _ => None,
+    }
+}
+
+fn boolean(doc: &Doc<'_>, id: Option<u32>) -> Option<Option<bool>> {
+    match id.map(|id| doc.node(id)) {
+        None | Some(Node::None) => Some(None),
+        Some(Node::Bool(v)) => Some(Some(*v)),
+        _ => None,
+    }
+}
+
+fn entry<'a>(
+    doc: &Doc<'a>,
+    pos: usize,
+    raw: u32,
+    out: &mut Checked,
+    t: &mut Tables<'a>,
+    shape_work: &mut Vec<usize>,
+) -> Option<Entry> {
+    let Node::Dict(items) = doc.node(raw) else {
+        return None;
+    };
+    let mut slots: [Option<u32>; FIELDS] = [None; FIELDS];
+    for &(k, v) in items {
+        if let Some(i) = doc.text(k).and_then(slot) {
+            slots[i] = Some(v); // the last one wins, as in a Python dict
+        }
+    }
+    let s = &slots;
+    let name = name(doc, s[F_NAME]?, out, t)?;
+    let seq = match s[F_SEQ].map(|id| doc.node(id)) {
+        None | Some(Node::None) => s[F_SEQ_ID],
+        _ => s[F_SEQ],
+    };
+    let seq = int(doc, seq)??;
+    let pg_id = int(doc, s[F_PG_ID])?;
+    let group = group(doc, s[F_PG], pg_id, out, t)?;
+    let state = match s[F_STATE] {
+        None => 0,
+        Some(id) => STATES.iter().position(|&st| Some(st) == doc.text(id))? as u8,
+    };
+    let retired = boolean(doc, s[F_RETIRED])?;
+    let op = out.names[name as usize].op;
+    let is_p2p = boolean(doc, s[F_IS_P2P])?
+        .unwrap_or_else(|| matches!(out.ops[op as usize].as_str(), "send" | "recv"));
+    let record_id = int(doc, s[F_RECORD])?;
+    let input_sizes = sizes(doc, s[F_IN_SIZES], out, t, shape_work)?;
+    let output_sizes = sizes(doc, s[F_OUT_SIZES], out, t, shape_work)?;
+    let input_dtypes = dtypes(doc, s[F_IN_DTYPES], out, t)?;
+    let output_dtypes = dtypes(doc, s[F_OUT_DTYPES], out, t)?;
+    let frames = frames(doc, s[F_FRAMES], out, t)?;
+    let p2p_seq = int(doc, s[F_P2P_SEQ])?;
+    let time = |slot: usize| int(doc, s[slot]).map(|v| v.filter(|&x| x != 0));
+    let time_created_ns = time(F_CREATED)?;
+    let time_started_ns = time(F_STARTED)?;
+    let time_completed_ns = time(F_COMPLETED)?;
+    let timeout_ms = int(doc, s[F_TIMEOUT])?;
+    let key = [op, input_sizes, output_sizes, input_dtypes, output_dtypes];
+    let fp = *t.fps.entry(key).or_insert_with(|| {
+        out.fps.push(key);
+        out.fps.len() as u32 - 1
+    });
+    Some(Entry {
+        pos,
+        record_id: record_id.unwrap_or(pos as i64),
+        group,
+        pg_id,
+        seq,
+        p2p_seq,
+        is_p2p,
+        name,
+        input_sizes,
+        output_sizes,
+        input_dtypes,
+        output_dtypes,
+        state,
+        retired,
+        time_created_ns,
+        time_started_ns,
+        time_completed_ns,
+        timeout_ms,
+        frames,
+        fp,
+    })
+}
+
+fn name<'a>(doc: &Doc<'a>, id: u32, out: &mut Checked, t: &mut Tables<'a>) -> Option<u32> {
+    let text = doc.text(id)?;
+    if let Some(&got) = t.names.get(text) {
+        return Some(got);
+    }
+    if chars(text) > MAX_NAME {
+        return None;
+    }
+    let (backend, rest) = match text.rfind(':') {
+        Some(i) => (&text[..i], &text[i + 1..]),
+        None => ("", text),
+    };
+    let (op, meta) = rest.split_once(' ').unwrap_or((rest, ""));
+    if op.is_empty() {
+        return None;
+    }
+    let peers = peers(op, meta)?;
+    let op_id = *t.ops.entry(op).or_insert_with(|| {
+        out.ops.push(op.to_owned());
+        out.ops.len() as u32 - 1
+    });
+    out.names.push(Name {
+        backend: backend.to_owned(),
+        op: op_id,
+        peers,
+    });
+    let got = out.names.len() as u32 - 1;
+    t.names.insert(text, got);
+    Some(got)
+}
+
+/// `Some(peers)` when Python's `_peers` gives them; `None` where it would fail or where
+/// this path does not follow it (non-ASCII text).
+#[allow(clippy::type_complexity)]
+fn peers(op: &str, meta: &str) -> Option<Option<(Option<i64>, Option<i64>)>> {
+    fn num(text: &str) -> Option<Option<i64>> {
+        if !text.is_ascii() {
+            return None;
+        }
+        // Python's strip(): ASCII whitespace and the four separators \x1c-\x1f
+        let text = text.trim_matches(|c: char| {
+            c.is_ascii_whitespace() || ('\x1c'..='\x1f').contains(&c) || c == '\x0b'
+        });
+        if text == "?" {
+            return Some(None);
+        }
+        if text.is_empty() || text.len() > 10 || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        text.parse().ok().map(Some)
+    }
+    if op == "send" {
+        if let Some((src, dst)) = meta.split_once("->") {
+            return Some(Some((num(src)?, num(dst)?)));
+        }
+    }
+    if op == "recv" {
+        if let Some((dst, src)) = meta.split_once("<-") {
+            return Some(Some((num(src)?, num(dst)?)));
+        }
+    }
+    Some(None)
+}
+
+fn group<'a>(
+    doc: &Doc<'a>,
+    id: Option<u32>,
+    pg_id: Option<i64>,
+    out: &mut Checked,
+    t: &mut Tables<'a>,
+) -> Option<u32> {
+    let pair = match id.map(|id| doc.node(id)) {
+        None | Some(Node::None) => (
+            pg_id.map(|v| v.to_string()).unwrap_or_default(),
+            String::new(),
+        ),
+        Some(Node::List(v) | Node::Tuple(v)) if v.len() == 2 => {
+            (clip(doc.text(v[0])?), clip(doc.text(v[1])?))
+        }
+        _ => return None,
+    };
+    if let Some(&got) = t.groups.get(&pair) {
+        return Some(got);
+    }
+    out.groups.push(pair.clone());
+    let got = out.groups.len() as u32 - 1;
+    t.groups.insert(pair, got);
+    Some(got)
+}
+
+fn sizes<'a>(
+    doc: &Doc<'a>,
+    id: Option<u32>,
+    out: &mut Checked,
+    t: &mut Tables<'a>,
+    shape_work: &mut Vec<usize>,
+) -> Option<u32> {
+    let shapes: Vec<Vec<i64>> = match id.map(|id| (id, doc.node(id))) {
+        None | Some((_, Node::None)) => Vec::new(),
+        Some((id, Node::List(v))) => {
+            if let Some(&got) = t.shapes_by_node.get(&id) {
+                return Some(got);
+            }
+            if v.len() > MAX_TENSORS {
+                return None;
+            }
+            let mut shapes = Vec::with_capacity(v.len());
+            for &s in v {
+                let Node::List(dims) = doc.node(s) else {
+                    return None;
+                };
+                if dims.len() > MAX_DIMS {
+                    return None;
+                }
+                let dims: Option<Vec<i64>> = dims
+                    .iter()
+                    .map(|&d| match doc.node(d) {
+                        Node::Int(x) => Some(*x),
+                        _ => None,
+                    })
+                    .collect();
+                shapes.push(dims?);
+            }
+            let got = intern_shapes(shapes, out, t, shape_work);
+            t.shapes_by_node.insert(id, got);
+            return Some(got);
+        }
+        _ => return None,
+    };
+    Some(intern_shapes(shapes, out, t, shape_work))
+}
+
+fn intern_shapes(
+    shapes: Vec<Vec<i64>>,
+    out: &mut Checked,
+    t: &mut Tables<'_>,
+    shape_work: &mut Vec<usize>,
+) -> u32 {
+    if let Some(&got) = t.shapes.get(&shapes) {
+        return got;
+    }
+    shape_work.push(shapes.len() + shapes.iter().map(Vec::len).sum::<usize>());
+    out.shapes.push(shapes.clone());
+    let got = out.shapes.len() as u32 - 1;
+    t.shapes.insert(shapes, got);
+    got
+}
+
+fn dtypes<'a>(
+    doc: &Doc<'a>,
+    id: Option<u32>,
+    out: &mut Checked,
+    t: &mut Tables<'a>,
+) -> Option<u32> {
+    let (node, names): (Option<u32>, Vec<&'a str>) = match id.map(|id| (id, doc.node(id))) {
+        None | Some((_, Node::None)) => (None, Vec::new()),
+        Some((id, Node::List(v))) => {
+            if let Some(&got) = t.dtypes_by_node.get(&id) {
+                return Some(got);
+            }
+            if v.len() > MAX_TENSORS {
+                return None;
+            }
+            let names: Option<Vec<&str>> = v
+                .iter()
+                .map(|&d| doc.text(d).filter(|s| chars(s) <= MAX_DTYPE))
+                .collect();
+            (Some(id), names?)
+        }
+        _ => return None,
+    };
+    let got = match t.dtypes.get(&names) {
+        Some(&got) => got,
+        None => {
+            out.dtypes
+                .push(names.iter().map(|s| (*s).to_owned()).collect());
+            let got = out.dtypes.len() as u32 - 1;
+            t.dtypes.insert(names, got);
+            got
+        }
+    };
+    if let Some(node) = node {
+        t.dtypes_by_node.insert(node, got);
+    }
+    Some(got)
+}
+
+fn frames<'a>(
+    doc: &Doc<'a>,
+    id: Option<u32>,
+    out: &mut Checked,
+    t: &mut Tables<'a>,
+) -> Option<u32> {
+    let key = match id.map(|id| (id, doc.node(id))) {
+        None | Some((_, Node::None)) => u32::MAX,
+        Some((id, Node::List(_))) => id,
+        _ => return None,
+    };
+    if let Some(&got) = t.frame_lists.get(&key) {
+        return Some(got);
+    }
+    let mut list = Vec::new();
+    if let Some(Node::List(v)) = id.map(|id| doc.node(id)) {
+        list.reserve(v.len().min(MAX_FRAMES));
+        for &f in v.iter().take(MAX_FRAMES) {
+            let got = match t.frames.get(&f) {
+                Some(&got) => got,
+                None => {
+                    if !matches!(doc.node(f), Node::Dict(_)) {
+                        return None;
+                    }
+                    let filename = doc.text(doc.get(f, "filename")?)?;
+                    let name = doc.text(doc.get(f, "name")?)?;
+                    let Node::Int(line) = doc.node(doc.get(f, "line")?) else {
+                        return None;
+                    };
+                    out.frames.push(Frame {
+                        filename: clip(filename),
+                        line: *line,
+                        name: clip(name),
+                    });
+                    let got = out.frames.len() as u32 - 1;
+                    t.frames.insert(f, got);
+                    got
+                }
+            };
+            list.push(got);
+        }
+    }
+    out.frame_lists.push(list);
+    let got = out.frame_lists.len() as u32 - 1;
+    t.frame_lists.insert(key, got);
+    Some(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // pickle.dumps({"version": "2.10", "entries": [e, e]}, protocol=2) with e a small entry
+    fn dump(entries: &[u8]) -> Vec<u8> {
+        let mut v = b"\x80\x02}q\x00(X\x07\x00\x00\x00versionq\x01X\x04\x00\x00\x002.10q\x02X\x07\x00\x00\x00entriesq\x03]q\x04(".to_vec();
+        v.extend_from_slice(entries);
+        v.extend_from_slice(b"eu.");
+        v
+    }
+
+    // {"profiling_name": "nccl:all_reduce", "collective_seq_id": 7, "state": "completed",
+    //  "input_sizes": [[2, 3]], "frames": [{"filename": "t.py", "name": "f", "line": 5}]}
+    const ENTRY: &[u8] = b"}(X\x0e\x00\x00\x00profiling_nameX\x0f\x00\x00\x00nccl:all_reduceX\x11\x00\x00\x00collective_seq_idK\x07X\x05\x00\x00\x00stateX\x09\x00\x00\x00completedX\x0b\x00\x00\x00input_sizes](](K\x02K\x03eeX\x06\x00\x00\x00frames](}(X\x08\x00\x00\x00filenameX\x04\x00\x00\x00t.pyX\x04\x00\x00\x00nameX\x01\x00\x00\x00fX\x04\x00\x00\x00lineK\x05ueu";
+
+    #[test]
+    fn reads_and_checks_a_small_dump() {
+        let mut entries = ENTRY.to_vec();
+        entries.extend_from_slice(ENTRY);
+        let data = dump(&entries);
+        let doc = parse(&data).unwrap();
+        let c = check(&doc, None, Some(data.len())).unwrap();
+        assert_eq!(c.entries.len(), 2);
+        let e = &c.entries[1];
+        assert_eq!(
+            (e.pos, e.record_id, e.seq, e.state, e.is_p2p),
+            (1, 1, 7, 2, false)
+        );
+        assert_eq!(c.ops[c.names[e.name as usize].op as usize], "all_reduce");
+        assert_eq!(c.names[e.name as usize].backend, "nccl");
+        assert_eq!(c.shapes[e.input_sizes as usize], vec![vec![2, 3]]);
+        assert_eq!(c.frames.len(), 2); // two frame dicts (not shared in this pickle)
+        assert_eq!(c.groups[e.group as usize], (String::new(), String::new()));
+        assert_eq!(c.entries[0].fp, e.fp);
+        let kept = check(&doc, Some(1), None).unwrap();
+        assert_eq!(
+            (kept.start, kept.entries.len(), kept.entries[0].pos),
+            (1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn refuses_globals_and_code() {
+        for data in [
+            &b"\x80\x02cos\nsystem\nX\x01\x00\x00\x00x\x85R."[..],
+            b"\x80\x04\x8c\x02os\x8c\x06system\x93.",
+            b"\x80\x02\x82\x01.",
+            b"\x80\x02X\x01\x00\x00\x00xQ.",
+            b"(S'x'\nios\nsystem\n.",
+        ] {
+            assert!(parse(data).is_err());
+        }
+    }
+
+    #[test]
+    fn truncated_and_malformed_are_not_taken() {
+        let mut entries = ENTRY.to_vec();
+        entries.extend_from_slice(ENTRY);
+        let data = dump(&entries);
+        for n in 0..data.len() {
+            assert!(parse(&data[..n]).is_err(), "prefix of {n} bytes");
+        }
+        assert!(parse(b"\x80\x02a.").is_err()); // append to nothing
+        assert!(parse(b"\x80\x02K\x01K\x02s.").is_err()); // setitem on an int
+        assert!(parse(b"\x80\x02}]K\x01s.").is_err()); // unhashable key
+    }
+
+    #[test]
+    fn shared_references_cost_one_node() {
+        // a list that holds one list a million times: two bytes a reference
+        let mut data = b"\x80\x02](K\x01K\x02K\x03lq\x00(".to_vec();
+        for _ in 0..1_000_000 {
+            data.extend_from_slice(b"h\x00");
+        }
+        data.extend_from_slice(b"e.");
+        let doc = parse(&data).unwrap();
+        assert!(doc.nodes.len() < 10);
+    }
+
+    #[test]
+    fn the_work_limit_and_bad_entries_fall_back() {
+        let mut entries = Vec::new();
+        for _ in 0..10 {
+            entries.extend_from_slice(ENTRY);
+        }
+        let data = dump(&entries);
+        let doc = parse(&data).unwrap();
+        assert!(check(&doc, None, Some(20)).is_none());
+        assert!(check(&doc, None, Some(100)).is_some());
+        // the second entry's seq as text: not accepted here
+        let i = ENTRY.windows(2).position(|w| w == b"K\x07").unwrap();
+        let mut odd = ENTRY.to_vec();
+        odd.splice(i..i + 2, b"X\x01\x00\x00\x007".iter().copied());
+        let mut entries = ENTRY.to_vec();
+        entries.extend_from_slice(&odd);
+        let data = dump(&entries);
+        let doc = parse(&data).unwrap();
+        assert!(check(&doc, None, None).is_none());
+    }
+
+    #[test]
+    fn peers_follow_python() {
+        assert_eq!(peers("send", "1->2"), Some(Some((Some(1), Some(2)))));
+        assert_eq!(peers("recv", "3<-0"), Some(Some((Some(0), Some(3)))));
+        assert_eq!(peers("send", " ? -> 4 "), Some(Some((None, Some(4)))));
+        assert_eq!(peers("send", "x->2"), None);
+        assert_eq!(peers("all_reduce", "1->2"), Some(None));
+        assert_eq!(peers("send", ""), Some(None));
+    }
+
+    #[test]
+    fn long1_is_sign_extended() {
+        let doc = parse(b"\x80\x02\x8a\x02\xff\xff.").unwrap();
+        assert_eq!(doc.node(doc.root), &Node::Int(-1));
+        let doc = parse(b"\x80\x02\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80.").unwrap();
+        assert_eq!(doc.node(doc.root), &Node::Int(i64::MIN));
+        let doc = parse(b"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01.").unwrap();
+        assert_eq!(doc.node(doc.root), &Node::BigInt);
+    }
+}
