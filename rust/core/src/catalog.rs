@@ -59,6 +59,14 @@ pub const OUTLIER_FIELDS: &[&str] = &[
     "nccl_version",
     "cuda_driver",
     "transport",
+    // Identity keys (correlate::identity); `env` stands for every NCCL_* setting.
+    "net_transport",
+    "net_plugin",
+    "nccl_cuda",
+    "ip_family",
+    "gpu_model",
+    "torch_version",
+    "env",
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -156,6 +164,18 @@ pub struct Signature {
 /// Field names the correlator reads; regexes capturing none of them run only when a
 /// diagnosis is rendered.
 const CORRELATOR_FIELDS: &[&str] = &[
+    "own_socket_type",
+    "peer_socket_type",
+    // Identity (crate::identity::IDENTITY_FIELDS).
+    "nccl_version_seen",
+    "nccl_cuda",
+    "net_plugin",
+    "net_transport",
+    "gpu_model",
+    "torch_version",
+    "env_var",
+    "env_value",
+    "gpu_host",
     "rank",
     "nranks",
     "cuda_dev",
@@ -202,6 +222,16 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "socket_ifname",
     "graph_file",
     "non_pci_nic",
+    // Identity (crate::identity::IDENTITY_FIELDS), compared across machines.
+    "nccl_cuda",
+    "net_plugin",
+    "net_transport",
+    "gpu_model",
+    "torch_version",
+    "env_var",
+    "env_value",
+    "gpu_host",
+    "nccl_version_seen",
 ];
 
 /// Context fields a cause may name in `blames_setting`: settings that, once in effect, make a

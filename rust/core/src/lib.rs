@@ -19,6 +19,7 @@ pub mod fieldre;
 pub mod files;
 pub mod filetext;
 pub mod hextoken;
+pub mod identity;
 pub mod job;
 pub mod jsonfields;
 pub mod matcher;

@@ -12,6 +12,8 @@ pub enum LineRef {
     Hit(usize),
     /// A context observation: (source, field).
     Context(u32, &'static str),
+    /// A value of the job's identity table (index of its sighting).
+    Identity(u32),
 }
 
 /// One piece of evidence: which rule, about whom, how much it weighs and why.

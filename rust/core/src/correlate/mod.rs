@@ -5,7 +5,9 @@
 
 mod board;
 pub mod clock;
+mod crash;
 mod facts;
+mod identity;
 mod render;
 mod rules;
 #[cfg(test)]

@@ -470,6 +470,26 @@ impl Engine {
                 }
             }
         }
+        // What the process says about itself (versions, network, settings).
+        let ids: Vec<(&str, &str)> = fields
+            .spans
+            .iter()
+            .map(|s| (fields.catalog.field_name(sig, s), &fields.msg[s.range()]))
+            .filter(|(n, _)| crate::identity::IDENTITY_FIELDS.contains(n))
+            .collect();
+        if !ids.is_empty() {
+            let origin = st.origin.clone();
+            crate::identity::learn(job, src, &ids, || ContextObs {
+                value: String::new(),
+                source: src,
+                seq,
+                ts_ms: ts,
+                line: line.to_string(),
+                origin: origin.clone(),
+                line_no,
+                sig,
+            });
+        }
         // Clock-sync points are kept per process; its host may only be learned later.
         if let (Some(sync), Some(t), true) = (spec.sync, ts, exact) {
             let key = match sync {

@@ -5,15 +5,17 @@
 
 mod bad_interface;
 mod cause_signature;
-mod config_outlier;
 mod desync_report;
 mod error_chain;
+mod identity_outlier;
+mod identity_pair;
 mod ifname_unmatched;
 mod peer_naming;
 mod seq_lag;
 mod setting_blame;
 mod silence;
 mod symptoms;
+mod transport_mismatch;
 
 use super::board::Board;
 use super::view::View;
@@ -41,7 +43,9 @@ pub const RULES: &[(&str, Rule)] = &[
     ("bad_interface", bad_interface::apply),
     ("ifname_unmatched", ifname_unmatched::apply),
     ("setting_blame", setting_blame::apply),
-    ("config_outlier", config_outlier::apply),
+    ("transport_mismatch", transport_mismatch::apply),
+    ("identity_outlier", identity_outlier::apply),
+    ("identity_pair", identity_pair::apply),
     ("symptoms", symptoms::apply),
 ];
 
@@ -51,4 +55,4 @@ pub fn run_all(view: &View, scope: &Scope, board: &mut Board) {
     }
 }
 
-pub use config_outlier::blaming_causes;
+pub use identity_outlier::blaming_causes;
