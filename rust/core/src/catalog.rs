@@ -94,6 +94,8 @@ struct SignatureSpec {
     #[serde(default)]
     only_with_failure: bool,
     #[serde(default)]
+    only_across_hosts: bool,
+    #[serde(default)]
     hypotheses: Vec<Hypothesis>,
     #[serde(default)]
     sync: Option<String>,
@@ -145,6 +147,10 @@ pub struct Signature {
     pub blames_peer: bool,
     /// A cause only when the job fails: alone (a healthy run prints it too) it is no failure.
     pub only_with_failure: bool,
+    /// A failure only where processes on different hosts must reach each other: a job that
+    /// provably ran on one host (every rank of its largest communicator seen there) is not
+    /// failed by it alone (a link-local or bridge address works within one host).
+    pub only_across_hosts: bool,
     pub hypotheses: Vec<Hypothesis>,
     pub sync: Option<Sync>,
     pub cause: String,
@@ -581,6 +587,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     if s.only_with_failure && s.role != Role::Cause {
         return Err(e("only_with_failure is only for causes".into()));
     }
+    if s.only_across_hosts && s.role != Role::Cause {
+        return Err(e("only_across_hosts is only for causes".into()));
+    }
     let blames_peer = match s.blames.as_deref() {
         None | Some("printer") => false,
         Some("peer") => true,
@@ -647,6 +656,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         blames_setting: s.blames_setting,
         blames_peer,
         only_with_failure: s.only_with_failure,
+        only_across_hosts: s.only_across_hosts,
         hypotheses: s.hypotheses,
         sync,
         cause: s.cause.unwrap_or_default(),

@@ -327,7 +327,8 @@ impl Engine {
                 if is_hit {
                     // A cause that healthy runs print too counts only once the job fails.
                     let needs_failure = spec.only_with_failure;
-                    if (spec.role == Role::Cause && !needs_failure) || level >= Level::Error {
+                    let alone_fails = !needs_failure && !spec.only_across_hosts;
+                    if (spec.role == Role::Cause && alone_fails) || level >= Level::Error {
                         job.failure_seen = true;
                     }
                     let hit = Hit {
