@@ -5,6 +5,7 @@
 
 mod bad_interface;
 mod cause_signature;
+mod crash_teardown;
 mod desync_report;
 mod error_chain;
 mod identity_outlier;
@@ -36,6 +37,7 @@ pub type Rule = fn(&View, &Scope, &mut Board);
 pub const RULES: &[(&str, Rule)] = &[
     ("cause_signature", cause_signature::apply),
     ("error_chain", error_chain::apply),
+    ("crash_teardown", crash_teardown::apply),
     ("peer_naming", peer_naming::apply),
     ("desync_report", desync_report::apply),
     ("seq_lag", seq_lag::apply),
