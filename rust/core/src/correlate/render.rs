@@ -425,6 +425,10 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
             };
             format!("{} ({why})", c.title)
         }
+        (Some(_), _) if top.evidence.iter().any(|e| e.rule.starts_with("identity_")) => {
+            let title = sig_json["title"].as_str().unwrap_or("");
+            format!("{title} (this host differs from the rest of the job)")
+        }
         _ => sig_json["title"].as_str().unwrap_or("").to_string(),
     };
     let summary = format!(

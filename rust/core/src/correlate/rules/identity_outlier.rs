@@ -143,9 +143,22 @@ pub fn apply_finding(
     let linked = named_by_failures(v, scope, &f.machine);
     let (who, host, src, line) = candidate(v, f);
     let label = key_label(&f.key);
+    let place = match (&f.machine, host) {
+        (_, Some(h)) => v.host_name(h).to_string(),
+        (Machine::File(file), None) => file.to_string(),
+        (Machine::Host(h), None) => v.host_name(*h).to_string(),
+    };
+    let problem = if f.clear {
+        format!("the rest of the job: {}", f.others)
+    } else {
+        format!(
+            "{}; the logs do not say which of the two is wrong",
+            f.others
+        )
+    };
     scope.notes.borrow_mut().push(json!({
-        "field": f.key, "host": host.map(|h| v.host_name(h)), "value": f.value,
-        "others": f.others, "named_by_failures": linked, "clear": f.clear,
+        "field": f.key, "host": place, "value": f.value, "others": f.others,
+        "problem": problem, "named_by_failures": linked, "clear": f.clear,
     }));
     let c = board.cand(who, host);
     let own_cause = c.cause_weight as i32;
