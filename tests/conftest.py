@@ -54,3 +54,19 @@ def generate_and_analyze(tmp_path: Path, catalog: Catalog) -> GenerateAndAnalyze
         return truth, diagnoses
 
     return run
+
+
+@pytest.fixture
+def fr_analyze(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, Any, str]]:
+    """`rankwatch analyze` run in this process: `fr_analyze(*args)` -> (exit status, the
+    --json report, stderr)."""
+    import orjson
+
+    from rankwatch.cli import main
+
+    def run(*args: str | Path) -> tuple[int, Any, str]:
+        code = main(["analyze", *map(str, args), "--json", "-q"])
+        out, err = capsys.readouterr()
+        return code, (orjson.loads(out) if out.strip() else {}), err
+
+    return run

@@ -45,9 +45,13 @@ def _load_catalog(paths: Sequence[str]) -> Catalog:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from rankwatch.cli_inputs import find_inputs, say
+    from rankwatch.flight_recorder.local import feed_job_dumps, given_dumps
+    from rankwatch.inputs import DumpFile
     from rankwatch.local import feed_baseline
     from rankwatch.safe_text import printable
 
+    if not args.paths and not args.flight_recorder:
+        raise UsageError("give a PATH to analyze, or --flight-recorder PATH")
     # The job's lines are all held at once: huge pages spare the kernel most page faults.
     prefer_huge_pages()
     catalog = _load_catalog(args.catalog)
@@ -56,13 +60,29 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         memory_budget_bytes=args.memory_budget_bytes,
         incident_horizon_ms=args.incident_horizon_ms,
     )
-    files, skipped = find_inputs(args.paths, args.job, args.rank_pattern)
+    dumps: list[DumpFile] = []
+    files, skipped = (
+        find_inputs(args.paths, args.job, args.rank_pattern, dumps=dumps)
+        if args.paths
+        else ([], [])
+    )
+    if args.flight_recorder:
+        dumps += given_dumps(args.flight_recorder, args.job, files, dumps, say("skipped"))
+        if not files and not dumps:
+            raise InputError("--flight-recorder: no Flight Recorder dump found")
     engine = Engine(catalog, cfg)
     if _LEFT_FOR_EXIT is not None:
         _LEFT_FOR_EXIT.append(engine)
     if args.baseline:
         base_files, _ = find_inputs(args.baseline, "baseline", None, what="--baseline: ")
         feed_baseline(engine, base_files, on_error=say("skipped baseline"))
+    fr = feed_job_dumps(
+        engine,
+        dumps,
+        args.max_dump_bytes,
+        on_problem=say("skipped Flight Recorder dump"),
+        on_note=say("note:"),
+    )
     result = analyze_files(
         engine,
         files,
@@ -82,15 +102,18 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                 "skipped": skipped + result.skipped,
                 "partially_read": result.partial,
                 "seconds": round(result.seconds, 3),
+                "flight_recorder": fr.as_json(),
             },
         }
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         style = Style(color=sys.stdout.isatty() and "NO_COLOR" not in os.environ)
-        jobs = sorted({printable(f.job) for f in files})
+        jobs = sorted({printable(f.job) for f in files} | {printable(d.job) for d in dumps})
+        dumps_read = f" and {fr.dumps} Flight Recorder dump(s)" if dumps else ""
         header = (
             f"rankwatch: {len(result.diagnoses)} incident(s) in job(s) {', '.join(jobs)}; "
-            f"{result.lines:,} lines from {result.files} files in {result.seconds:.1f} s"
+            f"{result.lines:,} lines from {result.files} files{dumps_read} in "
+            f"{result.seconds:.1f} s"
         )
         print(render_report(result.diagnoses, style, header, context_lines=args.context))
     return EXIT_OK
@@ -174,7 +197,27 @@ def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="analyze local log files or folders (no upload)")
-    a.add_argument("paths", nargs="+", metavar="PATH")
+    a.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="log files or folders; Flight Recorder dumps among them are found by content",
+    )
+    a.add_argument(
+        "--flight-recorder",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="PyTorch Flight Recorder dumps (file, folder or glob; repeatable), read as "
+        "evidence beside the logs",
+    )
+    a.add_argument(
+        "--max-dump-bytes",
+        type=MEMORY_BYTES,
+        default=256 << 20,
+        metavar="BYTES",
+        help="larger Flight Recorder dumps are reported and skipped",
+    )
     a.add_argument("--job", help="treat all inputs as one job with this name")
     a.add_argument("--json", action="store_true", help="print rankwatch.report/1 JSON")
     a.add_argument(

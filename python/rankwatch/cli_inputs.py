@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rankwatch.inputs import InputError, LogFile, discover
+from rankwatch.inputs import DumpFile, InputError, LogFile, discover
 
 
 def say(kind: str) -> Callable[[str], None]:
@@ -20,11 +20,15 @@ def find_inputs(
     job: str | None,
     rank_pattern: str | None,
     what: str = "",
+    dumps: list[DumpFile] | None = None,
 ) -> tuple[list[LogFile], list[str]]:
-    """`discover` with its messages printed; `what` prefixes the error (`--baseline: `)."""
+    """`discover` with its messages printed; `what` prefixes the error (`--baseline: `).
+    Flight Recorder dumps found among the files go to `dumps` when it is given."""
     skipped_line = say("skipped")
     try:
-        files, skipped = discover(paths, job=job, rank_pattern=rank_pattern, note=say("note:"))
+        files, skipped = discover(
+            paths, job=job, rank_pattern=rank_pattern, note=say("note:"), dumps=dumps
+        )
     except InputError as e:
         for s in e.skipped:
             skipped_line(s)

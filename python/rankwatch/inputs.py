@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rankwatch.flight_recorder import is_dump
 from rankwatch.safe_text import printable
 
 SKIP_SUFFIXES = {".json", ".toml", ".yaml", ".yml", ".py", ".pyc", ".so", ".png", ".jpg", ".pt"}
@@ -51,10 +52,19 @@ class LogFile:
 
 
 @dataclass
+class DumpFile:
+    """A Flight Recorder dump found among a job's files (by content, not by name)."""
+
+    path: Path
+    job: str
+
+
+@dataclass
 class _Found:
     """What discovery has gathered so far."""
 
     files: list[LogFile] = field(default_factory=list)
+    dumps: list[DumpFile] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     seen_roots: set[Path] = field(default_factory=set)
     seen_files: set[str] = field(default_factory=set)
@@ -154,7 +164,9 @@ def _entry_file(
         return None
     if stat.S_ISDIR(st.st_mode):
         return None  # a linked folder inside the root: its files are read where they are
-    if path.suffix.lower() in SKIP_SUFFIXES:
+    if path.suffix.lower() in SKIP_SUFFIXES and not (
+        path.suffix.lower() == ".json" and is_dump(path)  # a Flight Recorder dump as JSON
+    ):
         return None
     if not stat.S_ISREG(st.st_mode):
         found.skip(path, "not a regular file")
@@ -235,9 +247,12 @@ def discover(
     job: str | None = None,
     rank_pattern: str | None = None,
     note: Callable[[str], None] | None = None,
+    dumps: list[DumpFile] | None = None,
 ) -> tuple[list[LogFile], list[str]]:
     """Expands PATHs into log files and the list of what was skipped and why. Without `job`,
-    each PATH is its own job named after it; `note` hears about renamed jobs and repeats."""
+    each PATH is its own job named after it; `note` hears about renamed jobs and repeats.
+    Flight Recorder dumps among the files are never read as logs: with `dumps` given they
+    are added to it (with their job), and a PATH that holds only dumps is not an error."""
     pattern = _compile_rank_pattern(rank_pattern)
     if job is not None and not job.strip():
         raise InputError("--job must not be empty")
@@ -258,8 +273,17 @@ def discover(
         candidates, is_dir = listed
         if is_dir and not candidates:
             raise InputError(f"{printable(p)}: folder holds no log files", found.skipped)
+        logs_before, dumps_before = len(found.files), len(found.dumps)
         _add_files(p, candidates, is_dir, job, pattern, found, tell)
-    if not found.files:
+        only_dumps = len(found.files) == logs_before and len(found.dumps) > dumps_before
+        if is_dir and only_dumps and dumps is None:
+            raise InputError(
+                f"{printable(p)}: folder holds Flight Recorder dumps but no log files",
+                found.skipped,
+            )
+    if dumps is not None:
+        dumps.extend(found.dumps)
+    if not found.files and not found.dumps:
         raise InputError("no log files to read", found.skipped)
     if pattern is not None and not any(pattern.search(f.path.as_posix()) for f in found.files):
         raise InputError(f"--rank-pattern {pattern.pattern!r} matches no input file's path")
@@ -284,6 +308,9 @@ def _add_files(
             repeats += 1
             continue
         found.seen_files.add(c.real)
+        if is_dump(c.path):
+            found.dumps.append(DumpFile(c.path, name))
+            continue
         lf = classify_path(c.path, name, pattern)
         lf.size = c.size
         found.files.append(lf)

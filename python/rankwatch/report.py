@@ -120,6 +120,36 @@ def _context(d: Diagnosis, st: Style) -> list[str]:
     return out
 
 
+_COLLECTIVE_COLUMNS = (
+    ("ranks", "ranks"),
+    ("op", "op"),
+    ("numel_in", "in"),
+    ("numel_out", "out"),
+    ("dtype", "dtype"),
+    ("root", "root"),
+)
+
+
+def _collectives(d: Diagnosis, st: Style) -> list[str]:
+    """What the ranks stated at a collective where they disagree, one row per group of
+    ranks, side by side (only the columns some row states)."""
+    out: list[str] = []
+    for table in d.get("collectives") or []:
+        rows = table.get("rows") or []
+        cols = [(k, h) for k, h in _COLLECTIVE_COLUMNS if any(r.get(k) is not None for r in rows)]
+        cells = [[h for _, h in cols]]
+        cells += [["" if r.get(k) is None else str(r[k]) for k, _ in cols] for r in rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+        out.append(
+            st.yellow("Collectives differ  ")
+            + f"{table.get('group')} #{table.get('seq')} ({table.get('kind')})"
+        )
+        for n, row in enumerate(cells):
+            line = "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+            out.append(st.dim(line) if n == 0 else line.rstrip())
+    return out
+
+
 def _collateral(d: Diagnosis, st: Style) -> list[str]:
     coll = d.get("collateral") or []
     if not coll:
@@ -194,6 +224,7 @@ def render_diagnosis(d: Diagnosis, st: Style, context_lines: int = 20) -> str:
         _root_line(d, st),
         _first_warning(d, st, context_lines),
         _context(d, st),
+        _collectives(d, st),
         _collateral(d, st),
         _sources_over_cap(d, st),
         _suspects(d, st),

@@ -78,6 +78,7 @@ struct SignatureSpec {
     role: Role,
     severity: Severity,
     weight: Option<u8>,
+    #[serde(default)]
     patterns: Vec<String>,
     #[serde(default)]
     caseless: bool,
@@ -99,6 +100,8 @@ struct SignatureSpec {
     hypotheses: Vec<Hypothesis>,
     #[serde(default)]
     sync: Option<String>,
+    #[serde(default)]
+    finding: bool,
     cause: Option<String>,
     fix: Option<String>,
     verify: Option<String>,
@@ -153,6 +156,9 @@ pub struct Signature {
     pub only_across_hosts: bool,
     pub hypotheses: Vec<Hypothesis>,
     pub sync: Option<Sync>,
+    /// A conclusion an evidence rule draws from several lines (a mismatched collective, a
+    /// stalled rank): no patterns; its texts are the diagnosis's cause, fix and verify.
+    pub finding: bool,
     pub cause: String,
     pub fix: String,
     pub verify: String,
@@ -200,6 +206,18 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "last_enqueued",
     "last_completed",
     "timeout_ms",
+    "pg",
+    "op_type",
+    "numel_in",
+    "numel_out",
+    "dtype",
+    "ran_ms",
+    "state",
+    "comm_ptr",
+    "comm_id",
+    "thread_name",
+    "frame_file",
+    "frame_line",
     "ib_status",
     "bdf",
     "nccl_version",
@@ -211,6 +229,9 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "socket_ifname",
     "graph_file",
     "non_pci_nic",
+    "op_count",
+    "stack_thread",
+    "frame_func",
 ];
 
 /// Field names the engine reads from context lines as they arrive.
@@ -238,6 +259,9 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "env_value",
     "gpu_host",
     "nccl_version_seen",
+    "op_count",
+    "stack_thread",
+    "frame_func",
 ];
 
 /// Context fields a cause may name in `blames_setting`: settings that, once in effect, make a
@@ -544,7 +568,13 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
             SUBSYSTEMS.join(", ")
         )));
     }
-    if s.patterns.is_empty() {
+    if s.finding {
+        if !s.patterns.is_empty() || !s.fields.is_empty() || s.role != Role::Cause {
+            return Err(e(
+                "a finding is a cause with no patterns or fields (rules draw it)".into(),
+            ));
+        }
+    } else if s.patterns.is_empty() {
         return Err(e("no patterns".into()));
     }
     let mut seen = HashSet::new();
@@ -659,6 +689,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         only_across_hosts: s.only_across_hosts,
         hypotheses: s.hypotheses,
         sync,
+        finding: s.finding,
         cause: s.cause.unwrap_or_default(),
         fix: s.fix.unwrap_or_default(),
         verify: s.verify.unwrap_or_default(),

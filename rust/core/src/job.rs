@@ -49,6 +49,82 @@ pub struct Source {
     pub last_ts: Option<i64>,
     /// Lines that preceded this source's first cause hit, kept when the hit happened.
     pub snapshot: Option<Vec<RingLine>>,
+    /// The last collective calls NCCL traced for this process (`NCCL_DEBUG_SUBSYS=COLL`),
+    /// oldest first, at most [`COLL_CALLS_KEPT`].
+    pub coll_calls: Vec<CollCall>,
+    /// (communicator pointer, communicator id) from this process's NCCL init lines: the id
+    /// is the same on every rank of a communicator, the pointer is this process's own.
+    pub comm_ids: Vec<(String, String)>,
+    /// The last main-thread stack this process's log showed (py-spy, faulthandler).
+    pub stack: Option<Stack>,
+}
+
+/// Frames kept per stack: the innermost ones say where the thread is.
+pub const STACK_FRAMES_KEPT: usize = 48;
+
+/// One thread's stack from a dump printed into the log, innermost frame first.
+#[derive(Debug, Clone, Default)]
+pub struct Stack {
+    /// The dump's header line and where it sits.
+    pub header: String,
+    pub seq: u64,
+    pub ts_ms: Option<i64>,
+    pub frames: Vec<StackFrame>,
+    /// Frames are still being added (the thread is the main one and no other line came).
+    pub open: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct StackFrame {
+    pub func: String,
+    pub file: String,
+    pub seq: u64,
+    pub line_no: u64,
+    pub text: String,
+}
+
+impl Stack {
+    pub fn heap_bytes(&self) -> usize {
+        memsize::string(&self.header)
+            + memsize::vec(&self.frames)
+            + self
+                .frames
+                .iter()
+                .map(|f| {
+                    memsize::string(&f.func) + memsize::string(&f.file) + memsize::string(&f.text)
+                })
+                .sum::<usize>()
+    }
+}
+
+/// Collective calls kept per process: a hang or mismatch is decided at the last few calls.
+pub const COLL_CALLS_KEPT: usize = 8;
+
+/// One collective call as NCCL traced it on one process.
+#[derive(Debug, Clone)]
+pub struct CollCall {
+    /// NCCL's name of the operation (`AllReduce`, `Broadcast`, ...).
+    pub op: String,
+    /// The communicator's operation counter (the same call has the same counter on every rank).
+    pub op_count: u64,
+    pub count: u64,
+    pub datatype: u32,
+    pub redop: u32,
+    pub root: i64,
+    pub nranks: u32,
+    /// The communicator pointer as printed (this process's own).
+    pub comm: String,
+    pub seq: u64,
+    pub line_no: u64,
+    pub ts_ms: Option<i64>,
+    pub line: String,
+    pub origin: Arc<str>,
+}
+
+impl CollCall {
+    pub fn heap_bytes(&self) -> usize {
+        memsize::string(&self.op) + memsize::string(&self.line) + memsize::string(&self.comm)
+    }
 }
 
 impl Source {
@@ -57,6 +133,48 @@ impl Source {
         self.ring.heap_bytes()
             + self.bus_id.as_ref().map_or(0, memsize::string)
             + self.snapshot.as_ref().map_or(0, snapshot_bytes)
+            + self.coll_calls_bytes()
+            + self.comm_ids_bytes()
+            + self.stack.as_ref().map_or(0, Stack::heap_bytes)
+    }
+
+    pub fn comm_ids_bytes(&self) -> usize {
+        memsize::vec(&self.comm_ids)
+            + self
+                .comm_ids
+                .iter()
+                .map(|(p, i)| memsize::string(p) + memsize::string(i))
+                .sum::<usize>()
+    }
+
+    /// The id of the communicator this process knows by `ptr`, where its init line said.
+    pub fn comm_id(&self, ptr: &str) -> Option<&str> {
+        self.comm_ids
+            .iter()
+            .find(|(p, _)| p == ptr)
+            .map(|(_, i)| i.as_str())
+    }
+
+    pub fn coll_calls_bytes(&self) -> usize {
+        memsize::vec(&self.coll_calls)
+            + self
+                .coll_calls
+                .iter()
+                .map(CollCall::heap_bytes)
+                .sum::<usize>()
+    }
+
+    /// Remembers a traced collective call, forgetting the oldest beyond the cap; returns the
+    /// change in heap bytes as (added, removed).
+    pub fn push_coll_call(&mut self, call: CollCall) -> (usize, usize) {
+        let before = self.coll_calls_bytes();
+        if self.coll_calls.len() >= COLL_CALLS_KEPT {
+            self.coll_calls.remove(0);
+        } else if self.coll_calls.capacity() == 0 {
+            self.coll_calls.reserve_exact(COLL_CALLS_KEPT);
+        }
+        self.coll_calls.push(call);
+        (self.coll_calls_bytes(), before)
     }
 
     pub fn stated_rank(&self) -> Option<u32> {
@@ -214,6 +332,10 @@ pub struct Job {
     pub compacted_upto: usize,
     /// Symptom hits per signature that kept their text through compaction.
     pub kept_text: FastMap<Option<u16>, u32>,
+    /// Lines that fed the per-process tables (collective traces, communicator ids, stacks).
+    pub table_lines_seen: usize,
+    /// `table_lines_seen` when those tables were last checked for a failure no line states.
+    pub table_lines_checked: usize,
 }
 
 pub const CONTEXT_FIELDS: &[&str] = &[
@@ -242,7 +364,11 @@ impl Job {
     /// Changes whenever something correlation reads was added (hits, processes, context,
     /// clock-sync points).
     pub fn input_version(&self) -> usize {
-        self.hits.len() + self.sources.len() + self.context.len() + self.sync.len()
+        self.hits.len()
+            + self.sources.len()
+            + self.context.len()
+            + self.sync.len()
+            + self.table_lines_seen
     }
 
     pub fn host_id(&mut self, name: &str) -> HostId {

@@ -14,6 +14,13 @@ pub enum LineRef {
     Context(u32, &'static str),
     /// A value of the job's identity table (index of its sighting).
     Identity(u32),
+    /// A traced collective call: (source, index into its `coll_calls`).
+    Call(u32, usize),
+    /// A line its source's ring still holds, by its seq: what a process was doing when the
+    /// others stopped (it printed nothing a signature knows).
+    Ring(u32, u64),
+    /// A frame of the process's last stack dump: (source, index into its frames).
+    Frame(u32, usize),
 }
 
 /// One piece of evidence: which rule, about whom, how much it weighs and why.
@@ -44,6 +51,12 @@ pub struct Cand {
     pub named_by: BTreeSet<Who>,
     pub evidence: Vec<Evidence>,
     pub ts: Option<i64>,
+    /// A finding (a catalog signature drawn by a rule, not printed by anyone) whose cause,
+    /// fix and verify texts apply to this candidate, with the facts they are rendered with.
+    pub finding: Option<(u16, Vec<(String, String)>)>,
+    /// A line of this candidate that states the finding (its own account of the collective),
+    /// when it has no cause or configuration line.
+    pub stated: Option<LineRef>,
 }
 
 impl Cand {
@@ -60,6 +73,8 @@ impl Cand {
             named_by: BTreeSet::new(),
             evidence: Vec::new(),
             ts: None,
+            finding: None,
+            stated: None,
         }
     }
 
@@ -85,11 +100,9 @@ impl Cand {
         if let Some((l, _)) = self.config {
             return Some(l);
         }
-        self.first_line
-            .or(self.cause)
-            .or(self.pointer)
-            .or(self.symptom)
-            .map(LineRef::Hit)
+        let line = self.first_line.or(self.cause).map(LineRef::Hit);
+        line.or(self.stated)
+            .or(self.pointer.or(self.symptom).map(LineRef::Hit))
     }
 
     /// Where the line standing for this candidate arrived (hits are kept in arrival order);
@@ -112,6 +125,9 @@ impl Cand {
 #[derive(Default)]
 pub struct Board {
     pub cands: BTreeMap<Who, Cand>,
+    /// Side-by-side tables of what ranks ran (the collective rules' findings), as shown in
+    /// the diagnosis's `collectives`.
+    pub collectives: Vec<serde_json::Value>,
 }
 
 impl Board {

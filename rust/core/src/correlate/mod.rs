@@ -5,11 +5,13 @@
 
 mod board;
 pub mod clock;
+mod collectives;
 mod crash;
 mod facts;
 mod identity;
 mod render;
 mod rules;
+mod stacks;
 #[cfg(test)]
 mod testkit;
 pub mod util;
@@ -115,6 +117,7 @@ pub fn diagnose_ready(
     now_wall_ms: i64,
     final_: bool,
 ) -> Vec<Diagnosis> {
+    open_from_tables(job, cat, cfg);
     let version = job.input_version();
     if now_wall_ms != i64::MAX {
         // Input fed before the first poll carries no wall time (the engine learns the clock
@@ -168,6 +171,121 @@ pub fn diagnose_ready(
     out
 }
 
+/// Some failures no line states: ranks' NCCL traces that disagree at one operation counter
+/// (the collective hangs without an error), a stack dump of a process stuck outside any
+/// collective. With no incident open, such a job gets one, opened on the line that shows it
+/// (the odd rank's trace, every side's where no side is the majority; the stuck frame) as
+/// the finding the rules then explain.
+fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
+    if !job.incidents.is_empty() || job.table_lines_seen == job.table_lines_checked {
+        return;
+    }
+    job.table_lines_checked = job.table_lines_seen;
+    // Whether the tables show a failure does not depend on time: no clock estimate (it reads
+    // every sync point, and this runs on each poll while a healthy job's traces stream in).
+    let offsets = clock::Offsets {
+        by_host: Default::default(),
+        uncertainty_ms: cfg.clock_uncertainty_ms,
+        events_used: 0,
+    };
+    let lines: Vec<(board::LineRef, &'static str)> = {
+        let view = View::new(job, cat, cfg, &offsets);
+        let mut out = trace_split_lines(&view);
+        if out.is_empty() {
+            out = stuck_stack_lines(&view);
+        }
+        out
+    };
+    for (line, finding) in lines {
+        let Some(sig) = cat.index_of(finding) else {
+            continue;
+        };
+        let (src, text, origin, seq, line_no, ts) = match line {
+            board::LineRef::Call(src, i) => {
+                let c = &job.sources[src as usize].coll_calls[i];
+                (
+                    src,
+                    c.line.clone(),
+                    c.origin.clone(),
+                    c.seq,
+                    c.line_no,
+                    c.ts_ms,
+                )
+            }
+            board::LineRef::Frame(src, i) => {
+                let s = &job.sources[src as usize];
+                let Some(k) = &s.stack else { continue };
+                let f = &k.frames[i];
+                (
+                    src,
+                    f.text.clone(),
+                    s.origin.clone(),
+                    f.seq,
+                    f.line_no,
+                    k.ts_ms,
+                )
+            }
+            _ => continue,
+        };
+        let hit = Hit {
+            sig: Some(sig),
+            warn_only: false,
+            source: src,
+            seq,
+            line_no,
+            ts_ms: ts,
+            ts_exact: ts.is_some(),
+            ingest_ms: None,
+            text: text.clone(),
+            origin,
+            fields: Vec::new(),
+            record: vec![text],
+            last_error_text: false,
+        };
+        let idx = job.hits.len();
+        let before: usize = job.incidents.iter().map(|x| x.heap_bytes()).sum();
+        assign_incident(job, &hit, idx as u32, cfg, 0);
+        let after: usize = job.incidents.iter().map(|x| x.heap_bytes()).sum();
+        job.content_bytes = (job.content_bytes + after + hit.heap_bytes()).saturating_sub(before);
+        job.tables_dirty = true;
+        job.failure_seen = true;
+        job.hits.push(hit);
+    }
+}
+
+/// The first disagreement of the job's NCCL traces: its minority's lines (every side's when
+/// none is the majority).
+fn trace_split_lines(view: &View) -> Vec<(board::LineRef, &'static str)> {
+    let entries = collectives::table(view, &[]);
+    let splits = collectives::splits(&entries);
+    let Some(split) = splits.into_iter().next() else {
+        return Vec::new();
+    };
+    let odd_from = usize::from(split.has_majority());
+    split.classes[odd_from..]
+        .iter()
+        .flat_map(|(_, es)| es.iter())
+        .filter(|e| matches!(e.line, board::LineRef::Call(..)))
+        .map(|e| (e.line, "collective_mismatch"))
+        .collect()
+}
+
+/// Frames where processes whose stacks were dumped are stuck outside any collective.
+fn stuck_stack_lines(view: &View) -> Vec<(board::LineRef, &'static str)> {
+    view.job
+        .sources
+        .iter()
+        .enumerate()
+        .filter_map(|(si, s)| match stacks::place(s.stack.as_ref()?)? {
+            stacks::Place::Elsewhere(i) => Some((
+                board::LineRef::Frame(si as u32, i),
+                "stuck_outside_collective",
+            )),
+            stacks::Place::Collective(_) => None,
+        })
+        .collect()
+}
+
 /// An incident made only of unrecognised warnings is a failure only when the job shows a
 /// failure outcome somewhere (healthy runs print benign warnings too). A cause that matters
 /// only between hosts does not make one in a job that provably ran on one host.
@@ -211,6 +329,7 @@ fn diagnose(view: &View, inc_idx: usize) -> Option<Diagnosis> {
         hits: &hits,
         classified: hits.iter().any(|&i| job.hits[i].sig.is_some()),
         notes: RefCell::new(Vec::new()),
+        collectives: std::cell::OnceCell::new(),
     };
     let mut board = Board::default();
     rules::run_all(view, &scope, &mut board);

@@ -3,8 +3,10 @@
 //! preceded the failure, and cause, fix and verify rendered with the incident's facts.
 
 use super::board::{Board, Cand, LineRef};
+use super::collectives::COLL_TRACE_SIGNATURE;
 use super::facts::{self, Facts};
 use super::rules::{blaming_causes, Scope};
+use super::stacks::STACK_FRAME_SIGNATURE;
 use super::util::{iso_ms, rank_ranges};
 use super::view::View;
 use crate::catalog::{Role, Signature};
@@ -100,6 +102,19 @@ impl<'a> View<'a> {
                     Some(self.cat.signatures[obs.sig as usize].id.clone()),
                 )
             }
+            LineRef::Call(s, i) => (
+                self.job.sources[s as usize].coll_calls[i].line.clone(),
+                Some(COLL_TRACE_SIGNATURE.to_string()),
+            ),
+            LineRef::Ring(s, seq) => (
+                self.ring_line(s, seq).map_or_else(String::new, |l| l.text),
+                None,
+            ),
+            LineRef::Frame(s, i) => (
+                self.frame(s, i)
+                    .map_or_else(String::new, |f| f.text.clone()),
+                Some(STACK_FRAME_SIGNATURE.to_string()),
+            ),
         }
     }
 
@@ -107,7 +122,7 @@ impl<'a> View<'a> {
     fn obs_of(&self, l: LineRef) -> Option<(&'a crate::job::ContextObs, Vec<(String, String)>)> {
         let job = self.job;
         match l {
-            LineRef::Hit(_) => None,
+            LineRef::Hit(_) | LineRef::Call(..) | LineRef::Ring(..) | LineRef::Frame(..) => None,
             LineRef::Context(src, field) => {
                 let obs = &job.context[&(field, src)];
                 let mut fields = vec![(field.to_string(), obs.value.clone())];
@@ -205,6 +220,88 @@ impl<'a> View<'a> {
                     text: obs.line.clone(),
                 }
             }
+            Some(LineRef::Call(src, i)) => {
+                let call = &job.sources[src as usize].coll_calls[i];
+                let fields = [
+                    ("coll_op", call.op.clone()),
+                    ("op_count", format!("{:x}", call.op_count)),
+                    ("count", call.count.to_string()),
+                    ("datatype", call.datatype.to_string()),
+                    ("root", call.root.to_string()),
+                    ("coll_nranks", call.nranks.to_string()),
+                ]
+                .map(|(k, val)| (k.to_string(), val));
+                let extra = json!({
+                    "ts": call.ts_ms.map(iso_ms),
+                    "ts_corrected": self.corrected(src, call.ts_ms).map(iso_ms),
+                    "ts_exact": call.ts_ms.is_some(), "line": call.line,
+                    "origin": format!("{}:{}", call.origin, call.line_no),
+                    "record": [call.line.clone()], "fields": fields_json(&fields),
+                });
+                merge(&mut v, extra);
+                RootLine {
+                    json: v,
+                    sig: self
+                        .cat
+                        .index_of(COLL_TRACE_SIGNATURE)
+                        .map(|i| &self.cat.signatures[i as usize]),
+                    at: Some((call.seq, src, call.ts_ms)),
+                    text: call.line.clone(),
+                }
+            }
+            Some(LineRef::Ring(src, seq)) => {
+                let line = self.ring_line(src, seq);
+                let text = line.as_ref().map_or_else(String::new, |l| l.text.clone());
+                let ts = line.as_ref().and_then(|l| l.ts_ms);
+                let extra = json!({
+                    "ts": ts.map(iso_ms), "ts_corrected": self.corrected(src, ts).map(iso_ms),
+                    "ts_exact": ts.is_some(), "line": text,
+                    "origin": job.sources[src as usize].origin.to_string(),
+                    "record": [text.clone()], "fields": {},
+                });
+                merge(&mut v, extra);
+                RootLine {
+                    json: v,
+                    sig: None,
+                    at: Some((seq, src, ts)),
+                    text,
+                }
+            }
+            Some(LineRef::Frame(src, i)) => {
+                let stack = job.sources[src as usize].stack.as_ref();
+                let frame = self.frame(src, i);
+                let text = frame.map_or_else(String::new, |f| f.text.clone());
+                let ts = stack.and_then(|k| k.ts_ms);
+                let mut record: Vec<String> =
+                    stack.map_or_else(Vec::new, |k| vec![k.header.clone()]);
+                record.extend(
+                    stack
+                        .into_iter()
+                        .flat_map(|k| k.frames.iter().take(12).map(|f| f.text.clone())),
+                );
+                let fields = frame.map_or_else(Vec::new, |f| {
+                    vec![
+                        ("frame_func".to_string(), f.func.clone()),
+                        ("frame_file".to_string(), f.file.clone()),
+                    ]
+                });
+                let extra = json!({
+                    "ts": ts.map(iso_ms), "ts_corrected": self.corrected(src, ts).map(iso_ms),
+                    "ts_exact": false, "line": text,
+                    "origin": format!("{}:{}", job.sources[src as usize].origin, frame.map_or(0, |f| f.line_no)),
+                    "record": record, "fields": fields_json(&fields),
+                });
+                merge(&mut v, extra);
+                RootLine {
+                    json: v,
+                    sig: self
+                        .cat
+                        .index_of(STACK_FRAME_SIGNATURE)
+                        .map(|i| &self.cat.signatures[i as usize]),
+                    at: Some((frame.map_or(0, |f| f.seq), src, ts)),
+                    text,
+                }
+            }
             None => {
                 merge(
                     &mut v,
@@ -218,6 +315,15 @@ impl<'a> View<'a> {
                 }
             }
         }
+    }
+
+    fn frame(&self, src: u32, i: usize) -> Option<&'a crate::job::StackFrame> {
+        self.job.sources[src as usize].stack.as_ref()?.frames.get(i)
+    }
+
+    fn ring_line(&self, src: u32, seq: u64) -> Option<RingLine> {
+        let ring = &self.job.sources[src as usize].ring;
+        ring.lines().into_iter().find(|l| l.seq == seq)
     }
 
     /// Lines of `srcs` before `at` (seq, source, time), oldest first, at most `limit`. When
@@ -336,9 +442,17 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
         .and_then(|(_, s)| s)
         .map(|s| &v.cat.signatures[s as usize]);
     let root_advice = root.sig.filter(|s| !s.fix.is_empty());
+    // A finding a rule drew (a mismatched collective, a rank that never joined) speaks for a
+    // candidate whose own lines are only symptoms; a cause line the candidate printed still
+    // comes first.
+    let finding_sig = top
+        .finding
+        .as_ref()
+        .map(|(s, _)| &v.cat.signatures[*s as usize]);
     let cause_sig = top
         .cause
         .and_then(|b| v.sig(v.hit(b)))
+        .or(finding_sig)
         .or(root_advice)
         .or(config_sig)
         .or(root.sig);
@@ -429,6 +543,9 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
             let title = sig_json["title"].as_str().unwrap_or("");
             format!("{title} (this host differs from the rest of the job)")
         }
+        _ if top.cause.is_none() && finding_sig.is_some() => {
+            finding_sig.map_or(String::new(), |f| f.title.clone())
+        }
         _ => sig_json["title"].as_str().unwrap_or("").to_string(),
     };
     let summary = format!(
@@ -460,6 +577,7 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
         "collateral_rank_count": all_coll.len(),
         "preceding_lines": preceding,
         "odd_context": distinct_notes(&inc.scope.notes.borrow()),
+        "collectives": board.collectives,
         "alternatives": alternatives,
         "hypotheses": hypotheses,
         "incident": {
@@ -610,6 +728,8 @@ fn confidence(top: &Cand, second: Option<&Cand>, tie: bool, classified: bool) ->
         } else {
             0.75
         }
+    } else if top.finding.is_some() && top.score() >= 50 {
+        0.75
     } else if top.pointer.is_some() || top.score() >= 20 {
         0.6
     } else if classified {
@@ -662,6 +782,11 @@ fn facts_of(v: &View, top: &Cand, root: &RootLine) -> Facts {
         "ib_dev",
     ] {
         put(&format!("job_{field}"), majority_value(v, field, top.host));
+    }
+    if let Some((_, finding_facts)) = &top.finding {
+        for (k, val) in finding_facts {
+            put(k, Some(val.clone()));
+        }
     }
     if let Some(h) = top.host {
         for field in ["iface", "ip", "nccl_version", "transport"] {

@@ -8,7 +8,10 @@ use crate::catalog::{Role, Sync};
 use crate::correlate;
 use crate::fieldre::FieldSpan;
 use crate::filetext::TextAt;
-use crate::job::{ContextObs, Hit, Incident, Job, SourceKey, SyncObs, CONTEXT_FIELDS};
+use crate::job::{
+    CollCall, ContextObs, Hit, Incident, Job, SourceKey, Stack, StackFrame, SyncObs,
+    CONTEXT_FIELDS, STACK_FRAMES_KEPT,
+};
 use crate::memsize;
 use crate::prefix::{Level, Producer};
 use crate::ring::Ring;
@@ -31,6 +34,11 @@ struct Learned<'a> {
     rank: Option<&'a str>,
     nranks: Option<&'a str>,
     seq: Option<&'a str>,
+    op_count: Option<&'a str>,
+    comm_ptr: Option<&'a str>,
+    comm_id: Option<&'a str>,
+    stack_thread: Option<&'a str>,
+    frame_func: Option<&'a str>,
     /// By position in `CONTEXT_FIELDS`.
     context: [Option<&'a str>; CONTEXT_FIELDS.len()],
 }
@@ -45,6 +53,11 @@ impl<'a> FieldView<'a> {
                 "rank" => &mut l.rank,
                 "nranks" => &mut l.nranks,
                 "seq" => &mut l.seq,
+                "op_count" => &mut l.op_count,
+                "comm_ptr" => &mut l.comm_ptr,
+                "comm_id" => &mut l.comm_id,
+                "stack_thread" => &mut l.stack_thread,
+                "frame_func" => &mut l.frame_func,
                 name => match CONTEXT_FIELDS.iter().position(|f| *f == name) {
                     Some(i) => &mut l.context[i],
                     None => continue,
@@ -63,6 +76,14 @@ impl<'a> FieldView<'a> {
             .collect()
     }
 }
+
+/// Communicators remembered per process (a job creates a few: world, data and tensor
+/// parallel groups; a process that creates thousands is not tracked past this).
+const MAX_COMMS_PER_SOURCE: usize = 64;
+
+/// Lines of other processes that may come between two frames of one stack (a console that
+/// interleaves ranks).
+const FRAME_GAP_LINES: u64 = 8;
 
 /// Where a line sits: its job sequence number, its number in its stream, its time.
 #[derive(Clone, Copy)]
@@ -428,6 +449,20 @@ impl Engine {
             ) {
                 job.learn_rank(src, r, n);
             }
+            if got.stack_thread.is_some() || got.frame_func.is_some() {
+                Self::learn_stack_line(job, src, fields, line, at);
+            } else if got.op_count.is_some() {
+                Self::learn_coll_call(job, src, fields, line, at, st);
+            } else if let (Some(p), Some(id)) = (got.comm_ptr, got.comm_id) {
+                let s = &mut job.sources[src as usize];
+                if s.comm_id(p).is_none() && s.comm_ids.len() < MAX_COMMS_PER_SOURCE {
+                    let before = s.comm_ids_bytes();
+                    s.comm_ids.push((p.to_string(), id.to_string()));
+                    job.content_bytes =
+                        (job.content_bytes + s.comm_ids_bytes()).saturating_sub(before);
+                    job.table_lines_seen += 1;
+                }
+            }
             for (&f, v) in CONTEXT_FIELDS.iter().zip(got.context) {
                 let Some(v) = v else { continue };
                 if f == "socket_ifname" {
@@ -507,6 +542,96 @@ impl Engine {
                 });
             }
         }
+    }
+
+    /// A line of a stack dump: a main-thread header starts the process's stack afresh (a
+    /// later dump replaces an earlier one); frames right after it are added to it.
+    fn learn_stack_line(job: &mut Job, src: u32, fields: &FieldView<'_>, line: &str, at: LineAt) {
+        let pairs = fields.to_pairs();
+        let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let s = &mut job.sources[src as usize];
+        let before = s.stack.as_ref().map_or(0, Stack::heap_bytes);
+        if get("stack_thread").is_some() {
+            // py-spy names its threads: only the main one. faulthandler names none; its
+            // `Current thread` (the one that was running) is printed first, so a later
+            // unnamed thread of the same dump does not replace it.
+            let name = get("thread_name");
+            let current = line.contains("Current thread");
+            let main = match name {
+                Some(n) => n == "MainThread",
+                None => {
+                    current
+                        || s.stack
+                            .as_ref()
+                            .is_none_or(|k| !k.open && at.seq > k.seq + 1)
+                }
+            };
+            if main {
+                s.stack = Some(Stack {
+                    header: line.to_string(),
+                    seq: at.seq,
+                    ts_ms: at.ts,
+                    frames: Vec::new(),
+                    open: true,
+                });
+            } else if let Some(k) = s.stack.as_mut() {
+                k.open = false;
+            }
+        } else if let (Some(k), Some(func)) = (s.stack.as_mut(), get("frame_func")) {
+            let follows = at.seq <= k.frames.last().map_or(k.seq, |f| f.seq) + FRAME_GAP_LINES;
+            if k.open && follows && k.frames.len() < STACK_FRAMES_KEPT {
+                k.frames.push(StackFrame {
+                    func: func.to_string(),
+                    file: get("frame_file").unwrap_or("").to_string(),
+                    seq: at.seq,
+                    line_no: at.line_no,
+                    text: line.to_string(),
+                });
+            } else if !follows {
+                k.open = false;
+            }
+        }
+        let after = s.stack.as_ref().map_or(0, Stack::heap_bytes);
+        job.content_bytes = (job.content_bytes + after).saturating_sub(before);
+        job.table_lines_seen += 1;
+    }
+
+    /// Keeps an NCCL collective trace line in its process's short list of calls.
+    fn learn_coll_call(
+        job: &mut Job,
+        src: u32,
+        fields: &FieldView<'_>,
+        line: &str,
+        at: LineAt,
+        st: &Stream,
+    ) {
+        let pairs = fields.to_pairs();
+        let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let num = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
+        let (Some(op), Some(op_count)) = (
+            get("coll_op"),
+            get("op_count").and_then(|v| u64::from_str_radix(v, 16).ok()),
+        ) else {
+            return;
+        };
+        let call = CollCall {
+            op: op.to_string(),
+            op_count,
+            count: num("count").unwrap_or(0),
+            datatype: num("datatype").unwrap_or(0) as u32,
+            redop: num("redop").unwrap_or(0) as u32,
+            root: get("root").and_then(|v| v.parse().ok()).unwrap_or(0),
+            nranks: num("coll_nranks").unwrap_or(0) as u32,
+            comm: get("comm_ptr").unwrap_or("").to_string(),
+            seq: at.seq,
+            line_no: at.line_no,
+            ts_ms: at.ts,
+            line: line.to_string(),
+            origin: st.origin.clone(),
+        };
+        let (after, before) = job.sources[src as usize].push_coll_call(call);
+        job.content_bytes = (job.content_bytes + after).saturating_sub(before);
+        job.table_lines_seen += 1;
     }
 
     /// Counts a hit of `sig` from `source` and says whether it is kept (per-process caps).

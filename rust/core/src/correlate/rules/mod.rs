@@ -5,6 +5,7 @@
 
 mod bad_interface;
 mod cause_signature;
+mod collective_mismatch;
 mod crash_teardown;
 mod desync_report;
 mod error_chain;
@@ -12,9 +13,11 @@ mod identity_outlier;
 mod identity_pair;
 mod ifname_unmatched;
 mod peer_naming;
+mod progress;
 mod seq_lag;
 mod setting_blame;
 mod silence;
+mod stack_dumps;
 mod symptoms;
 mod transport_mismatch;
 
@@ -29,6 +32,15 @@ pub struct Scope<'a> {
     pub classified: bool,
     /// Configuration facts found by the rules, shown in the diagnosis as `odd_context`.
     pub notes: std::cell::RefCell<Vec<serde_json::Value>>,
+    /// The incident's collective table, built once for the rules that read it.
+    pub collectives: std::cell::OnceCell<Vec<super::collectives::Entry>>,
+}
+
+impl Scope<'_> {
+    pub fn collectives(&self, v: &View) -> &[super::collectives::Entry] {
+        self.collectives
+            .get_or_init(|| super::collectives::table(v, self.hits))
+    }
 }
 
 pub type Rule = fn(&View, &Scope, &mut Board);
@@ -41,6 +53,9 @@ pub const RULES: &[(&str, Rule)] = &[
     ("peer_naming", peer_naming::apply),
     ("desync_report", desync_report::apply),
     ("seq_lag", seq_lag::apply),
+    ("collective_mismatch", collective_mismatch::apply),
+    ("progress", progress::apply),
+    ("stack_dumps", stack_dumps::apply),
     ("silence", silence::apply),
     ("bad_interface", bad_interface::apply),
     ("ifname_unmatched", ifname_unmatched::apply),

@@ -1,7 +1,8 @@
 //! A rank that stopped logging a minute or more before the incident while most others went
-//! on is a suspect (+10): it may have hung or died without last words.
+//! on is a suspect (+10): it may have hung or died without last words. Where it printed no
+//! failure line, its last line stands for it (the last thing it did).
 
-use crate::correlate::board::Board;
+use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
 use std::collections::BTreeMap;
@@ -18,9 +19,13 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         return;
     };
     let mut last: BTreeMap<u32, i64> = BTreeMap::new();
+    let mut last_src: BTreeMap<u32, u32> = BTreeMap::new();
     for (si, s) in v.job.sources.iter().enumerate() {
         if let (Some(r), Some(t)) = (v.rank_of(si as u32), v.corrected(si as u32, s.last_ts)) {
             let e = last.entry(r).or_insert(t);
+            if t >= *e {
+                last_src.insert(r, si as u32);
+            }
             *e = (*e).max(t);
         }
     }
@@ -40,5 +45,12 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             (t0 - last[&r]) / 1000
         );
         board.add(who, v.who_host(who), "silence", 10, why);
+        let last_line = last_src.get(&r).and_then(|&src| {
+            let ring = &v.job.sources[src as usize].ring;
+            let line = ring.lines().into_iter().rev().find(|l| !l.continuation)?;
+            Some(LineRef::Ring(src, line.seq))
+        });
+        let c = board.cand(who, v.who_host(who));
+        c.stated = c.stated.or(last_line);
     }
 }

@@ -1,0 +1,225 @@
+"""PyTorch Flight Recorder dumps as evidence.
+
+A dump is one more producer of lines, like a kernel log: the dumps of a job are read and
+checked (`reader`), analyzed across ranks per process group (`analysis`), and the result is
+written as a few lines per rank (`render`) that the engine reads through its ordinary stream
+API, one stream per dump with the rank as a hint and the dump's path as the origin. There the
+catalog's `flight_recorder.toml` turns them into hits, so they take part in the same ranking,
+report reasons and JSON as the job's log lines."""
+
+from __future__ import annotations
+
+import glob
+import os
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from rankwatch.flight_recorder.analysis import Analysis, Finding, analyze, rank_list
+from rankwatch.flight_recorder.model import Dump, Entry
+from rankwatch.flight_recorder.reader import (
+    MAX_DUMP_BYTES,
+    DumpError,
+    load_dump,
+    sniff,
+)
+from rankwatch.flight_recorder.render import RankLines, render
+from rankwatch.safe_text import printable
+
+__all__ = [
+    "MAX_DUMP_BYTES",
+    "Analysis",
+    "Dump",
+    "DumpError",
+    "Entry",
+    "Finding",
+    "FlightRecorderResult",
+    "analyze",
+    "feed_dumps",
+    "find_dumps",
+    "is_dump",
+    "load_dump",
+    "rank_list",
+    "read_dumps",
+    "render",
+]
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def is_dump(path: Path) -> bool:
+    """Whether a file is a Flight Recorder dump, by its content: a pickle whose first bytes
+    name the dump's keys, or a JSON object that does (only the first 64 KiB are read, and
+    only when the first byte says pickle or JSON)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.read(1)
+            if first not in (b"\x80", b"{", b" ", b"\n", b"\t", b"\r"):
+                return False
+            return sniff(first + f.read(64 << 10)) is not None
+    except OSError:
+        return False
+
+
+def find_dumps(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
+    """The dump files that PATHs (files, folders searched recursively, glob patterns) stand
+    for, and "PATH: reason" for what could not be used. A file named directly must be a
+    dump; in a folder, files that are not dumps are passed over silently."""
+    found: list[Path] = []
+    problems: list[str] = []
+    seen: set[str] = set()
+
+    def add(p: Path) -> None:
+        real = os.path.realpath(p)
+        if real not in seen:
+            seen.add(real)
+            found.append(p)
+
+    for raw in paths:
+        text = str(raw)
+        p = Path(text)
+        if not os.path.lexists(p) and _GLOB_CHARS & set(text):
+            matches = sorted(glob.glob(text, recursive=True))
+            if not matches:
+                problems.append(f"{printable(text)}: no file matches this pattern")
+            for m in matches:
+                mp = Path(m)
+                if mp.is_dir():
+                    found_in, probs = _walk_dumps(mp)
+                    problems.extend(probs)
+                    for f in found_in:
+                        add(f)
+                elif is_dump(mp):
+                    add(mp)
+            continue
+        try:
+            st = os.stat(p)
+        except OSError as e:
+            problems.append(f"{printable(p)}: {e.strerror or e}")
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            found_in, probs = _walk_dumps(p)
+            problems.extend(probs)
+            for f in found_in:
+                add(f)
+        elif stat.S_ISREG(st.st_mode):
+            add(p)  # named directly: load_dump says why, if it is not one
+        else:
+            problems.append(f"{printable(p)}: not a regular file")
+    return found, problems
+
+
+def _walk_dumps(top: Path) -> tuple[list[Path], list[str]]:
+    out: list[Path] = []
+    problems: list[str] = []
+    for folder, dirs, files in os.walk(
+        top,
+        onerror=lambda e: problems.append(
+            f"{printable(e.filename)}: folder not read: {e.strerror}"
+        ),
+    ):
+        dirs.sort()
+        for name in sorted(files):
+            if name.startswith("."):
+                continue
+            p = Path(folder) / name
+            try:
+                if not stat.S_ISREG(os.lstat(p).st_mode):
+                    continue
+            except OSError:
+                continue
+            if is_dump(p):
+                out.append(p)
+    return out, problems
+
+
+class _EngineLike(Protocol):
+    """The part of `rankwatch.engine.Engine` that feeding uses."""
+
+    def open_stream(
+        self,
+        job: str,
+        origin: str,
+        *,
+        source_key: str | None = None,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        host: str | None = None,
+    ) -> int: ...
+
+    def feed(self, stream: int, data: bytes, ingest_ms: int | None = None) -> None: ...
+
+    def close_stream(self, stream: int) -> None: ...
+
+
+@dataclass
+class FlightRecorderResult:
+    """What reading and analyzing a job's dumps gave."""
+
+    dumps: list[Dump]
+    analysis: Analysis | None
+    problems: list[str] = field(default_factory=list)  # "PATH: reason", dumps not used
+    notes: list[str] = field(default_factory=list)  # "PATH: N entries skipped: ..."
+    lines: int = 0  # lines fed to the engine
+
+
+def read_dumps(
+    paths: Sequence[Path],
+    max_bytes: int = MAX_DUMP_BYTES,
+    on_problem: Callable[[str], None] | None = None,
+) -> tuple[list[Dump], list[str], list[str]]:
+    """Loads every dump; returns the dumps, the problems ("PATH: reason", each dump not
+    used) and notes (dumps used with some entries left out)."""
+    dumps: list[Dump] = []
+    problems: list[str] = []
+    notes: list[str] = []
+    for p in paths:
+        try:
+            d = load_dump(p, max_bytes)
+        except DumpError as e:
+            message = f"{printable(p)}: {e}"
+            problems.append(message)
+            if on_problem is not None:
+                on_problem(message)
+            continue
+        if d.skipped_entries:
+            notes.append(
+                f"{printable(p)}: {d.skipped_entries} entries left out "
+                f"({'; '.join(d.entry_problems)})"
+            )
+        dumps.append(d)
+    ranks: dict[int, Dump] = {}
+    for d in dumps:
+        if d.rank in ranks:
+            notes.append(
+                f"{printable(d.path)}: rank {d.rank} also dumped to "
+                f"{printable(ranks[d.rank].path)}; the later file is used"
+            )
+        ranks[d.rank] = d
+    return dumps, problems, notes
+
+
+def feed_dumps(
+    engine: _EngineLike,
+    job: str,
+    dumps: Sequence[Dump],
+    missing_origin: str,
+) -> tuple[Analysis, int]:
+    """Analyzes the job's dumps and feeds the resulting lines to the engine: one stream per
+    rank, its dump's path as the origin (`missing_origin` for a rank that wrote none).
+    Returns the analysis and the number of lines fed."""
+    analysis = analyze(dumps)
+    per_rank = render(analysis)
+    origin_of = {d.rank: printable(d.path, limit=None) for d in dumps}
+    lines = 0
+    for rank in sorted(per_rank):
+        rl: RankLines = per_rank[rank]
+        origin = origin_of.get(rank, f"{missing_origin} (no dump of rank {rank})")
+        stream = engine.open_stream(job, origin, source_key=f"rank:{rank}", rank=rank)
+        data = rl.text()
+        engine.feed(stream, data)
+        engine.close_stream(stream)
+        lines += len(rl.lines)
+    return analysis, lines

@@ -1,0 +1,358 @@
+//! The collective table of one incident (DESIGN §3.3, "collective fingerprints"): per process
+//! group and sequence number, what each rank says it ran. Three kinds of lines state it:
+//! torch's watchdog (`WorkNCCL(SeqNum=…, OpType=…, NumelIn=…, NumelOut=…)`), Flight Recorder
+//! lines rendered from dumps (the same field names), and NCCL's COLL trace (`AllReduce:
+//! opCount … count … datatype … root …`). The first two share torch's per-group numbering;
+//! the trace counts per communicator, so its entries form groups of their own.
+
+use super::board::LineRef;
+use super::util::rank_ranges;
+use super::view::{View, Who};
+use crate::job::CollCall;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+pub const COLL_TRACE_SIGNATURE: &str = "nccl_coll_trace";
+
+/// What one rank ran at one sequence number: the values all ranks of a group must agree on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Fingerprint {
+    pub op: String,
+    pub numel_in: Option<i64>,
+    pub numel_out: Option<i64>,
+    pub dtype: Option<String>,
+    pub root: Option<i64>,
+}
+
+/// One rank's statement about one collective.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub who: Who,
+    pub group: String,
+    pub seq: u64,
+    pub fp: Fingerprint,
+    pub line: LineRef,
+    /// When the line was printed (skew-corrected).
+    pub ts: Option<i64>,
+    /// When the rank entered the collective, where the line says how long it waited (a
+    /// watchdog timeout's `ran for N milliseconds`).
+    pub entered: Option<i64>,
+    /// The line reports waiting in this collective (a timeout, a Flight Recorder entry that
+    /// never completed), not merely issuing it.
+    pub waiting: bool,
+}
+
+/// Point-to-point operations count on their own and pair two ranks; they are not compared.
+const P2P_OPS: &[&str] = &["SEND", "RECV", "RECVANYSOURCE", "_RECV", "_SEND"];
+/// Operations whose element counts legitimately differ between ranks (uneven splits, the
+/// root's gathered output): only the operation itself is compared.
+const UNEVEN_OPS: &[&str] = &[
+    "ALLTOALL",
+    "ALLTOALL_BASE",
+    "ALLTOALLV",
+    "GATHER",
+    "SCATTER",
+    "ALLGATHERV",
+];
+
+/// NCCL's datatype numbers (ncclDataType_t).
+fn nccl_dtype(n: u32) -> String {
+    let names = [
+        "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64",
+        "bfloat16", "fp8_e4m3", "fp8_e5m2",
+    ];
+    names
+        .get(n as usize)
+        .map_or_else(|| n.to_string(), |s| s.to_string())
+}
+
+/// Every statement about collectives in the incident's hits and the job's traced calls.
+pub fn table(v: &View, hits: &[usize]) -> Vec<Entry> {
+    let mut out: Vec<Entry> = Vec::new();
+    let mut seen: BTreeSet<(Who, String, u64)> = BTreeSet::new();
+    let mut ordered: Vec<usize> = hits.to_vec();
+    ordered.sort_by_key(|&i| v.order_key(i));
+    for i in ordered {
+        let h = v.hit(i);
+        let (Some(seq), Some(op)) = (
+            h.field("seq").and_then(|x| x.parse::<u64>().ok()),
+            h.field("op_type"),
+        ) else {
+            continue;
+        };
+        let who = v.printer(h);
+        let group = format!("PG {}", h.field("pg").unwrap_or("?"));
+        if !seen.insert((who, group.clone(), seq)) {
+            continue;
+        }
+        let num = |k: &str| h.field(k).and_then(|x| x.parse::<i64>().ok());
+        let ts = v.hit_time(h);
+        let waited = num("ran_ms").or(num("timeout_ms"));
+        let state = h.field("state");
+        out.push(Entry {
+            who,
+            group,
+            seq,
+            fp: Fingerprint {
+                op: op.to_ascii_uppercase(),
+                numel_in: num("numel_in"),
+                numel_out: num("numel_out"),
+                dtype: h.field("dtype").map(str::to_string),
+                root: num("root"),
+            },
+            line: LineRef::Hit(i),
+            ts,
+            entered: ts.zip(waited).map(|(t, w)| t - w),
+            waiting: state.is_none_or(|s| s != "completed"),
+        });
+    }
+    for (si, src) in v.job.sources.iter().enumerate() {
+        let si = si as u32;
+        let who = v.rank_of(si).map_or(Who::Source(si), Who::Rank);
+        for (ci, call) in src.coll_calls.iter().enumerate() {
+            if let Some(group) = trace_group(src, call) {
+                out.push(trace_entry(v, who, (si, ci), call, group));
+            }
+        }
+    }
+    out
+}
+
+/// Which communicator a traced call belongs to, as all its ranks know it: the id from the
+/// process's init line; without one (older NCCL), its size, when the process used only one
+/// communicator of that size (else its calls cannot be told apart from another group's).
+fn trace_group(src: &crate::job::Source, call: &CollCall) -> Option<String> {
+    if let Some(id) = src.comm_id(&call.comm) {
+        return Some(format!("NCCL communicator {id}"));
+    }
+    let same_size = |c: &&CollCall| c.nranks == call.nranks && c.comm != call.comm;
+    if src.coll_calls.iter().any(|c| same_size(&c)) {
+        return None;
+    }
+    Some(format!("NCCL communicator of {} ranks", call.nranks))
+}
+
+fn trace_entry(v: &View, who: Who, at: (u32, usize), call: &CollCall, group: String) -> Entry {
+    let (src, idx) = at;
+    let op = call.op.to_ascii_uppercase();
+    let rooted = matches!(op.as_str(), "BROADCAST" | "REDUCE" | "BCAST");
+    Entry {
+        who,
+        group,
+        seq: call.op_count,
+        fp: Fingerprint {
+            op,
+            numel_in: Some(call.count as i64),
+            numel_out: None,
+            dtype: Some(nccl_dtype(call.datatype)),
+            root: rooted.then_some(call.root),
+        },
+        line: LineRef::Call(src, idx),
+        ts: v.corrected(src, call.ts_ms),
+        entered: None,
+        waiting: false,
+    }
+}
+
+/// Ranks at one (group, sequence number) that ran different things: classes of equal
+/// fingerprints, largest first (ties: the class with the lowest rank first).
+#[derive(Debug)]
+pub struct Split<'a> {
+    pub group: &'a str,
+    pub seq: u64,
+    pub classes: Vec<(Fingerprint, Vec<&'a Entry>)>,
+}
+
+impl Split<'_> {
+    /// The minority is clear: one class holds more ranks than any other.
+    pub fn has_majority(&self) -> bool {
+        self.classes.len() >= 2 && self.classes[0].1.len() > self.classes[1].1.len()
+    }
+}
+
+/// The values compared at one sequence number: only what every statement there gives (an
+/// older watchdog line has no element counts), and for uneven or p2p operations the
+/// operation alone.
+fn compared(fp: &Fingerprint, all: &[&Entry]) -> Fingerprint {
+    let every = |f: fn(&Fingerprint) -> bool| all.iter().all(|e| f(&e.fp));
+    let uneven = all
+        .iter()
+        .any(|e| UNEVEN_OPS.contains(&e.fp.op.trim_end_matches("_COALESCED")));
+    let keep_counts = !uneven;
+    Fingerprint {
+        op: fp.op.clone(),
+        numel_in: fp
+            .numel_in
+            .filter(|_| keep_counts && every(|x| x.numel_in.is_some())),
+        numel_out: fp
+            .numel_out
+            .filter(|_| keep_counts && every(|x| x.numel_out.is_some())),
+        dtype: fp.dtype.clone().filter(|_| every(|x| x.dtype.is_some())),
+        root: fp.root.filter(|_| every(|x| x.root.is_some())),
+    }
+}
+
+/// Every (group, sequence number) where ranks disagree, in group and sequence order.
+pub fn splits(entries: &[Entry]) -> Vec<Split<'_>> {
+    let mut buckets: BTreeMap<(&str, u64), Vec<&Entry>> = BTreeMap::new();
+    for e in entries {
+        if P2P_OPS.contains(&e.fp.op.as_str()) {
+            continue;
+        }
+        buckets.entry((&e.group, e.seq)).or_default().push(e);
+    }
+    let mut out = Vec::new();
+    for ((group, seq), all) in buckets {
+        let ranks: BTreeSet<Who> = all.iter().map(|e| e.who).collect();
+        if ranks.len() < 2 {
+            continue;
+        }
+        let mut classes: BTreeMap<Fingerprint, Vec<&Entry>> = BTreeMap::new();
+        for e in &all {
+            classes.entry(compared(&e.fp, &all)).or_default().push(*e);
+        }
+        if classes.len() < 2 {
+            continue;
+        }
+        let mut classes: Vec<(Fingerprint, Vec<&Entry>)> = classes.into_iter().collect();
+        classes.sort_by_key(|(_, es)| {
+            let lowest = es.iter().map(|e| e.who).min();
+            (std::cmp::Reverse(es.len()), lowest)
+        });
+        out.push(Split {
+            group,
+            seq,
+            classes,
+        });
+    }
+    out
+}
+
+/// `BROADCAST NumelIn=25503912 NumelOut=25503912` (a trace's count reads `count 440`).
+pub fn describe(fp: &Fingerprint, trace: bool) -> String {
+    let mut s = fp.op.clone();
+    match (fp.numel_in, fp.numel_out, trace) {
+        (Some(n), _, true) => s.push_str(&format!(" count {n}")),
+        (i, o, false) => {
+            if let Some(n) = i {
+                s.push_str(&format!(" NumelIn={n}"));
+            }
+            if let Some(n) = o {
+                s.push_str(&format!(" NumelOut={n}"));
+            }
+        }
+        _ => {}
+    }
+    if let Some(d) = &fp.dtype {
+        s.push_str(&format!(" dtype {d}"));
+    }
+    if let Some(r) = fp.root {
+        s.push_str(&format!(" root {r}"));
+    }
+    s
+}
+
+/// Ranks (or, where a process's rank is unknown, its source number) as ranges.
+pub fn who_list(whos: &[Who]) -> String {
+    let ranks: BTreeSet<u32> = whos
+        .iter()
+        .filter_map(|w| match w {
+            Who::Rank(r) => Some(*r),
+            _ => None,
+        })
+        .collect();
+    let others = whos.len() - ranks.len();
+    let mut s = rank_ranges(&ranks);
+    if others > 0 {
+        if !s.is_empty() {
+            s.push_str(" and ");
+        }
+        s.push_str(&format!("{others} process(es) of unknown rank"));
+    }
+    s
+}
+
+/// The split as the diagnosis shows it: one row per class of ranks, side by side.
+pub fn split_json(split: &Split, kind: &str) -> Value {
+    let trace = split
+        .classes
+        .first()
+        .and_then(|(_, es)| es.first())
+        .is_some_and(|e| matches!(e.line, LineRef::Call(..)));
+    let rows: Vec<Value> = split
+        .classes
+        .iter()
+        .map(|(fp, es)| {
+            let whos: Vec<Who> = es.iter().map(|e| e.who).collect();
+            json!({
+                "ranks": who_list(&whos), "count": whos.len(), "op": fp.op,
+                "numel_in": fp.numel_in, "numel_out": fp.numel_out, "dtype": fp.dtype,
+                "root": fp.root, "stated": describe(fp, trace),
+            })
+        })
+        .collect();
+    json!({"kind": kind, "group": split.group, "seq": split.seq, "rows": rows})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(r: u32, op: &str, n: i64) -> Entry {
+        Entry {
+            who: Who::Rank(r),
+            group: "PG 0".into(),
+            seq: 5,
+            fp: Fingerprint {
+                op: op.into(),
+                numel_in: Some(n),
+                numel_out: Some(n),
+                dtype: None,
+                root: None,
+            },
+            line: LineRef::Hit(r as usize),
+            ts: None,
+            entered: None,
+            waiting: true,
+        }
+    }
+
+    #[test]
+    fn a_rank_with_another_count_is_the_minority() {
+        let mut es: Vec<Entry> = (1..8).map(|r| entry(r, "BROADCAST", 12751956)).collect();
+        es.push(entry(0, "BROADCAST", 25503912));
+        let s = splits(&es);
+        assert_eq!(s.len(), 1);
+        assert!(s[0].has_majority());
+        assert_eq!(s[0].classes[1].1[0].who, Who::Rank(0));
+        assert_eq!(
+            describe(&s[0].classes[1].0, false),
+            "BROADCAST NumelIn=25503912 NumelOut=25503912"
+        );
+    }
+
+    #[test]
+    fn equal_statements_and_uneven_ops_are_no_split() {
+        let es: Vec<Entry> = (0..4).map(|r| entry(r, "ALLREDUCE", 11)).collect();
+        assert!(splits(&es).is_empty());
+        let uneven = vec![entry(0, "ALLTOALL_BASE", 10), entry(1, "ALLTOALL_BASE", 14)];
+        assert!(splits(&uneven).is_empty());
+        let p2p = vec![entry(0, "SEND", 10), entry(1, "RECV", 10)];
+        assert!(splits(&p2p).is_empty());
+    }
+
+    #[test]
+    fn counts_are_compared_only_where_every_line_states_them() {
+        let mut old = entry(1, "ALLREDUCE", 0);
+        old.fp.numel_in = None;
+        old.fp.numel_out = None;
+        let es = vec![entry(0, "ALLREDUCE", 11), old];
+        assert!(splits(&es).is_empty());
+        let es = vec![entry(0, "ALLREDUCE", 11), entry(1, "BROADCAST", 11)];
+        let s = splits(&es);
+        assert!(
+            !s[0].has_majority(),
+            "one against one: no side is the odd one"
+        );
+    }
+}
