@@ -36,17 +36,25 @@ const IGNORED_ENV_PREFIXES: &[&str] = &["NCCL_DEBUG", "TORCH_CPP_LOG", "TORCH_DI
 /// Distinct values kept per key and machine; beyond that a key varies per process and says
 /// nothing about the machine.
 const MAX_VALUES: usize = 8;
-/// Processes listed per value (the count goes on).
+/// Processes listed per value of a host (the count goes on).
 pub const MAX_SOURCES: usize = 64;
+/// Processes listed per value of the processes with no known host (each is compared).
+pub const MAX_UNNAMED_SOURCES: usize = 8192;
+/// A value already seen on this many machines keeps no line for further machines: it is the
+/// job's majority, and only a minority value or one of a pair stands as a root line.
+const SHARED_VALUE_MACHINES: u32 = 3;
 /// Values kept per job, over all machines and keys.
 const MAX_SIGHTINGS: usize = 1 << 16;
 /// Distinct keys per job (`env:` names come from the input).
 const MAX_KEYS: usize = 512;
 
-/// Where a value was seen: a host, or for lines that name none, the file they came from.
+/// Where a value was seen: a host. Lines of processes whose host is not known (torch's own
+/// lines in a per-rank file) are kept together under `Unnamed` and compared process by
+/// process, each as the file it came from (`File`), or as its host once that is known.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Machine {
     Host(HostId),
+    Unnamed,
     File(Arc<str>),
 }
 
@@ -75,7 +83,9 @@ pub struct IdentityTable {
     key_ids: FastMap<Box<str>, u16>,
     pub sightings: Vec<Sighting>,
     by_slot: FastMap<(Machine, u16), Vec<u32>>,
-    /// Values not kept because a cap was reached.
+    /// Machines per (key, value), to leave the line out of a value most machines share.
+    machines_per_value: FastMap<(u16, Box<str>), u32>,
+    /// Values not kept because a cap was reached (or memory was short).
     pub dropped: u64,
 }
 
@@ -114,6 +124,7 @@ impl IdentityTable {
             + memsize::map(&self.key_ids)
             + memsize::vec(&self.sightings)
             + memsize::map(&self.by_slot)
+            + memsize::map(&self.machines_per_value)
     }
 
     /// Heap owned by the entries, counted from scratch.
@@ -128,6 +139,11 @@ impl IdentityTable {
                 .map(Sighting::heap_bytes)
                 .sum::<usize>()
             + self.by_slot.values().map(memsize::vec).sum::<usize>()
+            + self
+                .machines_per_value
+                .keys()
+                .map(|(_, v)| memsize::block(v.len()))
+                .sum::<usize>()
     }
 
     fn intern(&mut self, name: &str) -> Option<(u16, usize)> {
@@ -164,12 +180,17 @@ impl IdentityTable {
                 .iter()
                 .find(|&&i| self.sightings[i as usize].obs.value == value)
             {
+                let cap = if machine == Machine::Unnamed {
+                    MAX_UNNAMED_SOURCES
+                } else {
+                    MAX_SOURCES
+                };
                 let s = &mut self.sightings[i as usize];
                 if s.sources.contains(&src) {
                     return 0;
                 }
                 s.n_sources += 1;
-                if s.sources.len() >= MAX_SOURCES {
+                if s.sources.len() >= cap {
                     return 0;
                 }
                 let before = memsize::vec(&s.sources);
@@ -193,8 +214,22 @@ impl IdentityTable {
         let before = memsize::vec(slot);
         slot.push(self.sightings.len() as u32);
         added += memsize::vec(slot) - before;
+        let shared = match self.machines_per_value.get_mut(&(k, value.into())) {
+            Some(n) => {
+                *n += 1;
+                *n > SHARED_VALUE_MACHINES
+            }
+            None => {
+                self.machines_per_value.insert((k, value.into()), 1);
+                added += memsize::block(value.len());
+                false
+            }
+        };
         let mut obs = obs();
         obs.value = value.to_string();
+        if shared {
+            obs.line = String::new();
+        }
         let s = Sighting {
             machine,
             key: k,
@@ -217,10 +252,7 @@ pub fn learn(job: &mut Job, src: u32, fields: &[(&str, &str)], obs: impl Fn() ->
         .map(|(_, v)| *v);
     let machine = match fields.iter().find(|(n, _)| *n == "gpu_host") {
         Some((_, h)) => Machine::Host(job.host_id(h.trim())),
-        None => match job.source_host(src) {
-            Some(h) => Machine::Host(h),
-            None => Machine::File(job.sources[src as usize].origin.clone()),
-        },
+        None => job.source_host(src).map_or(Machine::Unnamed, Machine::Host),
     };
     for &(name, value) in fields {
         let Some((key, value)) = key_of(name, value, env_var) else {

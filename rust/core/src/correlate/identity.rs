@@ -14,7 +14,7 @@
 use super::util::subnet_of;
 use super::view::View;
 use crate::identity::{ip_family, Machine, Sighting};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One machine (or process) whose value of a key differs from the job's.
 #[derive(Debug, Clone)]
@@ -30,6 +30,8 @@ pub struct Finding {
     pub sighting: u32,
     /// A clear minority (else one of two that differ).
     pub clear: bool,
+    /// The process the finding is about when its unit is one process (no known host).
+    pub source: Option<u32>,
 }
 
 /// How much a difference in `key` says about a failure, for a clear minority; a pair that
@@ -68,10 +70,29 @@ pub fn key_label(key: &str) -> String {
     }
 }
 
-/// Values of one key on one machine: (value, processes, sighting), first seen first.
-type Values = Vec<(String, u32, u32)>;
+/// One value of one key on one comparison unit: the value, the processes that showed it (a
+/// machine's count may pass the listed ones), the sighting that shows it, and the process the
+/// unit is when it is one (a process with no known host).
+#[derive(Debug, Clone)]
+struct Val {
+    value: String,
+    sources: BTreeSet<u32>,
+    n: u32,
+    sighting: u32,
+    own: Option<u32>,
+}
 
-/// The compared keys of the job, each with its values per machine.
+impl Val {
+    fn count(&self) -> u32 {
+        self.n.max(self.sources.len() as u32)
+    }
+}
+
+/// Values of one key on one unit, first seen first.
+type Values = Vec<Val>;
+
+/// The compared keys of the job, each with its values per unit: a host, or a process with no
+/// known host (by its file).
 fn compared(v: &View) -> BTreeMap<String, BTreeMap<Machine, Values>> {
     let t = &v.job.identity;
     let mut out: BTreeMap<String, BTreeMap<Machine, Values>> = BTreeMap::new();
@@ -92,16 +113,45 @@ fn compared(v: &View) -> BTreeMap<String, BTreeMap<Machine, Values>> {
             } else {
                 Vec::new()
             };
+            // Processes with no known host are units of their own (or join their host).
+            let units: Vec<(Machine, BTreeSet<u32>, u32, Option<u32>)> =
+                if *machine == Machine::Unnamed {
+                    s.sources
+                        .iter()
+                        .map(|&src| {
+                            let unit = v.host_of(src).map_or_else(
+                                || Machine::File(v.job.sources[src as usize].origin.clone()),
+                                Machine::Host,
+                            );
+                            let own = matches!(unit, Machine::File(_)).then_some(src);
+                            (unit, BTreeSet::from([src]), 1, own)
+                        })
+                        .collect()
+                } else {
+                    let srcs = s.sources.iter().copied().collect();
+                    vec![(machine.clone(), srcs, s.n_sources, None)]
+                };
             for (k, val) in derived {
-                let vals = out
-                    .entry(k)
-                    .or_default()
-                    .entry(machine.clone())
-                    .or_default();
-                // Two addresses of one process in one subnet are still one process.
-                match vals.iter_mut().find(|(x, _, _)| *x == val) {
-                    Some(e) => e.1 = e.1.max(s.n_sources),
-                    None => vals.push((val, s.n_sources, i)),
+                for (unit, srcs, n, own) in &units {
+                    let vals = out
+                        .entry(k.clone())
+                        .or_default()
+                        .entry(unit.clone())
+                        .or_default();
+                    // Two addresses of one process in one subnet are still one process.
+                    match vals.iter_mut().find(|x| x.value == val) {
+                        Some(e) => {
+                            e.sources.extend(srcs.iter().copied());
+                            e.n = e.n.max(*n);
+                        }
+                        None => vals.push(Val {
+                            value: val.clone(),
+                            sources: srcs.clone(),
+                            n: *n,
+                            sighting: i,
+                            own: *own,
+                        }),
+                    }
                 }
             }
         }
@@ -109,12 +159,12 @@ fn compared(v: &View) -> BTreeMap<String, BTreeMap<Machine, Values>> {
     out
 }
 
-/// A machine's own value: the one most of its processes showed, the first of equals.
-fn own_value(vals: &Values) -> &(String, u32, u32) {
-    let best = vals.iter().map(|v| v.1).max().unwrap_or(0);
+/// A unit's own value: the one most of its processes showed, the first of equals.
+fn own_value(vals: &Values) -> &Val {
+    let best = vals.iter().map(Val::count).max().unwrap_or(0);
     vals.iter()
-        .find(|v| v.1 == best)
-        .expect("a machine with a key has a value")
+        .find(|v| v.count() == best)
+        .expect("a unit with a key has a value")
 }
 
 /// Every finding of the job, strongest key first.
@@ -124,7 +174,7 @@ pub fn findings(v: &View) -> Vec<Finding> {
         across_machines(&key, &machines, &mut out);
         if !key.starts_with("env:") {
             for (m, vals) in &machines {
-                within_machine(v, &key, m, vals, &mut out);
+                within_machine(&key, m, vals, &mut out);
             }
         }
     }
@@ -145,13 +195,13 @@ fn across_machines(key: &str, machines: &BTreeMap<Machine, Values>, out: &mut Ve
     if machines.len() < 2 {
         return;
     }
-    let own: Vec<(&Machine, &(String, u32, u32))> = machines
+    let own: Vec<(&Machine, &Val)> = machines
         .iter()
         .map(|(m, vals)| (m, own_value(vals)))
         .collect();
     let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
-    for (_, (val, _, _)) in &own {
-        *votes.entry(val.as_str()).or_default() += 1;
+    for (_, x) in &own {
+        *votes.entry(x.value.as_str()).or_default() += 1;
     }
     if votes.len() < 2 {
         return;
@@ -162,30 +212,36 @@ fn across_machines(key: &str, machines: &BTreeMap<Machine, Values>, out: &mut Ve
         .map(|(v, c)| (*v, *c))
         .unwrap_or_default();
     let tied = votes.values().filter(|&&c| c == m).count() > 1;
-    let odd: Vec<&(&Machine, &(String, u32, u32))> =
-        own.iter().filter(|(_, (val, _, _))| val != major).collect();
+    let odd: Vec<&(&Machine, &Val)> = own.iter().filter(|(_, x)| x.value != major).collect();
+    let unit = if own.iter().all(|(m, _)| matches!(m, Machine::File(_))) {
+        "processes"
+    } else {
+        "hosts"
+    };
     if !tied && m >= 2 && m >= 2 * odd.len() {
-        let others = format!("{major} on {m} hosts");
-        for (mach, (val, _, s)) in odd {
+        let others = format!("{major} on {m} {unit}");
+        for (mach, x) in odd {
             out.push(Finding {
                 key: key.to_string(),
                 machine: (*mach).clone(),
-                value: val.clone(),
+                value: x.value.clone(),
                 others: others.clone(),
-                sighting: *s,
+                sighting: x.sighting,
                 clear: true,
+                source: x.own,
             });
         }
     } else if own.len() == 2 {
-        for (i, (mach, (val, _, s))) in own.iter().enumerate() {
-            let other = &own[1 - i].1 .0;
+        for (i, (mach, x)) in own.iter().enumerate() {
+            let other = &own[1 - i].1.value;
             out.push(Finding {
                 key: key.to_string(),
                 machine: (*mach).clone(),
-                value: val.clone(),
-                others: format!("{other} on the other host"),
-                sighting: *s,
+                value: x.value.clone(),
+                others: format!("{other} on the other one"),
+                sighting: x.sighting,
                 clear: false,
+                source: x.own,
             });
         }
     }
@@ -195,34 +251,42 @@ fn across_machines(key: &str, machines: &BTreeMap<Machine, Values>, out: &mut Ve
 /// processes agree on the other value, else (one against one) both. A process that lists
 /// several values (NCCL 2.3's one `NET : Using interface` line per interface) disagrees with
 /// nobody.
-fn within_machine(v: &View, key: &str, m: &Machine, vals: &Values, out: &mut Vec<Finding>) {
+fn within_machine(key: &str, m: &Machine, vals: &Values, out: &mut Vec<Finding>) {
     if vals.len() != 2 {
         return;
     }
     let (a, b) = (&vals[0], &vals[1]);
-    let srcs = |i: u32| &v.job.identity.sightings[i as usize].sources;
-    if srcs(a.2).iter().any(|s| srcs(b.2).contains(s)) {
+    if a.sources.iter().any(|s| b.sources.contains(s)) {
         return;
     }
-    let (major, minor) = if a.1 >= b.1 { (a, b) } else { (b, a) };
-    if major.1 >= 2 && major.1 >= 2 * minor.1 {
+    let (major, minor) = if a.count() >= b.count() {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let (nj, nm) = (major.count(), minor.count());
+    // The unit is one process: the value's own process stands for it.
+    let own = |x: &Val| x.sources.iter().next().copied();
+    if nj >= 2 && nj >= 2 * nm {
         out.push(Finding {
             key: key.to_string(),
             machine: m.clone(),
-            value: minor.0.clone(),
-            others: format!("{} on {} other processes of this host", major.0, major.1),
-            sighting: minor.2,
+            value: minor.value.clone(),
+            others: format!("{} on {nj} other processes of this host", major.value),
+            sighting: minor.sighting,
             clear: true,
+            source: own(minor),
         });
-    } else if major.1 == 1 && minor.1 == 1 {
+    } else if nj == 1 && nm == 1 {
         for (x, y) in [(a, b), (b, a)] {
             out.push(Finding {
                 key: key.to_string(),
                 machine: m.clone(),
-                value: x.0.clone(),
-                others: format!("{} on another process of this host", y.0),
-                sighting: x.2,
+                value: x.value.clone(),
+                others: format!("{} on another process of this host", y.value),
+                sighting: x.sighting,
                 clear: false,
+                source: own(x),
             });
         }
     }
@@ -230,12 +294,16 @@ fn within_machine(v: &View, key: &str, m: &Machine, vals: &Values, out: &mut Vec
 
 fn env_set_on_few(v: &View, out: &mut Vec<Finding>) {
     let t = &v.job.identity;
+    // A setting missing from a machine only counts when nothing was left unrecorded.
+    if t.dropped > 0 {
+        return;
+    }
     // Machines that print settings at all, and per variable the machines that set it.
     let mut printing: BTreeMap<&Machine, ()> = BTreeMap::new();
     let mut set: BTreeMap<&str, Vec<(&Machine, u32)>> = BTreeMap::new();
     for (m, key, idxs) in t.slots() {
         let name = t.key_name(key);
-        if name.starts_with("env:") {
+        if name.starts_with("env:") && *m != Machine::Unnamed {
             printing.insert(m, ());
             if let Some(&first) = idxs.first() {
                 set.entry(name).or_default().push((m, first));
@@ -255,6 +323,7 @@ fn env_set_on_few(v: &View, out: &mut Vec<Finding>) {
                 others: format!("not set on {unset} hosts"),
                 sighting: s,
                 clear: true,
+                source: None,
             });
         }
     }

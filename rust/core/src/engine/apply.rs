@@ -513,7 +513,11 @@ impl Engine {
             .map(|s| (fields.catalog.field_name(sig, s), &fields.msg[s.range()]))
             .filter(|(n, _)| crate::identity::IDENTITY_FIELDS.contains(n))
             .collect();
-        if !ids.is_empty() {
+        // Under memory pressure the table stops growing (its comparisons then leave out
+        // what was not recorded; see IdentityTable::dropped).
+        if !ids.is_empty() && self.over_budget() {
+            job.identity.dropped += 1;
+        } else if !ids.is_empty() {
             let origin = st.origin.clone();
             crate::identity::learn(job, src, &ids, || ContextObs {
                 value: String::new(),

@@ -92,39 +92,38 @@ fn context_field(key: &str) -> Option<&'static str> {
     })
 }
 
-/// The candidate a finding is about and the line that stands for it: the machine's lowest
-/// rank that showed the value (as `bad_interface` picks it), with that process's own line
-/// where the job keeps one per process, else the process whose line the table kept.
-pub fn candidate(v: &View, f: &Finding) -> (Who, Option<crate::job::HostId>, u32, LineRef) {
+/// The candidate a finding is about and the line that stands for it: the process the finding
+/// names, else the machine's lowest rank that showed the value (as `bad_interface` picks it),
+/// with that process's own line where the job keeps one per process, else the line the table
+/// kept (none for a value most machines share: it stands for no root).
+pub fn candidate(v: &View, f: &Finding) -> (Who, Option<crate::job::HostId>, u32, Option<LineRef>) {
     let s = &v.job.identity.sightings[f.sighting as usize];
+    let kept = (!s.obs.line.is_empty()).then_some(LineRef::Identity(f.sighting));
     let host = match &f.machine {
         Machine::Host(h) => Some(*h),
-        Machine::File(_) => v.host_of(s.obs.source),
+        Machine::Unnamed | Machine::File(_) => f.source.and_then(|x| v.host_of(x)),
     };
     // A line that describes another host (nccl-tests lists every rank's GPU) stands for
     // that host, not for the process that printed it.
     if let (Machine::Host(h), Some(p)) = (&f.machine, v.host_of(s.obs.source)) {
-        if *h != p {
-            return (
-                Who::Host(*h),
-                host,
-                s.obs.source,
-                LineRef::Identity(f.sighting),
-            );
+        if *h != p && f.source.is_none() {
+            return (Who::Host(*h), host, s.obs.source, kept);
         }
     }
-    let lowest = s
-        .sources
-        .iter()
-        .copied()
-        .min_by_key(|&x| (v.rank_of(x).unwrap_or(u32::MAX), x))
-        .unwrap_or(s.obs.source);
+    let pick = f.source.unwrap_or_else(|| {
+        s.sources
+            .iter()
+            .copied()
+            .min_by_key(|&x| (v.rank_of(x).unwrap_or(u32::MAX), x))
+            .unwrap_or(s.obs.source)
+    });
     let own_line = context_field(&f.key)
-        .filter(|field| v.job.context.contains_key(&(*field, lowest)))
-        .map(|field| LineRef::Context(lowest, field));
-    let (src, line) = match own_line {
-        Some(l) if lowest != s.obs.source => (lowest, l),
-        _ => (s.obs.source, LineRef::Identity(f.sighting)),
+        .filter(|field| v.job.context.contains_key(&(*field, pick)))
+        .map(|field| LineRef::Context(pick, field));
+    let (src, line) = match (own_line, kept) {
+        (Some(l), _) if pick != s.obs.source || kept.is_none() => (pick, Some(l)),
+        (_, Some(l)) if pick == s.obs.source || f.source.is_none() => (s.obs.source, Some(l)),
+        (_, kept) => (pick, kept.filter(|_| pick == s.obs.source)),
     };
     let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
     (who, host, src, line)
@@ -147,6 +146,7 @@ pub fn apply_finding(
         (_, Some(h)) => v.host_name(h).to_string(),
         (Machine::File(file), None) => file.to_string(),
         (Machine::Host(h), None) => v.host_name(*h).to_string(),
+        (Machine::Unnamed, None) => v.job.sources[src as usize].origin.to_string(),
     };
     let problem = if f.clear {
         format!("the rest of the job: {}", f.others)
@@ -184,6 +184,7 @@ pub fn apply_finding(
         c.cause_weight = c.cause_weight.max(w);
     }
     let c = board.cand(who, host);
+    let Some(line) = line else { return };
     if c.config.is_none() && (c.cause.is_none() || total > own_cause) {
         let ts = match line {
             LineRef::Context(s, field) => v.job.context[&(field, s)].ts_ms,
