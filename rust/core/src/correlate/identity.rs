@@ -143,6 +143,9 @@ fn compared(v: &View) -> BTreeMap<String, BTreeMap<Machine, Values>> {
                         Some(e) => {
                             e.sources.extend(srcs.iter().copied());
                             e.n = e.n.max(*n);
+                            if stands_better(v, i, e.sighting) {
+                                e.sighting = i;
+                            }
                         }
                         None => vals.push(Val {
                             value: val.clone(),
@@ -156,7 +159,25 @@ fn compared(v: &View) -> BTreeMap<String, BTreeMap<Machine, Values>> {
             }
         }
     }
+    // First seen first, whatever order the table's map gives.
+    let seq = |x: &Val| t.sightings[x.sighting as usize].obs.seq;
+    for units in out.values_mut() {
+        for vals in units.values_mut() {
+            vals.sort_by_key(|x| (seq(x), x.sighting));
+        }
+    }
     out
+}
+
+/// Whether sighting `a` stands for a value better than `b`: it kept its line, its signature
+/// says more (NCCL's banner over torch's echo of it), it came first.
+fn stands_better(v: &View, a: u32, b: u32) -> bool {
+    let key = |i: u32| {
+        let o = &v.job.identity.sightings[i as usize].obs;
+        let weight = v.cat.signatures[o.sig as usize].weight;
+        (!o.line.is_empty(), weight, std::cmp::Reverse(o.seq))
+    };
+    key(a) > key(b)
 }
 
 /// A unit's own value: the one most of its processes showed, the first of equals.
@@ -310,7 +331,8 @@ fn env_set_on_few(v: &View, out: &mut Vec<Finding>) {
             }
         }
     }
-    for (name, on) in set {
+    for (name, mut on) in set {
+        on.sort();
         let unset = printing.len() - on.len();
         if on.is_empty() || unset < 2 || unset < 2 * on.len() {
             continue;
