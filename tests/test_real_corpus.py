@@ -54,6 +54,7 @@ PINNED = [
     "nccl-622-intel-e810-modify-qp-einval",
     "nccl-799-modify-qp-no-such-device-roce",
     "nccl-952-proxy-connect-failed-rank11",
+    "nccl-tests-188-ib-vs-socket-wrong-type",
     "nccl-tests-252-ib-error4-kolyoz2",
     "nccl-tests-29-4host-32rank-init-healthy",
     "nvidia-semseg-33-ecc-uncorrectable-8gpu",

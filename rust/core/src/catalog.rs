@@ -59,6 +59,14 @@ pub const OUTLIER_FIELDS: &[&str] = &[
     "nccl_version",
     "cuda_driver",
     "transport",
+    // Identity keys (correlate::identity); `env` stands for every NCCL_* setting.
+    "net_transport",
+    "net_plugin",
+    "nccl_cuda",
+    "ip_family",
+    "gpu_model",
+    "torch_version",
+    "env",
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -86,6 +94,8 @@ struct SignatureSpec {
     blames: Option<String>,
     #[serde(default)]
     only_with_failure: bool,
+    #[serde(default)]
+    only_across_hosts: bool,
     #[serde(default)]
     hypotheses: Vec<Hypothesis>,
     #[serde(default)]
@@ -140,6 +150,10 @@ pub struct Signature {
     pub blames_peer: bool,
     /// A cause only when the job fails: alone (a healthy run prints it too) it is no failure.
     pub only_with_failure: bool,
+    /// A failure only where processes on different hosts must reach each other: a job that
+    /// provably ran on one host (every rank of its largest communicator seen there) is not
+    /// failed by it alone (a link-local or bridge address works within one host).
+    pub only_across_hosts: bool,
     pub hypotheses: Vec<Hypothesis>,
     pub sync: Option<Sync>,
     /// A conclusion an evidence rule draws from several lines (a mismatched collective, a
@@ -162,6 +176,18 @@ pub struct Signature {
 /// Field names the correlator reads; regexes capturing none of them run only when a
 /// diagnosis is rendered.
 const CORRELATOR_FIELDS: &[&str] = &[
+    "own_socket_type",
+    "peer_socket_type",
+    // Identity (crate::identity::IDENTITY_FIELDS).
+    "nccl_version_seen",
+    "nccl_cuda",
+    "net_plugin",
+    "net_transport",
+    "gpu_model",
+    "torch_version",
+    "env_var",
+    "env_value",
+    "gpu_host",
     "rank",
     "nranks",
     "cuda_dev",
@@ -223,6 +249,16 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "socket_ifname",
     "graph_file",
     "non_pci_nic",
+    // Identity (crate::identity::IDENTITY_FIELDS), compared across machines.
+    "nccl_cuda",
+    "net_plugin",
+    "net_transport",
+    "gpu_model",
+    "torch_version",
+    "env_var",
+    "env_value",
+    "gpu_host",
+    "nccl_version_seen",
     "op_count",
     "stack_thread",
     "frame_func",
@@ -581,6 +617,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     if s.only_with_failure && s.role != Role::Cause {
         return Err(e("only_with_failure is only for causes".into()));
     }
+    if s.only_across_hosts && s.role != Role::Cause {
+        return Err(e("only_across_hosts is only for causes".into()));
+    }
     let blames_peer = match s.blames.as_deref() {
         None | Some("printer") => false,
         Some("peer") => true,
@@ -647,6 +686,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         blames_setting: s.blames_setting,
         blames_peer,
         only_with_failure: s.only_with_failure,
+        only_across_hosts: s.only_across_hosts,
         hypotheses: s.hypotheses,
         sync,
         finding: s.finding,

@@ -301,6 +301,8 @@ pub struct Job {
     pub ip_host: FastMap<String, HostId>,
     /// (field, source) -> the observation from the most specific signature (highest weight).
     pub context: FastMap<(&'static str, u32), ContextObs>,
+    /// What each machine says about itself, compared across machines (`crate::identity`).
+    pub identity: crate::identity::IdentityTable,
     pub sync: Vec<SyncObs>,
     pub hits: Vec<Hit>,
     pub hit_counts: FastMap<(u32, Option<u16>), u32>,
@@ -402,6 +404,7 @@ impl Job {
             + map(&self.hit_counts)
             + vec(&self.incidents)
             + map(&self.kept_text)
+            + self.identity.tables_bytes()
     }
 
     /// Everything the job holds on the heap, counted from scratch (what `content_bytes` plus
@@ -427,7 +430,8 @@ impl Job {
                 .incidents
                 .iter()
                 .map(Incident::heap_bytes)
-                .sum::<usize>();
+                .sum::<usize>()
+            + self.identity.content_bytes();
         self.tables_bytes() + content
     }
 

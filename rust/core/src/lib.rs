@@ -20,6 +20,7 @@ pub mod files;
 pub mod filetext;
 pub mod flight_recorder;
 pub mod hextoken;
+pub mod identity;
 pub mod job;
 pub mod jsonfields;
 pub mod matcher;

@@ -12,6 +12,8 @@ pub enum LineRef {
     Hit(usize),
     /// A context observation: (source, field).
     Context(u32, &'static str),
+    /// A value of the job's identity table (index of its sighting).
+    Identity(u32),
     /// A traced collective call: (source, index into its `coll_calls`).
     Call(u32, usize),
     /// A line its source's ring still holds, by its seq: what a process was doing when the

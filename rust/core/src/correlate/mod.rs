@@ -6,7 +6,9 @@
 mod board;
 pub mod clock;
 mod collectives;
+mod crash;
 mod facts;
+mod identity;
 mod render;
 mod rules;
 mod stacks;
@@ -285,16 +287,42 @@ fn stuck_stack_lines(view: &View) -> Vec<(board::LineRef, &'static str)> {
 }
 
 /// An incident made only of unrecognised warnings is a failure only when the job shows a
-/// failure outcome somewhere (healthy runs print benign warnings too).
-fn shows_failure(job: &Job, hits: &[usize]) -> bool {
-    job.failure_seen || hits.iter().any(|&i| !job.hits[i].warn_only)
+/// failure outcome somewhere (healthy runs print benign warnings too). A cause that matters
+/// only between hosts does not make one in a job that provably ran on one host.
+fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
+    let one_host = std::cell::OnceCell::new();
+    job.failure_seen
+        || hits.iter().any(|&i| {
+            let h = &job.hits[i];
+            let across = h
+                .sig
+                .is_some_and(|s| cat.signatures[s as usize].only_across_hosts);
+            // Not a failure: a warning, or a between-hosts cause in a one-host job.
+            !(h.warn_only || across && *one_host.get_or_init(|| on_one_host(job)))
+        })
+}
+
+/// Every rank of the job's largest communicator was seen, all on one host.
+fn on_one_host(job: &Job) -> bool {
+    if job.hosts.len() != 1 || job.max_nranks == 0 {
+        return false;
+    }
+    let mut seen = vec![false; job.max_nranks as usize];
+    for (i, s) in job.sources.iter().enumerate() {
+        if let (Some(r), Some(_)) = (job.source_rank(i as u32), s.init_rank) {
+            if let Some(x) = seen.get_mut(r as usize) {
+                *x = true;
+            }
+        }
+    }
+    seen.iter().all(|&x| x)
 }
 
 fn diagnose(view: &View, inc_idx: usize) -> Option<Diagnosis> {
     let job = view.job;
     let inc = &job.incidents[inc_idx];
     let hits: Vec<usize> = inc.hits.iter().map(|&h| h as usize).collect();
-    if hits.is_empty() || !shows_failure(job, &hits) {
+    if hits.is_empty() || !shows_failure(job, view.cat, &hits) {
         return None;
     }
     let scope = rules::Scope {
@@ -341,6 +369,42 @@ mod tests {
              - Init COMPLETE\n"
         ));
         assert!(d.is_empty(), "{d:?}");
+    }
+
+    /// A single-host run of two ranks that initialised; NCCL lists a link-local address.
+    fn one_host_run(socket_line: &str) -> String {
+        format!(
+            "ws-1:310:310 [0] NCCL INFO Bootstrap : Using eth0:10.1.0.4<0>\n\
+             ws-1:310:360 [0] NCCL INFO {socket_line}\n\
+             ws-1:310:360 [0] NCCL INFO comm 0x5581 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n\
+             ws-1:311:361 [1] NCCL INFO comm 0x5582 rank 1 nranks 2 cudaDev 1 busId 2000 - Init COMPLETE\n"
+        )
+    }
+
+    #[test]
+    fn a_link_local_interface_on_a_single_host_that_worked_is_no_failure() {
+        for socket in [
+            "NET/Socket : Using [0]eth0:10.1.0.4<0> [1]eth0:fe80::215:5dff:fe00:102%eth0<0>",
+            "NET/Socket : Using [0]eth0:10.1.0.4<0> [1]veth3a9c:fe80::4c1d:9fff:fe2b:77a1%veth3a9c<0>",
+            "NET/Socket : Using [0]veth12ab:fe80::a8c1:abff:fe12:3456%veth12ab<0>",
+        ] {
+            let d = diagnose(&one_host_run(socket));
+            assert!(d.is_empty(), "{socket}: {d:?}");
+        }
+    }
+
+    #[test]
+    fn a_link_local_interface_is_still_a_cause_when_ranks_are_missing_or_the_job_fails() {
+        let socket = "NET/Socket : Using [0]veth12ab:fe80::a8c1:abff:fe12:3456%veth12ab<0>";
+        // Rank 1 of 3 was never seen: the job may span hosts.
+        let partial = one_host_run(socket).replace("nranks 2", "nranks 3");
+        assert_eq!(diagnose(&partial).len(), 1);
+        let failed = format!(
+            "{}ws-1:310:360 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to \
+             fe80::1%veth12ab<4011> failed : Connection timed out\n",
+            one_host_run(socket)
+        );
+        assert_eq!(diagnose(&failed).len(), 1);
     }
 
     #[test]

@@ -93,8 +93,10 @@ impl<'a> View<'a> {
                 self.hit(i).text.clone(),
                 self.sig(self.hit(i)).map(|s| s.id.clone()),
             ),
-            LineRef::Context(s, f) => {
-                let obs = &self.job.context[&(f, s)];
+            LineRef::Context(..) | LineRef::Identity(_) => {
+                let (obs, _) = self
+                    .obs_of(l)
+                    .expect("a context root refers to a kept line");
                 (
                     obs.line.clone(),
                     Some(self.cat.signatures[obs.sig as usize].id.clone()),
@@ -113,6 +115,28 @@ impl<'a> View<'a> {
                     .map_or_else(String::new, |f| f.text.clone()),
                 Some(STACK_FRAME_SIGNATURE.to_string()),
             ),
+        }
+    }
+
+    /// The observation a context root refers to, and the fields it shows.
+    fn obs_of(&self, l: LineRef) -> Option<(&'a crate::job::ContextObs, Vec<(String, String)>)> {
+        let job = self.job;
+        match l {
+            LineRef::Hit(_) | LineRef::Call(..) | LineRef::Ring(..) | LineRef::Frame(..) => None,
+            LineRef::Context(src, field) => {
+                let obs = &job.context[&(field, src)];
+                let mut fields = vec![(field.to_string(), obs.value.clone())];
+                if let Some(ip) = job.context.get(&("ip", src)).filter(|o| o.seq == obs.seq) {
+                    fields.push(("ip".into(), ip.value.clone()));
+                }
+                Some((obs, fields))
+            }
+            LineRef::Identity(i) => {
+                let s = &job.identity.sightings[i as usize];
+                let key = job.identity.key_name(s.key);
+                let name = key.strip_prefix("env:").unwrap_or(key);
+                Some((&s.obs, vec![(name.to_string(), s.obs.value.clone())]))
+            }
         }
     }
 
@@ -176,12 +200,11 @@ impl<'a> View<'a> {
                     text: h.text.clone(),
                 }
             }
-            Some(LineRef::Context(src, field)) => {
-                let obs = &job.context[&(field, src)];
-                let mut fields = vec![(field.to_string(), obs.value.clone())];
-                if let Some(ip) = job.context.get(&("ip", src)).filter(|o| o.seq == obs.seq) {
-                    fields.push(("ip".into(), ip.value.clone()));
-                }
+            Some(l @ (LineRef::Context(..) | LineRef::Identity(_))) => {
+                let (obs, fields) = self
+                    .obs_of(l)
+                    .expect("a context root refers to a kept line");
+                let src = obs.source;
                 let extra = json!({
                     "ts": obs.ts_ms.map(iso_ms),
                     "ts_corrected": self.corrected(src, obs.ts_ms).map(iso_ms),
@@ -476,7 +499,15 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
         .iter()
         .filter_map(|&i| v.rank_of(v.hit(i).source))
         .collect();
-    let facts = facts_of(v, top, &root);
+    let mut facts = facts_of(v, top, &root);
+    extra_facts(
+        v,
+        top,
+        &root,
+        cause_sig,
+        &inc.scope.notes.borrow(),
+        &mut facts,
+    );
     let (fix, verify, cause_text) = match cause_sig {
         Some(s) => (
             facts::render(&s.fix, &facts),
@@ -507,6 +538,10 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
                 "a setting in effect on this host"
             };
             format!("{} ({why})", c.title)
+        }
+        (Some(_), _) if top.evidence.iter().any(|e| e.rule.starts_with("identity_")) => {
+            let title = sig_json["title"].as_str().unwrap_or("");
+            format!("{title} (this host differs from the rest of the job)")
         }
         _ if top.cause.is_none() && finding_sig.is_some() => {
             finding_sig.map_or(String::new(), |f| f.title.clone())
@@ -674,10 +709,16 @@ fn confidence(top: &Cand, second: Option<&Cand>, tie: bool, classified: bool) ->
     let linked = top
         .evidence
         .iter()
-        .any(|e| e.rule == "config_outlier" && e.weight == 20);
+        .any(|e| e.rule.starts_with("identity_") && e.weight == 20);
     let mut conf: f64 = if top.config.is_some() {
-        if linked || top.has_rule("bad_interface") && top.cause.is_some() {
+        if linked
+            || top.has_rule("transport_mismatch")
+            || top.has_rule("bad_interface") && top.cause.is_some()
+        {
             0.9
+        } else if top.has_rule("identity_pair") && !top.has_rule("identity_outlier") {
+            // One of two hosts that differ, and nothing says which.
+            0.5
         } else {
             0.75
         }
@@ -760,6 +801,64 @@ fn facts_of(v: &View, top: &Cand, root: &RootLine) -> Facts {
         }
     }
     f
+}
+
+/// Facts only some diagnoses have: where a crash happened (the first frame of the stack after
+/// a crash report, for causes whose texts use `{crash_frame}`), and for a root cause found by
+/// comparing machines, the key, this host's value and the rest of the job's.
+fn extra_facts(
+    v: &View,
+    top: &Cand,
+    root: &RootLine,
+    cause_sig: Option<&Signature>,
+    notes: &[Value],
+    f: &mut Facts,
+) {
+    let uses = |s: &Signature, name: &str| {
+        [&s.cause, &s.fix, &s.verify]
+            .iter()
+            .any(|t| t.contains(&format!("{{{name}")))
+    };
+    if let (Some(s), Some((seq, src, _))) = (cause_sig, root.at) {
+        if uses(s, "crash_frame") {
+            let after: Vec<String> = v.job.sources[src as usize]
+                .ring
+                .lines()
+                .into_iter()
+                .filter(|l| l.seq > seq)
+                .take(60)
+                .map(|l| l.text)
+                .collect();
+            let meta = |t: &str| {
+                let m = crate::prefix::peel(t, v.cfg.default_year);
+                m.message(t).to_string()
+            };
+            let after: Vec<String> = after.iter().map(|t| meta(t)).collect();
+            if let Some(frame) = super::crash::crash_frame(&after) {
+                f.insert("crash_frame".into(), frame);
+            }
+        }
+    }
+    let host = top.host.map(|h| v.host_name(h));
+    let note = notes
+        .iter()
+        .find(|n| n.get("others").is_some() && n["host"].as_str() == host && host.is_some());
+    if let Some(n) = note {
+        for (k, name) in [
+            ("field", "odd_key"),
+            ("value", "odd_value"),
+            ("others", "job_value"),
+        ] {
+            if let Some(x) = n[k].as_str() {
+                let x = if k == "field" {
+                    super::identity::key_label(x)
+                } else {
+                    x.to_string()
+                };
+                f.insert(name.into(), x);
+            }
+        }
+    }
 }
 
 /// The most common value of a context field on hosts other than `except`.

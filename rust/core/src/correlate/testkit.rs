@@ -47,3 +47,13 @@ pub fn root_line(d: &[Diagnosis]) -> String {
         .unwrap()
         .to_string()
 }
+
+/// Diagnoses of several files of one job (name, text), fed in order, at the end of input.
+pub fn diagnose_files(files: &[(&str, &str)]) -> Vec<Diagnosis> {
+    let mut e = Engine::new(Arc::new(shipped_catalog()), Config::default());
+    for (name, text) in files {
+        let id = e.open_stream("j", name, StreamHints::default());
+        e.feed(id, text.as_bytes(), None);
+    }
+    e.finish()
+}

@@ -348,7 +348,8 @@ impl Engine {
                 if is_hit {
                     // A cause that healthy runs print too counts only once the job fails.
                     let needs_failure = spec.only_with_failure;
-                    if (spec.role == Role::Cause && !needs_failure) || level >= Level::Error {
+                    let alone_fails = !needs_failure && !spec.only_across_hosts;
+                    if (spec.role == Role::Cause && alone_fails) || level >= Level::Error {
                         job.failure_seen = true;
                     }
                     let hit = Hit {
@@ -504,6 +505,30 @@ impl Engine {
                     }
                 }
             }
+        }
+        // What the process says about itself (versions, network, settings).
+        let ids: Vec<(&str, &str)> = fields
+            .spans
+            .iter()
+            .map(|s| (fields.catalog.field_name(sig, s), &fields.msg[s.range()]))
+            .filter(|(n, _)| crate::identity::IDENTITY_FIELDS.contains(n))
+            .collect();
+        // Under memory pressure the table stops growing (its comparisons then leave out
+        // what was not recorded; see IdentityTable::dropped).
+        if !ids.is_empty() && self.over_budget() {
+            job.identity.dropped += 1;
+        } else if !ids.is_empty() {
+            let origin = st.origin.clone();
+            crate::identity::learn(job, src, &ids, || ContextObs {
+                value: String::new(),
+                source: src,
+                seq,
+                ts_ms: ts,
+                line: line.to_string(),
+                origin: origin.clone(),
+                line_no,
+                sig,
+            });
         }
         // Clock-sync points are kept per process; its host may only be learned later.
         if let (Some(sync), Some(t), true) = (spec.sync, ts, exact) {

@@ -6,9 +6,11 @@
 mod bad_interface;
 mod cause_signature;
 mod collective_mismatch;
-mod config_outlier;
+mod crash_teardown;
 mod desync_report;
 mod error_chain;
+mod identity_outlier;
+mod identity_pair;
 mod ifname_unmatched;
 mod peer_naming;
 mod progress;
@@ -18,6 +20,7 @@ mod setting_blame;
 mod silence;
 mod stack_dumps;
 mod symptoms;
+mod transport_mismatch;
 
 use super::board::Board;
 use super::view::View;
@@ -47,6 +50,7 @@ pub type Rule = fn(&View, &Scope, &mut Board);
 pub const RULES: &[(&str, Rule)] = &[
     ("cause_signature", cause_signature::apply),
     ("error_chain", error_chain::apply),
+    ("crash_teardown", crash_teardown::apply),
     ("peer_naming", peer_naming::apply),
     ("desync_report", desync_report::apply),
     ("seq_lag", seq_lag::apply),
@@ -58,7 +62,9 @@ pub const RULES: &[(&str, Rule)] = &[
     ("bad_interface", bad_interface::apply),
     ("ifname_unmatched", ifname_unmatched::apply),
     ("setting_blame", setting_blame::apply),
-    ("config_outlier", config_outlier::apply),
+    ("transport_mismatch", transport_mismatch::apply),
+    ("identity_outlier", identity_outlier::apply),
+    ("identity_pair", identity_pair::apply),
     ("symptoms", symptoms::apply),
 ];
 
@@ -68,4 +74,4 @@ pub fn run_all(view: &View, scope: &Scope, board: &mut Board) {
     }
 }
 
-pub use config_outlier::blaming_causes;
+pub use identity_outlier::blaming_causes;
