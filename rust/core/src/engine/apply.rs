@@ -247,11 +247,14 @@ impl Engine {
         // the order of its stream decides, so the line follows its process's last printed
         // time; else the time its record carries (a shipper's or the broker's: when the line
         // was read, not printed), which is all a process that prints no time has.
+        // Where the stream does not keep the order (records spread over partitions and merged
+        // again), only the record's time can place such a line among its process's.
         let last_printed = job.sources[src as usize].last_ts;
-        let (ts, exact) = match (meta.ts_ms, last_printed) {
-            (Some(t), _) => (Some(t), true),
-            (None, Some(t)) => (Some(t), false),
-            (None, None) => (event_ms.or(ingest_ms), false),
+        let (ts, exact) = match (meta.ts_ms, last_printed, event_ms) {
+            (Some(t), _, _) => (Some(t), true),
+            (None, _, Some(t)) if !st.in_order => (Some(t), true),
+            (None, Some(t), _) => (Some(t), false),
+            (None, None, _) => (event_ms.or(ingest_ms), false),
         };
         let from_record = !exact && last_printed.is_none() && ts.is_some();
         match (ts, exact) {
