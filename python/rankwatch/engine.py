@@ -77,7 +77,10 @@ class Decoder:
     """How to read record values of one topic: a format preset and optional field paths.
     The record key names the job (`key_format="job"`) or the job and rank (`"job/rank"`).
 
-    Paths are lists of keys (`["kubernetes", "labels", "training.kubeflow.org/job-name"]`)."""
+    Paths are lists of keys (`["kubernetes", "labels", "training.kubeflow.org/job-name"]`).
+    `in_order=False` says a source's records may arrive out of the order its lines were
+    written (spread over partitions and merged again): a line that prints no time is then
+    placed by its record's time rather than after its process's last printed line."""
 
     def __init__(
         self,
@@ -92,6 +95,7 @@ class Decoder:
         job_header: str = "job",
         max_record_bytes: int = 1 << 20,
         key_format: str = "job",
+        in_order: bool = True,
     ) -> None:
         if format not in RECORD_FORMATS:
             raise ValueError(
@@ -104,6 +108,7 @@ class Decoder:
             "job_header": job_header,
             "max_record_bytes": max_record_bytes,
             "key_format": key_format,
+            "in_order": in_order,
         }
         for name, value in (
             ("job_path", job_path),

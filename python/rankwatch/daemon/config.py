@@ -120,7 +120,7 @@ class TopicConfig:
     key_format: str = "job"
     repartition: bool = False  # not a decoder setting: where the records go first
 
-    def decoder(self) -> Decoder:
+    def decoder(self, in_order: bool = True) -> Decoder:
         return Decoder(
             self.format,
             job_path=self.job_path,
@@ -132,6 +132,7 @@ class TopicConfig:
             job_header=self.job_header,
             max_record_bytes=self.max_record_bytes,
             key_format=self.key_format,
+            in_order=in_order,
         )
 
 

@@ -96,7 +96,10 @@ class Daemon:
         self.decoders: dict[str, tuple[Decoder, str]] = {}
         for topic, analysed in zip(cfg.input_topics(), cfg.analysis_topics(), strict=True):
             tc = cfg.topic_config(topic)
-            self.decoders[analysed] = (tc.decoder(), tc.job_header)
+            # A repartitioned topic's records were spread over partitions and merged again:
+            # a file's lines no longer arrive in order.
+            in_order = analysed == topic
+            self.decoders[analysed] = (tc.decoder(in_order), tc.job_header)
         self.metrics = DaemonMetrics(REJECT_REASONS, __version__, cfg.suspect_window_ms / 1000)
         self.repartitioner: Repartitioner | None = None
         self._repartition_task: asyncio.Task[None] | None = None

@@ -45,7 +45,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LAYOUTS", "SCENARIOS", "Truth", "check_truth", "generate", "main"]
+__all__ = ["LAYOUTS", "SCENARIOS", "START_MS", "Truth", "check_truth", "generate", "main"]
 
 SCENARIOS: tuple[str, ...] = (
     "wrong_iface",
@@ -93,6 +93,8 @@ class Truth:
 # constants
 
 _BASE = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+# True time 0 of every generated job, in Unix ms.
+START_MS = int(_BASE.timestamp() * 1000)
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _SITE = "/usr/local/lib/python3.11/site-packages"
 _LIBDIR = f"{_SITE}/torch/lib"
@@ -488,6 +490,7 @@ class _Gen:
         self.ring_memo: dict[tuple[bool, int, int], str] = {}
         self.p2p_off_host = -1
         self.made_dirs: set[Path] = set()
+        self.line_times: dict[str, list[float]] | None = None
 
         self._choose_culprit()
         self._build_fleet()
@@ -2354,11 +2357,13 @@ class _Gen:
             merged.extend((t, i, text, mark, pre) for i, (t, _s, text, mark) in enumerate(recs))
         merged.sort(key=lambda x: x[0])
         chunks: list[str] = []
-        for _t, _i, text, mark, pre in merged:
+        times: list[float] = []
+        for t, _i, text, mark, pre in merged:
             if pre:
                 chunks.append(pre + text.replace("\n", "\n" + pre))
             else:
                 chunks.append(text)
+            times.extend([t] * (text.count("\n") + 1))
             if mark:
                 kind, idx = _unmark(mark)
                 line = text.split("\n")[idx]
@@ -2371,6 +2376,8 @@ class _Gen:
             if chunks:
                 f.write("\n".join(chunks))
                 f.write("\n")
+        if self.line_times is not None:
+            self.line_times[rel] = times
 
     def truth(self) -> Truth:
         def entry(kind: int, meta: tuple[int, str, str] | None) -> dict[str, Any] | None:
@@ -2420,12 +2427,18 @@ def generate(
     seed: int = 0,
     steps: int = 20,
     job: str | None = None,
+    line_times: dict[str, list[float]] | None = None,
 ) -> Truth:
     """Write the logs of one scenario into ``out_dir`` (plus ``truth.json``) and return the truth.
 
     Use an empty ``out_dir``: files of an earlier run with another layout are not removed.
+    ``line_times``, when given, receives for each file written (its path relative to
+    ``out_dir``) the true time of every line in it, in seconds after ``START_MS`` on the
+    true clock (host clocks run at true time + ``host_offsets_s``): the moments a log
+    shipper could read them, for feeding the lines as timed records.
     """
     gen = _Gen(scenario, ranks, gpus_per_node, layout, skew_s, seed, steps, job)
+    gen.line_times = line_times
     gen.build()
     out_dir = Path(out_dir)
     gen.write(out_dir)

@@ -125,6 +125,8 @@ struct Stream {
     /// Where the piece being applied starts in its file, when its lines stay there (a plain
     /// local file): its lines are kept in the rings by reference.
     text_at: Option<TextAt>,
+    /// Its lines arrive in the order they were written (see `DecoderConfig::in_order`).
+    in_order: bool,
 }
 
 pub struct Engine {
@@ -491,6 +493,7 @@ impl Engine {
             record_start: 0,
             open_hit: None,
             text_at: None,
+            in_order: true,
         });
         self.settle_stream(&mut st);
         self.streams.insert(id, st);
@@ -603,10 +606,16 @@ impl Engine {
                 // A large record is decoded a piece at a time (`chunk_into`), after the
                 // records before it.
                 self.apply_segment(&mut seg, &mut current, &decoder, origin, records);
-                self.feed_record(&mut current, origin, &d, t);
+                self.feed_record(&mut current, origin, &d, t, cfg.in_order);
                 continue;
             }
-            let id = self.record_stream(origin, &d.job, &d.source, d.rank, d.host.as_deref());
+            let id = self.record_stream(
+                origin,
+                &d.job,
+                &d.source,
+                (d.rank, d.host.as_deref()),
+                cfg.in_order,
+            );
             self.decode_record(&mut seg, id, i, &d, t);
             if seg.text.len() >= PIECE_BYTES {
                 self.apply_segment(&mut seg, &mut current, &decoder, origin, records);
@@ -677,7 +686,7 @@ impl Engine {
                         ingest_ms: broker_ms,
                         event_ms: d.event_ms,
                     };
-                    self.feed_record(current, origin, &d, t);
+                    self.feed_record(current, origin, &d, t, decoder.in_order());
                 }
                 continue;
             };
@@ -700,8 +709,10 @@ impl Engine {
         origin: &str,
         d: &Decoded<'_>,
         t: Times,
+        in_order: bool,
     ) {
-        let id = self.record_stream(origin, &d.job, &d.source, d.rank, d.host.as_deref());
+        let at = (d.rank, d.host.as_deref());
+        let id = self.record_stream(origin, &d.job, &d.source, at, in_order);
         let Some(mut st) = self.streams.remove(&id) else {
             return;
         };
@@ -740,8 +751,8 @@ impl Engine {
         origin: &str,
         job: &str,
         source: &str,
-        rank: Option<u32>,
-        host: Option<&str>,
+        (rank, host): (Option<u32>, Option<&str>),
+        in_order: bool,
     ) -> u64 {
         let index = self.record_streams.get(job);
         let known = index
@@ -780,6 +791,9 @@ impl Engine {
             source
         };
         let id = self.open_stream(job, &format!("{origin}/{name}"), hints);
+        if let Some(st) = self.streams.get_mut(&id) {
+            st.in_order = in_order;
+        }
         let before = self.record_streams.get(job).map_or(0, memsize::map);
         let new_job = !self.record_streams.contains_key(job);
         let m = self.record_streams.entry(job.to_string()).or_default();

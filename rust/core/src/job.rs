@@ -194,6 +194,9 @@ pub struct Hit {
     pub ts_ms: Option<i64>,
     /// The time was printed on this line (not carried from an earlier one).
     pub ts_exact: bool,
+    /// The time is the one its record carried (a shipper's or the broker's): the line printed
+    /// none and its process had printed none before it.
+    pub ts_from_record: bool,
     pub ingest_ms: Option<i64>,
     pub text: String,
     pub origin: Arc<str>,
@@ -268,6 +271,9 @@ pub struct Incident {
     pub id: String,
     pub start_ms: Option<i64>,
     pub min_ms: Option<i64>,
+    /// `start_ms`/`min_ms` are records' times (no line of the job had printed one yet): the
+    /// first printed time replaces them.
+    pub record_times: bool,
     pub opened_wall_ms: i64,
     pub hits: Vec<u32>,
     pub published_hash: Option<u64>,
@@ -323,7 +329,11 @@ pub struct Job {
     /// Lines whose process was beyond the per-job source cap (routed to the overflow source).
     pub lines_over_source_cap: u64,
     pub last_activity: u64,
+    /// The latest time printed on a line (event time, the hosts' clocks).
     pub max_event_ms: Option<i64>,
+    /// The latest time a record gave a line that printed none, of a process that had printed
+    /// none yet (ingest time: a shipper's or the broker's clock).
+    pub max_record_ms: Option<i64>,
     pub last_wall_ms: i64,
     pub ring_lines: usize,
     /// Identifies this job instance (a job evicted and seen again is a new instance).

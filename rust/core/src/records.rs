@@ -47,6 +47,15 @@ pub struct DecoderConfig {
     /// `sweep/2` or the Slurm array job `1234/7` stay intact) or `job/rank`.
     #[serde(default)]
     pub key_format: KeyFormat,
+    /// The lines of one source arrive in the order they were written (a topic keyed by job,
+    /// a file). `false` for records spread over partitions and merged again (the repartition
+    /// stage's topic): a line that prints no time is then placed by its record's time.
+    #[serde(default = "in_order_default")]
+    pub in_order: bool,
+}
+
+fn in_order_default() -> bool {
+    true
 }
 
 /// How a record key maps to job and rank. A key only carries a rank when the topic says so:
@@ -86,6 +95,7 @@ impl DecoderConfig {
             job_header: default_job_header(),
             max_record_bytes: default_max_record_bytes(),
             key_format: KeyFormat::Job,
+            in_order: true,
         };
         c.fill_defaults();
         c
@@ -213,6 +223,11 @@ struct Envelope<'a> {
 }
 
 impl<'c> RecordDecoder<'c> {
+    /// See `DecoderConfig::in_order`.
+    pub fn in_order(&self) -> bool {
+        self.cfg.in_order
+    }
+
     pub fn new(cfg: &'c DecoderConfig) -> RecordDecoder<'c> {
         let paths = [
             &cfg.job_path,

@@ -13,7 +13,7 @@ mod render;
 mod rules;
 mod stacks;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 pub mod util;
 mod view;
 
@@ -43,33 +43,46 @@ pub struct Diagnosis {
 /// Puts a new hit into an incident of its job, opening one if none is near in time.
 pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms: i64) {
     let horizon = cfg.incident_horizon_ms;
+    // A record's time is on another clock than the times lines print: where lines print
+    // times, a hit that has only its record's joins as a line without a time does, and an
+    // incident opened on records' times takes the first printed time instead.
+    let ts = match (hit.ts_from_record, job.max_event_ms) {
+        (true, Some(_)) => None,
+        _ => hit.ts_ms,
+    };
+    let from_record = hit.ts_from_record;
     for inc in job.incidents.iter_mut().rev() {
-        let joins = match (hit.ts_ms, inc.start_ms) {
-            (Some(t), Some(s)) => t >= s - horizon && t <= s + horizon,
+        let joins = match (ts, inc.start_ms) {
+            (Some(t), Some(s)) if inc.record_times == from_record => {
+                t >= s - horizon && t <= s + horizon
+            }
             _ => true,
         };
         if joins {
             inc.hits.push(idx);
-            if let Some(t) = hit.ts_ms {
+            if let Some(t) = ts {
+                if inc.record_times && !from_record {
+                    (inc.start_ms, inc.min_ms, inc.record_times) = (None, None, false);
+                }
                 inc.min_ms = Some(inc.min_ms.map_or(t, |m| m.min(t)));
                 if inc.start_ms.is_none() {
                     inc.start_ms = Some(t);
+                    inc.record_times = from_record;
                 }
             }
             return;
         }
     }
-    let start = hit
-        .ts_ms
-        .map_or_else(|| format!("seq:{}", hit.seq), |t| t.to_string());
+    let start = ts.map_or_else(|| format!("seq:{}", hit.seq), |t| t.to_string());
     let sig = hit
         .sig
         .map_or_else(|| "unclassified".to_string(), |s| s.to_string());
     let id = format!("rw-{:016x}", fnv(&[&job.name, &start, &sig]));
     job.incidents.push(crate::job::Incident {
         id,
-        start_ms: hit.ts_ms,
-        min_ms: hit.ts_ms,
+        start_ms: ts,
+        min_ms: ts,
+        record_times: ts.is_some() && from_record,
         opened_wall_ms: wall_ms,
         hits: vec![idx],
         published_hash: None,
@@ -90,7 +103,8 @@ fn due(
     if inc.final_published {
         return None;
     }
-    let watermark = job.max_event_ms;
+    // Event time where lines print it; a job whose lines print none goes by its records'.
+    let watermark = job.max_event_ms.or(job.max_record_ms);
     let start = inc.min_ms.or(inc.start_ms);
     let by_watermark = matches!((watermark, start), (Some(w), Some(s)) if w >= s + cfg.settle_ms);
     // Processing-time bounds: the job has been quiet for a settle window (its logs ended:
@@ -235,6 +249,8 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
             line_no,
             ts_ms: ts,
             ts_exact: ts.is_some(),
+            // The tables keep a line's time, not where it came from: taken as its process's.
+            ts_from_record: false,
             ingest_ms: None,
             text: text.clone(),
             origin,

@@ -57,3 +57,34 @@ pub fn diagnose_files(files: &[(&str, &str)]) -> Vec<Diagnosis> {
     }
     e.finish()
 }
+
+/// One record of `diagnose_records`: its source (a file or process), its line, the time it
+/// carries (`ts`, a shipper's or aggregator's clock) and the broker's time.
+pub type TestRecord<'a> = (&'a str, &'a str, Option<i64>, i64);
+
+/// An engine fed `records` of job `j` in the canonical format, in this order, as the daemon
+/// feeds a partition.
+pub fn engine_with_records(records: &[TestRecord<'_>]) -> Engine {
+    let mut e = Engine::new(Arc::new(shipped_catalog()), Config::default());
+    let values: Vec<Vec<u8>> = records
+        .iter()
+        .map(|(source, line, ts, _)| {
+            serde_json::json!({"job": "j", "source": source, "ts": ts, "line": line})
+                .to_string()
+                .into_bytes()
+        })
+        .collect();
+    let raw: Vec<crate::engine::RawRecord<'_>> = values
+        .iter()
+        .zip(records)
+        .map(|(v, r)| (v.as_slice(), None, None, Some(r.3)))
+        .collect();
+    let cfg = crate::records::DecoderConfig::preset(crate::records::Format::Canonical);
+    assert!(e.feed_records(&cfg, "logs/0", &raw).is_empty());
+    e
+}
+
+/// Diagnoses of `records` at the end of input.
+pub fn diagnose_records(records: &[TestRecord<'_>]) -> Vec<Diagnosis> {
+    engine_with_records(records).finish()
+}

@@ -90,22 +90,33 @@ impl<'a> View<'a> {
         Some(t - off)
     }
 
+    /// The hit's time on its process's clock: printed on it or carried from the process's
+    /// last printed line. A record's time (when the line was read, on a shipper's or the
+    /// broker's clock) stands in only for a process that prints no time at all: once its
+    /// process printed one, the order of its stream places the line, as in a file.
+    fn own_time(&self, h: &Hit) -> Option<i64> {
+        match (h.ts_from_record, self.first_ts(h.source)) {
+            (true, Some(_)) => None,
+            _ => h.ts_ms,
+        }
+    }
+
+    fn first_ts(&self, src: u32) -> Option<i64> {
+        self.job.sources.get(src as usize).and_then(|s| s.first_ts)
+    }
+
     pub fn hit_time(&self, h: &Hit) -> Option<i64> {
-        self.corrected(h.source, h.ts_ms)
+        self.corrected(h.source, self.own_time(h))
     }
 
     /// Order of two hits: skew-corrected time, then arrival order (unknown times last). A line
     /// with no time of its own that came before the first timed line of its source (an excerpt
-    /// whose first header lost its date) happened no later than that line, so it takes that
-    /// time and arrival order keeps it first.
+    /// whose first header lost its date, a record read before its process printed a time)
+    /// happened no later than that line, so it takes that time and arrival order keeps it
+    /// first.
     pub fn order_key(&self, i: usize) -> (i64, u64) {
         let h = self.hit(i);
-        let t = h.ts_ms.or_else(|| {
-            self.job
-                .sources
-                .get(h.source as usize)
-                .and_then(|s| s.first_ts)
-        });
+        let t = self.own_time(h).or_else(|| self.first_ts(h.source));
         (self.corrected(h.source, t).unwrap_or(i64::MAX), h.seq)
     }
 
@@ -210,7 +221,34 @@ impl<'a> View<'a> {
 
 #[cfg(test)]
 mod tests {
-    use crate::correlate::testkit::{diagnose_untimed, root_line};
+    use crate::correlate::testkit::{diagnose_records, diagnose_untimed, root_line};
+    use crate::prefix::peel;
+
+    #[test]
+    fn a_line_read_before_its_process_printed_a_time_keeps_its_place_in_the_stream() {
+        // The process's first failure line prints no time; the record carrying it was
+        // stamped a day later (its logs were shipped after the job). The repeat that
+        // follows prints its time. In the stream, as in the file, the first line came first.
+        let first = "[default3]:  what():  [PG ID 0 PG GUID 0(default_pg) Rank 43] Process \
+            group watchdog thread terminated with exception: [Rank 43] Watchdog caught \
+            collective operation timeout: WorkNCCL(SeqNum=113, OpType=ALLREDUCE, \
+            NumelIn=6553600, NumelOut=6553600, Timeout(ms)=600000) ran for 600018 \
+            milliseconds before timing out.";
+        let repeat = "[default3]:[rank43]:[E1130 12:12:12.536201443 ProcessGroupNCCL.cpp:2070] \
+            [PG ID 0 PG GUID 0(default_pg) Rank 43] Process group watchdog thread terminated \
+            with exception: [Rank 43] Watchdog caught collective operation timeout: \
+            WorkNCCL(SeqNum=113, OpType=ALLREDUCE, NumelIn=6553600, NumelOut=6553600, \
+            Timeout(ms)=600000) ran for 600018 milliseconds before timing out.";
+        let t = peel(repeat, 2026).ts_ms.unwrap();
+        let later = t + 86_400_000;
+        let files = diagnose_untimed(&format!("{first}\n{repeat}\n"));
+        let records = diagnose_records(&[
+            ("node-006.log", first, Some(later), later),
+            ("node-006.log", repeat, Some(later), later),
+        ]);
+        assert_eq!(root_line(&files), first);
+        assert_eq!(root_line(&records), first);
+    }
 
     #[test]
     fn an_untimed_line_before_the_first_timed_one_keeps_its_place() {

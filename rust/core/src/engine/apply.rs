@@ -243,20 +243,33 @@ impl Engine {
             }
         }
 
-        // Time: printed on the line, else the record's, else carried from the source.
-        let (ts, exact) = match meta.ts_ms.or(event_ms) {
-            Some(t) => (Some(t), true),
-            None => (job.sources[src as usize].last_ts.or(ingest_ms), false),
+        // Time: printed on the line (exact: the process's own clock); else, within a process
+        // the order of its stream decides, so the line follows its process's last printed
+        // time; else the time its record carries (a shipper's or the broker's: when the line
+        // was read, not printed), which is all a process that prints no time has.
+        // Where the stream does not keep the order (records spread over partitions and merged
+        // again), only the record's time can place such a line among its process's.
+        let last_printed = job.sources[src as usize].last_ts;
+        let (ts, exact) = match (meta.ts_ms, last_printed, event_ms) {
+            (Some(t), _, _) => (Some(t), true),
+            (None, _, Some(t)) if !st.in_order => (Some(t), true),
+            (None, Some(t), _) => (Some(t), false),
+            (None, None, _) => (event_ms.or(ingest_ms), false),
         };
-        if let Some(t) = ts {
-            let s = &mut job.sources[src as usize];
-            if exact {
+        let from_record = !exact && last_printed.is_none() && ts.is_some();
+        match (ts, exact) {
+            (Some(t), true) => {
+                let s = &mut job.sources[src as usize];
                 s.last_ts = Some(t);
                 if s.first_ts.is_none() {
                     s.first_ts = Some(t);
                 }
                 job.max_event_ms = Some(job.max_event_ms.map_or(t, |m| m.max(t)));
             }
+            (Some(t), false) if last_printed.is_none() && event_ms.is_some() => {
+                job.max_record_ms = Some(job.max_record_ms.map_or(t, |m| m.max(t)));
+            }
+            _ => {}
         }
 
         // Record tracking.
@@ -360,6 +373,7 @@ impl Engine {
                         line_no,
                         ts_ms: ts,
                         ts_exact: exact,
+                        ts_from_record: from_record,
                         ingest_ms,
                         text: line.to_string(),
                         origin: st.origin.clone(),
@@ -393,6 +407,7 @@ impl Engine {
                     line_no,
                     ts_ms: ts,
                     ts_exact: exact,
+                    ts_from_record: from_record,
                     ingest_ms,
                     text: line.to_string(),
                     origin: st.origin.clone(),
@@ -686,4 +701,103 @@ fn hit_record(ring: &Ring, (start, seq, line): (u64, u64, &str), max: usize) -> 
         .into_iter()
         .map(|l| l.text)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::correlate::testkit::{diagnose_records, diagnose_untimed, engine_with_records};
+    use crate::prefix::peel;
+
+    const WATCHDOG: &str = "[default3]:[rank43]:[E1130 12:12:12.536201443 \
+        ProcessGroupNCCL.cpp:2070] [PG ID 0 PG GUID 0(default_pg) Rank 43] Process group \
+        watchdog thread terminated with exception: [Rank 43] Watchdog caught collective \
+        operation timeout: WorkNCCL(SeqNum=113, OpType=ALLREDUCE, NumelIn=6553600, \
+        NumelOut=6553600, Timeout(ms)=600000) ran for 600018 milliseconds before timing out.";
+    const TERMINATE: &str =
+        "[default3]:terminate called after throwing an instance of 'c10::DistBackendError'";
+    const WHAT: &str = "[default3]:  what():  [PG ID 0 PG GUID 0(default_pg) Rank 43] Process \
+        group watchdog thread terminated with exception: [Rank 43] Watchdog caught collective \
+        operation timeout: WorkNCCL(SeqNum=113, OpType=ALLREDUCE, NumelIn=6553600, \
+        NumelOut=6553600, Timeout(ms)=600000) ran for 600018 milliseconds before timing out.";
+
+    fn printed_ms(line: &str) -> i64 {
+        peel(line, 2026).ts_ms.unwrap()
+    }
+
+    fn root(d: &[crate::Diagnosis]) -> (&str, usize) {
+        (d[0].json["root_cause"]["line"].as_str().unwrap(), d.len())
+    }
+
+    #[test]
+    fn a_record_time_does_not_put_a_line_before_its_process_printed_one() {
+        // The watchdog line printed its time; torch repeats it in `what():`, which prints
+        // none. The records carry an aggregator's time that runs 3 s behind the host: the
+        // repeat's record says it came first, the stream says it came after.
+        let t = printed_ms(WATCHDOG);
+        let behind = |ms: i64| Some(ms - 3_000);
+        let records = [
+            ("node-006.log", WATCHDOG, behind(t + 400), t + 400),
+            ("node-006.log", TERMINATE, behind(t + 400), t + 400),
+            ("node-006.log", WHAT, behind(t + 400), t + 400),
+        ];
+        let files = diagnose_untimed(&format!("{WATCHDOG}\n{TERMINATE}\n{WHAT}\n"));
+        assert_eq!(root(&files), (WATCHDOG, 1));
+        assert_eq!(root(&diagnose_records(&records)), (WATCHDOG, 1));
+    }
+
+    #[test]
+    fn records_read_long_after_the_lines_neither_split_nor_finalize_the_incident() {
+        // A shipper that reads the logs a day later (from the head of the file) stamps every
+        // record with that day: the lines that print no time take their process's printed
+        // time, so the watermark stays on the printed clock and the job's one incident stays
+        // open until its event time has moved on.
+        let t = printed_ms(WATCHDOG);
+        let day = 86_400_000;
+        let first = "[default3]:node-006:5120:5188 [3] misc/socket.cc:47 NCCL WARN Net : \
+            Connection closed by remote peer 10.20.0.9<52716>";
+        let records = [
+            ("node-006.log", first, Some(t + day), t + day),
+            ("node-006.log", WATCHDOG, Some(t + day), t + day),
+            ("node-006.log", TERMINATE, Some(t + day + 1), t + day + 1),
+            ("node-006.log", WHAT, Some(t + day + 1), t + day + 1),
+        ];
+        let mut e = engine_with_records(&records);
+        let polled = e.poll(1);
+        assert!(polled.iter().all(|d| !d.is_final), "{polled:?}");
+        let files = diagnose_untimed(&format!("{first}\n{WATCHDOG}\n{TERMINATE}\n{WHAT}\n"));
+        let fed = e.finish();
+        let last = if fed.is_empty() { &polled } else { &fed };
+        assert_eq!(root(last), root(&files));
+    }
+
+    #[test]
+    fn a_process_that_prints_no_time_is_placed_by_its_records_times() {
+        // Two processes print NCCL warnings without times. Rank 5's line reached the broker
+        // last, but its shipper read it 2 s earlier: across processes, event time decides.
+        let early = "node-2:5120:5188 [5] misc/socket.cc:47 NCCL WARN Net : Connection closed \
+            by remote peer 10.0.0.9<52716>";
+        let late = "node-1:4120:4188 [1] misc/socket.cc:47 NCCL WARN Net : Connection closed \
+            by remote peer 10.0.0.8<52716>";
+        let t = 1_764_504_000_000;
+        let records = [
+            ("rank-1.log", late, Some(t + 2_000), t + 2_100),
+            ("rank-5.log", early, Some(t), t + 4_000),
+        ];
+        let d = diagnose_records(&records);
+        assert_eq!(root(&d), (early, 1));
+        // The records' times are the job's event time: past the settle window, it is due.
+        let more = [
+            ("rank-1.log", late, Some(t + 2_000), t + 2_100),
+            ("rank-5.log", early, Some(t), t + 4_000),
+            (
+                "rank-1.log",
+                "node-1:4120:4120 [1] NCCL INFO still here",
+                Some(t + 60_000),
+                t + 60_000,
+            ),
+        ];
+        let mut e = engine_with_records(&more);
+        let polled = e.poll(1);
+        assert_eq!(root(&polled), (early, 1));
+    }
 }
