@@ -110,18 +110,30 @@ pub fn candidate(v: &View, f: &Finding) -> (Who, Option<crate::job::HostId>, u32
             return (Who::Host(*h), host, s.obs.source, kept);
         }
     }
+    // Between processes of one rank (its stdout and stderr files, say), the one whose own
+    // line states the value most specifically: not whichever was read first.
+    let stated_by = |x: u32| {
+        context_field(&f.key)
+            .and_then(|field| v.job.context.get(&(field, x)))
+            .map_or(0, |o| v.cat.signatures[o.sig as usize].weight)
+    };
     let pick = f.source.unwrap_or_else(|| {
         s.sources
             .iter()
             .copied()
-            .min_by_key(|&x| (v.rank_of(x).unwrap_or(u32::MAX), x))
+            .min_by_key(|&x| {
+                let rank = v.rank_of(x).unwrap_or(u32::MAX);
+                (rank, std::cmp::Reverse(stated_by(x)), x)
+            })
             .unwrap_or(s.obs.source)
     });
     let own_line = context_field(&f.key)
         .filter(|field| v.job.context.contains_key(&(*field, pick)))
         .map(|field| LineRef::Context(pick, field));
     let (src, line) = match (own_line, kept) {
-        (Some(l), _) if pick != s.obs.source || kept.is_none() => (pick, Some(l)),
+        // The process's own most specific line for the field, whichever line of it was read
+        // first (a process's stdout and stderr reach the daemon in another order than files).
+        (Some(l), _) => (pick, Some(l)),
         (_, Some(l)) if pick == s.obs.source || f.source.is_none() => (s.obs.source, Some(l)),
         (_, kept) => (pick, kept.filter(|_| pick == s.obs.source)),
     };
