@@ -484,7 +484,7 @@ impl Engine {
             job.identity.dropped += 1;
         } else if !ids.is_empty() {
             let origin = st.origin.clone();
-            crate::identity::learn(job, src, &ids, || ContextObs {
+            crate::identity::learn(job, src, &ids, spec.weight, || ContextObs {
                 value: String::new(),
                 source: src,
                 seq,
