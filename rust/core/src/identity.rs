@@ -69,8 +69,9 @@ pub struct Sighting {
     pub sources: Vec<u32>,
     /// How many distinct processes showed it (exact while `sources` is not full).
     pub n_sources: u32,
-    /// The weight of the signature of `obs`'s line: a more specific line that shows the same
-    /// value replaces it (NCCL's banner over torch's echo of its version), whatever came first.
+    /// How plainly `obs`'s line states the value (a context line above a failure that
+    /// mentions it, then by signature weight): a plainer line of the same value replaces it
+    /// (NCCL's banner over torch's echo of its version), whatever came first.
     pub weight: u8,
 }
 
