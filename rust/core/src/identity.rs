@@ -69,6 +69,10 @@ pub struct Sighting {
     pub sources: Vec<u32>,
     /// How many distinct processes showed it (exact while `sources` is not full).
     pub n_sources: u32,
+    /// How plainly `obs`'s line states the value (a context line above a failure that
+    /// mentions it, then by signature weight): a plainer line of the same value replaces it
+    /// (NCCL's banner over torch's echo of its version), whatever came first.
+    pub weight: u8,
 }
 
 impl Sighting {
@@ -160,16 +164,18 @@ impl IdentityTable {
     }
 
     /// Records that process `src` on `machine` showed `value` for `key`; `obs` makes the
-    /// observation when the value is new there. Returns the heap bytes the entries gained
-    /// (the tables' own growth is counted by `tables_bytes`).
+    /// observation when the value is new there or its line is more specific (`weight`).
+    /// Returns the change of the heap bytes the entries own (the tables' own growth is
+    /// counted by `tables_bytes`).
     pub fn record(
         &mut self,
         machine: Machine,
         key: &str,
         value: &str,
         src: u32,
+        weight: u8,
         obs: impl FnOnce() -> ContextObs,
-    ) -> usize {
+    ) -> isize {
         if let Some(slot) = self.key_ids.get(key).and_then(|&k| {
             self.by_slot
                 .get(&(machine.clone(), k))
@@ -186,30 +192,41 @@ impl IdentityTable {
                     MAX_SOURCES
                 };
                 let s = &mut self.sightings[i as usize];
+                let mut added = 0;
+                if weight > s.weight && !s.obs.line.is_empty() {
+                    let before = s.obs.heap_bytes();
+                    let mut better = obs();
+                    better.value = std::mem::take(&mut s.obs.value);
+                    s.obs = better;
+                    s.weight = weight;
+                    added = s.obs.heap_bytes() as isize - before as isize;
+                }
+                let added = |more: usize| added + more as isize;
                 if s.sources.contains(&src) {
-                    return 0;
+                    return added(0);
                 }
                 s.n_sources += 1;
                 if s.sources.len() >= cap {
-                    return 0;
+                    return added(0);
                 }
                 let before = memsize::vec(&s.sources);
                 s.sources.push(src);
-                return memsize::vec(&s.sources) - before;
+                return added(memsize::vec(&s.sources) - before);
             }
         }
         if self.sightings.len() >= MAX_SIGHTINGS {
             self.dropped += 1;
             return 0;
         }
-        let Some((k, mut added)) = self.intern(key) else {
+        let Some((k, added_key)) = self.intern(key) else {
             self.dropped += 1;
             return 0;
         };
+        let mut added = added_key;
         let slot = self.by_slot.entry((machine.clone(), k)).or_default();
         if slot.len() >= MAX_VALUES {
             self.dropped += 1;
-            return added;
+            return added as isize;
         }
         let before = memsize::vec(slot);
         slot.push(self.sightings.len() as u32);
@@ -236,16 +253,23 @@ impl IdentityTable {
             obs,
             sources: vec![src],
             n_sources: 1,
+            weight,
         };
         added += s.heap_bytes();
         self.sightings.push(s);
-        added
+        added as isize
     }
 }
 
 /// Records the identity fields `(name, value)` one line of process `src` showed; `obs` makes
 /// the observation of that line. Keeps the job's memory count and table flag up to date.
-pub fn learn(job: &mut Job, src: u32, fields: &[(&str, &str)], obs: impl Fn() -> ContextObs) {
+pub fn learn(
+    job: &mut Job,
+    src: u32,
+    fields: &[(&str, &str)],
+    weight: u8,
+    obs: impl Fn() -> ContextObs,
+) {
     let env_var = fields
         .iter()
         .find(|(n, _)| *n == "env_var")
@@ -259,8 +283,10 @@ pub fn learn(job: &mut Job, src: u32, fields: &[(&str, &str)], obs: impl Fn() ->
             continue;
         };
         let (n_before, slots_before) = (job.identity.sightings.len(), job.identity.slots_len());
-        let added = job.identity.record(machine.clone(), &key, value, src, &obs);
-        job.content_bytes += added;
+        let delta = job
+            .identity
+            .record(machine.clone(), &key, value, src, weight, &obs);
+        job.content_bytes = job.content_bytes.saturating_add_signed(delta);
         if job.identity.sightings.len() != n_before || job.identity.slots_len() != slots_before {
             job.tables_dirty = true;
         }
@@ -332,9 +358,13 @@ mod tests {
     fn a_value_is_kept_once_per_machine_with_its_processes() {
         let mut t = IdentityTable::default();
         for src in 0..70 {
-            t.record(Machine::Host(0), "nccl_version", "2.21.5", src, || obs(src));
+            t.record(Machine::Host(0), "nccl_version", "2.21.5", src, 10, || {
+                obs(src)
+            });
         }
-        t.record(Machine::Host(1), "nccl_version", "2.18.3", 30, || obs(30));
+        t.record(Machine::Host(1), "nccl_version", "2.18.3", 30, 10, || {
+            obs(30)
+        });
         assert_eq!(t.sightings.len(), 2);
         let s = &t.sightings[0];
         assert_eq!((s.n_sources, s.sources.len()), (70, MAX_SOURCES));
@@ -355,11 +385,27 @@ mod tests {
                 "env:NCCL_IB_HCA",
                 &format!("mlx5_{}", src % 9),
                 src,
+                0,
                 || obs(src),
             );
-            added += t.record(m, "cuda_driver", "12040", src, || obs(src));
+            added += t.record(m, "cuda_driver", "12040", src, (src % 7) as u8, || obs(src));
         }
-        assert_eq!(added, t.content_bytes());
+        assert_eq!(added, t.content_bytes() as isize);
+    }
+
+    #[test]
+    fn a_more_specific_line_of_the_same_value_takes_over() {
+        let mut t = IdentityTable::default();
+        let mut echo = obs(1);
+        echo.line = "[rank3]: ProcessGroupNCCL environments: NCCL version: 2.18.3".into();
+        let mut added = t.record(Machine::Host(0), "nccl_version", "2.18.3", 1, 5, || echo);
+        let mut banner = obs(2);
+        banner.line = "NCCL version 2.18.3+cuda12.2".into();
+        added += t.record(Machine::Host(0), "nccl_version", "2.18.3", 2, 10, || banner);
+        assert_eq!(t.sightings[0].obs.line, "NCCL version 2.18.3+cuda12.2");
+        assert_eq!(t.sightings[0].obs.value, "2.18.3");
+        assert_eq!(t.sightings[0].sources, [1, 2]);
+        assert_eq!(added, t.content_bytes() as isize);
     }
 
     #[test]

@@ -169,13 +169,16 @@ fn compared(v: &View) -> BTreeMap<String, BTreeMap<Machine, Values>> {
     out
 }
 
-/// Whether sighting `a` stands for a value better than `b`: it kept its line, its signature
-/// says more (NCCL's banner over torch's echo of it), it came first.
+/// Whether sighting `a` stands for a value better than `b`: it kept its line, its line states
+/// the value more plainly (NCCL's banner over torch's echo of it), it came first.
 fn stands_better(v: &View, a: u32, b: u32) -> bool {
     let key = |i: u32| {
-        let o = &v.job.identity.sightings[i as usize].obs;
-        let weight = v.cat.signatures[o.sig as usize].weight;
-        (!o.line.is_empty(), weight, std::cmp::Reverse(o.seq))
+        let s = &v.job.identity.sightings[i as usize];
+        (
+            !s.obs.line.is_empty(),
+            s.weight,
+            std::cmp::Reverse(s.obs.seq),
+        )
     };
     key(a) > key(b)
 }

@@ -719,6 +719,15 @@ fn confidence(top: &Cand, second: Option<&Cand>, tie: bool, classified: bool) ->
         } else if top.has_rule("identity_pair") && !top.has_rule("identity_outlier") {
             // One of two hosts that differ, and nothing says which.
             0.5
+        } else if top.cause.is_none()
+            && top
+                .evidence
+                .iter()
+                .filter(|e| e.rule == "identity_outlier")
+                .all(|e| e.weight < 40)
+        {
+            // Only a difference that healthy fleets also show (driver, interface name, GPU).
+            0.6
         } else {
             0.75
         }

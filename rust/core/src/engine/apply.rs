@@ -534,7 +534,12 @@ impl Engine {
             job.identity.dropped += 1;
         } else if !ids.is_empty() {
             let origin = st.origin.clone();
-            crate::identity::learn(job, src, &ids, || ContextObs {
+            // A context line states a value more plainly than a failure that mentions it.
+            let specificity = match spec.role {
+                Role::Context => spec.weight.saturating_add(101),
+                _ => spec.weight.min(100),
+            };
+            crate::identity::learn(job, src, &ids, specificity, || ContextObs {
                 value: String::new(),
                 source: src,
                 seq,

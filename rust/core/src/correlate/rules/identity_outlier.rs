@@ -268,6 +268,21 @@ mod tests {
     }
 
     #[test]
+    fn an_odd_driver_alone_is_the_root_with_modest_confidence() {
+        let a = host("gpu-a", 100, "10.2.0.11", "2.21.5", "IB");
+        let b = host("gpu-b", 200, "10.2.0.12", "2.21.5", "IB")
+            .replace("cudaDriverVersion 12040", "cudaDriverVersion 12020");
+        let c = host("gpu-c", 300, "10.2.0.13", "2.21.5", "IB");
+        let a = format!("{a}[rank0]:{TIMEOUT}\n");
+        let out = diagnose_files(&[("a.log", &a), ("b.log", &b), ("c.log", &c)]);
+        assert_eq!(
+            root_line(&out),
+            "gpu-b:200:200 [0] NCCL INFO cudaDriverVersion 12020"
+        );
+        assert_eq!(out[0].confidence, 0.6);
+    }
+
+    #[test]
     fn a_job_that_did_not_fail_reports_nothing() {
         let a = host("gpu-a", 100, "10.2.0.11", "2.21.5", "IB");
         let b = host("gpu-b", 200, "10.2.0.12", "2.21.5", "Socket");
