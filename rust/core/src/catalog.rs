@@ -51,6 +51,7 @@ pub const SUBSYSTEMS: &[&str] = &[
     "python",
     "kernel",
     "gloo",
+    "nvshmem",
 ];
 
 pub const OUTLIER_FIELDS: &[&str] = &[
