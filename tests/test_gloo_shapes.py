@@ -124,6 +124,25 @@ def test_loopback_peer_is_the_host_that_shows_the_address(tmp_path: Path) -> Non
     assert collateral["gloo_connect_refused"]["explained_by_root_cause"] is True
 
 
+def test_loopback_peer_is_the_one_host_no_peer_could_reach(tmp_path: Path) -> None:
+    # node-11 prints nothing with its own address, only its wait for a peer that never came;
+    # node-12 and node-13 were refused at 127.0.1.1. The job's hosts compare: node-11 is left.
+    refused = f"RuntimeError: [{PAIR}:761] connect [127.0.1.1]:60817: Connection refused"
+    waited = f"RuntimeError: [{PAIR}:799] Connect timeout [192.168.7.12]:40211"
+    text = (
+        traceback("node-11", 0, waited)
+        + traceback("node-12", 1, refused)
+        + traceback("node-13", 2, refused)
+    )
+    [d] = diagnose(tmp_path, text)
+    assert d["signature"]["id"] == "gloo_connect_loopback_peer"
+    assert d["root_cause"]["host"] == "node-11"
+    assert d["root_cause"]["line"].endswith(refused)
+    assert any("loopback alias" in r for r in d["suspects"][0]["reasons"])
+    collateral = {c["signature"]: c for c in d["collateral"]}
+    assert collateral["gloo_connect_timeout"]["explained_by_root_cause"] is True
+
+
 def test_every_host_on_the_loopback_alias_is_one_diagnosis_with_one_fix(tmp_path: Path) -> None:
     # The common case: every node keeps Debian's '127.0.1.1 <hostname>' line, all are refused.
     text = "".join(
