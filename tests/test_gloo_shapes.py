@@ -101,25 +101,29 @@ def traceback(host: str, rank: int, error: str) -> str:
 
 
 def test_loopback_peer_is_the_host_that_shows_the_address(tmp_path: Path) -> None:
-    # node-21 advertises 127.0.1.1 (its pair check prints it); node-22 and node-23 are refused
-    # at that address: the fault is node-21's, the refusals are the witnesses.
+    # node-22 and node-23 are refused at 127.0.1.1; later node-21's pair check shows that
+    # address as its own: node-21's line is the root, the refusals are the witnesses.
     bad = (
         f"RuntimeError: [enforce fail at {PAIR}:375] state_ >= CONNECTED. 1 vs 2. Pair is not "
         "connected ([127.0.1.1]:60817 <--> [192.168.7.12]:40211)"
     )
     refused = f"RuntimeError: [{PAIR}:761] connect [127.0.1.1]:60817: Connection refused"
     text = (
-        traceback("node-21", 0, bad)
-        + traceback("node-22", 1, refused)
+        traceback("node-22", 1, refused)
         + traceback("node-23", 2, refused)
+        + traceback("node-21", 0, bad)
     )
     [d] = diagnose(tmp_path, text)
-    assert d["signature"]["id"] == "gloo_connect_loopback_peer"
+    assert d["cause_signature"]["id"] == "gloo_connect_loopback_peer"
+    assert d["signature"]["id"] == "gloo_pair_own_address"
     assert d["root_cause"]["host"] == "node-21"
-    assert d["first_warning"]["host"] == "node-21"
-    assert "127.0.1.1" in d["first_warning"]["line"]
-    assert d["root_cause"]["reported_by"]["host"] in ("node-22", "node-23")
-    assert "named as the failing peer by 2 other ranks" in d["suspects"][0]["reasons"]
+    assert d["root_cause"]["line"].endswith(bad)
+    assert d["first_warning"]["line"].endswith(refused)
+    assert d["facts"]["ip"] == "127.0.1.1"
+    assert "node-21" in d["fix"] and "GLOO_SOCKET_IFNAME" in d["fix"]
+    reasons = d["suspects"][0]["reasons"]
+    assert "named as the failing peer by 2 other ranks" in reasons
+    assert any("own Gloo address is 127.0.1.1" in r for r in reasons)
     collateral = {c["signature"]: c for c in d["collateral"]}
     assert collateral["gloo_connect_refused"]["explained_by_root_cause"] is True
 

@@ -1,21 +1,64 @@
 //! A failed connection to a peer at a 127.x address (`blames = "peer"`: Gloo's
 //! `connect [127.0.1.1]:P`, NCCL's `Connect to 127.0.1.1<P>`) names a loopback alias, which every
-//! host has, so the address names no host unless one stated it as its own (then `peer_naming`
-//! and the blame of the cause line settle it). The job's hosts are the comparison: when the
-//! hosts that printed such failures are all but one, the one left is the host that advertised
-//! the alias (Debian's `127.0.1.1 <hostname>` in /etc/hosts). It gets the witnesses' line as
-//! its root line and outweighs them (the line's weight + 30).
+//! host has. Where a host stated the address as its own (an `ip` context line), the blame of
+//! the cause line already points there; that host's own line becomes its root line (+20). Else
+//! the job's hosts are the comparison: when the hosts that printed such failures are all but
+//! one, the one left is the host that advertised the alias (Debian's `127.0.1.1 <hostname>` in
+//! /etc/hosts). It gets the witnesses' line as its root line and outweighs them (the line's
+//! weight + 30).
 
 use crate::catalog::Role;
-use crate::correlate::board::Board;
+use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
 use crate::job::HostId;
 use std::collections::BTreeSet;
 
 const OVER_WITNESSES: i32 = 30;
+const OWN_LINE: i32 = 20;
+
+/// The process of `host` that stated `addr` as its own address.
+fn stated_by(v: &View, host: HostId, addr: &str) -> Option<u32> {
+    v.job
+        .context
+        .iter()
+        .filter(|((f, src), obs)| *f == "ip" && obs.value == addr && v.host_of(*src) == Some(host))
+        .min_by_key(|(_, obs)| obs.seq)
+        .map(|((_, src), _)| *src)
+}
+
+/// A host named by a loopback failure that states the address itself: its line is the root.
+fn own_lines(v: &View, scope: &Scope, board: &mut Board) {
+    for &i in scope.hits {
+        let h = v.hit(i);
+        let Some(sig) = v.sig(h) else { continue };
+        let Some(addr) = h.field("peer_addr").filter(|a| a.starts_with("127.")) else {
+            continue;
+        };
+        if sig.role != Role::Cause || !sig.blames_peer {
+            continue;
+        }
+        for named in v.named(h) {
+            let Who::Host(host) = named else { continue };
+            let Some(src) = stated_by(v, host, addr) else {
+                continue;
+            };
+            let c = board.cand(named, Some(host));
+            if c.config.is_some() {
+                continue;
+            }
+            c.config = Some((LineRef::Context(src, "ip"), h.sig));
+            let why = format!(
+                "this host's own Gloo address is {addr}, a loopback alias, which its peers on \
+                 other hosts tried and failed to reach"
+            );
+            board.add(named, Some(host), "loopback_peer", OWN_LINE, why);
+        }
+    }
+}
 
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
+    own_lines(v, scope, board);
     let hosts = v.job.hosts.len();
     if hosts < 2 {
         return;
@@ -70,7 +113,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
 
 #[cfg(test)]
 mod tests {
-    use crate::correlate::testkit::diagnose;
+    use crate::correlate::testkit::{diagnose, root_line};
 
     const REFUSED: &str = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:761] \
         connect [127.0.1.1]:60817: Connection refused";
@@ -86,6 +129,21 @@ mod tests {
         let d = diagnose(&log);
         assert_eq!(d[0].json["root_cause"]["host"], "node-01");
         assert_eq!(d[0].json["signature"]["id"], "gloo_connect_loopback_peer");
+    }
+
+    #[test]
+    fn the_host_whose_own_line_shows_the_alias_is_the_root_line() {
+        let own = "node-01: [rank0]:RuntimeError: [enforce fail at \
+            ../third_party/gloo/gloo/transport/tcp/pair.cc:375] state_ >= CONNECTED. 1 vs 2. \
+            Pair is not connected ([127.0.1.1]:60817 <--> [192.168.7.12]:40211)";
+        let log = format!("node-02: [rank1]:{REFUSED}\nnode-03: [rank2]:{REFUSED}\n{own}\n");
+        let d = diagnose(&log);
+        assert_eq!(root_line(&d), own);
+        assert_eq!(d[0].json["root_cause"]["host"], "node-01");
+        assert_eq!(
+            d[0].json["cause_signature"]["id"],
+            "gloo_connect_loopback_peer"
+        );
     }
 
     #[test]
