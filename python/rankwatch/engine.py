@@ -37,6 +37,7 @@ class EngineConfig:
     clock_uncertainty_ms: int = 1_500
     release_quiet_ms: int = 60 * 60_000
     max_sources_per_job: int = 100_000
+    max_ts_ahead_ms: int = 60_000
     default_year: int = field(default_factory=_this_year)
 
     def to_json(self) -> str:

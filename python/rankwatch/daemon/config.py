@@ -312,6 +312,14 @@ class DaemonConfig:
         kind=INT,
         minimum=1,
     )
+    max_ts_ahead_ms: int = _opt(
+        _ENGINE.max_ts_ahead_ms,
+        "a time a record or line carries more than this ahead of the broker's time of its "
+        "record is taken as the broker's time plus this, and counted (a rank whose clock runs "
+        "ahead cannot close its job's incidents early)",
+        kind=INT,
+        minimum=0,
+    )
     release_quiet_ms: int = _opt(
         _ENGINE.release_quiet_ms,
         "a job quiet this long gets its final diagnoses and its state released (0: never)",

@@ -52,6 +52,11 @@ class _EngineTotals(Collector):
                 "jobs_released",
                 "quiet jobs released after final diagnoses",
             ),
+            (
+                "rankwatch_ts_ahead_clamped",
+                "ts_ahead_clamped",
+                "lines whose time ran more than max_ts_ahead_ms ahead of the broker's",
+            ),
         ):
             yield CounterMetricFamily(name, text, value=self._num(key))
         hits = CounterMetricFamily(

@@ -39,6 +39,10 @@ pub struct Config {
     /// Processes (sources) tracked per job; lines of further ones share one overflow source
     /// and are counted in the diagnosis. The budget may lower it (a quarter of the budget).
     pub max_sources_per_job: usize,
+    /// A time a line or record carries that is more than this ahead of the broker's time of
+    /// its record is taken as the broker's time plus this (and counted): one rank's clock
+    /// running ahead must not move the job's event time past its incidents' windows.
+    pub max_ts_ahead_ms: i64,
 }
 
 impl Default for Config {
@@ -58,6 +62,7 @@ impl Default for Config {
             clock_uncertainty_ms: 1_500,
             release_quiet_ms: 60 * 60_000,
             max_sources_per_job: 100_000,
+            max_ts_ahead_ms: 60_000,
         }
     }
 }
@@ -85,6 +90,8 @@ pub struct Stats {
     /// Lines whose process was new when its job already had as many sources as the cap
     /// allows (routed to the job's overflow source).
     pub sources_capped: u64,
+    /// Lines whose time was more than `max_ts_ahead_ms` ahead of their record's broker time.
+    pub ts_ahead_clamped: u64,
     /// Jobs whose state was released after their final diagnoses (quiet for
     /// `release_quiet_ms`).
     pub jobs_released: u64,

@@ -276,6 +276,7 @@ fn config_from_json(text: Option<&str>) -> PyResult<Config> {
             "clock_uncertainty_ms" => cfg.clock_uncertainty_ms = n,
             "release_quiet_ms" => cfg.release_quiet_ms = n,
             "max_sources_per_job" => cfg.max_sources_per_job = u,
+            "max_ts_ahead_ms" => cfg.max_ts_ahead_ms = n,
             _ => return Err(PyKeyError::new_err(format!("unknown engine option {k}"))),
         }
     }
@@ -704,6 +705,7 @@ impl PyEngine {
             "jobs_evicted": s.jobs_evicted, "jobs_released": s.jobs_released,
             "ring_shrinks": s.ring_shrinks,
             "compacted_hits": s.compacted_hits, "sources_capped": s.sources_capped,
+            "ts_ahead_clamped": s.ts_ahead_clamped,
             "diagnoses_emitted": s.diagnoses_emitted, "memory_bytes": s.memory_bytes,
             "peak_memory_bytes": s.peak_memory_bytes,
             "memory_budget_bytes": self.inner.cfg.memory_budget_bytes,

@@ -66,6 +66,12 @@ pub type TestRecord<'a> = (&'a str, &'a str, Option<i64>, i64);
 /// feeds a partition.
 pub fn engine_with_records(records: &[TestRecord<'_>]) -> Engine {
     let mut e = Engine::new(Arc::new(shipped_catalog()), Config::default());
+    feed_records(&mut e, records);
+    e
+}
+
+/// Feeds `records` of job `j` to `e` as one batch of a partition (see `engine_with_records`).
+pub fn feed_records(e: &mut Engine, records: &[TestRecord<'_>]) {
     let values: Vec<Vec<u8>> = records
         .iter()
         .map(|(source, line, ts, _)| {
@@ -81,7 +87,6 @@ pub fn engine_with_records(records: &[TestRecord<'_>]) -> Engine {
         .collect();
     let cfg = crate::records::DecoderConfig::preset(crate::records::Format::Canonical);
     assert!(e.feed_records(&cfg, "logs/0", &raw).is_empty());
-    e
 }
 
 /// Diagnoses of `records` at the end of input.

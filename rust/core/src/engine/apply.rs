@@ -256,6 +256,7 @@ impl Engine {
             (None, Some(t), _) => (Some(t), false),
             (None, None, _) => (event_ms.or(ingest_ms), false),
         };
+        let ts = self.bounded_by_broker(ts, ingest_ms);
         let from_record = !exact && last_printed.is_none() && ts.is_some();
         match (ts, exact) {
             (Some(t), true) => {
@@ -675,6 +676,22 @@ impl Engine {
         true
     }
 
+    /// `ts`, unless it runs more than `max_ts_ahead_ms` ahead of the broker's time of the
+    /// record: then the broker's time plus that (counted). The job's event time is the latest
+    /// time seen, so one rank whose clock is ahead (a bad RTC, milliseconds sent as seconds)
+    /// would otherwise close every incident of the job at once.
+    fn bounded_by_broker(&mut self, ts: Option<i64>, ingest_ms: Option<i64>) -> Option<i64> {
+        let (Some(t), Some(broker)) = (ts, ingest_ms) else {
+            return ts;
+        };
+        let limit = broker.saturating_add(self.cfg.max_ts_ahead_ms);
+        if t <= limit {
+            return ts;
+        }
+        self.stats.ts_ahead_clamped += 1;
+        Some(limit)
+    }
+
     fn add_hit(&mut self, job: &mut Job, hit: Hit, is_cause: bool) -> usize {
         if is_cause && job.sources[hit.source as usize].snapshot.is_none() {
             let snap = job.sources[hit.source as usize]
@@ -702,7 +719,9 @@ fn hit_record(ring: &Ring, (start, seq, line): (u64, u64, &str), max: usize) -> 
 
 #[cfg(test)]
 mod tests {
-    use crate::correlate::testkit::{diagnose_records, diagnose_untimed, engine_with_records};
+    use crate::correlate::testkit::{
+        diagnose_records, diagnose_untimed, engine_with_records, feed_records,
+    };
     use crate::prefix::peel;
 
     const WATCHDOG: &str = "[default3]:[rank43]:[E1130 12:12:12.536201443 \
@@ -765,6 +784,33 @@ mod tests {
         let fed = e.finish();
         let last = if fed.is_empty() { &polled } else { &fed };
         assert_eq!(root(last), root(&files));
+    }
+
+    #[test]
+    fn a_rank_whose_clock_runs_ahead_cannot_close_its_jobs_incident() {
+        // Rank 7's record says it is 25 minutes later than the broker knows it is. The job's
+        // event time must not jump past the incident's horizon on its word: the root cause
+        // that a slow shipper delivers 15 s later still updates the diagnosis.
+        let t = 1_764_504_000_000;
+        let aborted = "RuntimeError: NCCL communicator was aborted on rank 0.";
+        let ib = "node-3:3110:3190 [2] NCCL WARN NET/IB : mlx5_2:1 Got async event : port error";
+        let first = [
+            ("rank-0", aborted, Some(t + 5_000), t + 5_000),
+            ("rank-1", aborted, Some(t + 5_000), t + 5_000),
+            (
+                "rank-7",
+                "step 812 loss 2.01",
+                Some(t + 25 * 60_000),
+                t + 5_100,
+            ),
+        ];
+        let mut e = engine_with_records(&first);
+        assert_eq!(e.stats.ts_ahead_clamped, 1);
+        let polled = e.poll(t + 40_000);
+        assert!(polled.iter().all(|d| !d.is_final), "{polled:?}");
+        feed_records(&mut e, &[("rank-2", ib, Some(t + 1_000), t + 20_000)]);
+        let updated = e.finish();
+        assert_eq!(root(&updated).0, ib);
     }
 
     #[test]
