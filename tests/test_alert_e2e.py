@@ -6,6 +6,7 @@ diagnosis's labels and annotations and a link to its incident page."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -209,6 +210,45 @@ def test_offsets_move_only_after_delivery_and_a_restart_delivers_again(
         assert second.stop() == 0
     assert metrics['rankwatch_alert_sent_total{sink="webhook-1"}'] == 1
     assert [r.json() for r in hook.received[tried:]] == [diagnosis]
+
+
+def test_a_hung_sink_holds_back_neither_the_other_sinks_nor_later_alerts(
+    tmp_path: Path, daemon_kafka: str, fresh_topics: Callable[..., str]
+) -> None:
+    """One webhook never answers; the other gets every alert, a later one included, while
+    the first is still retrying. Offsets wait for both (at-least-once)."""
+    truths = make_fleet(tmp_path / "fleet", [("oom_kill", 62, "per-rank")])
+    (job,) = truths
+    (diagnosis,) = analyze_dir(tmp_path / "fleet" / job, Catalog())[0]
+    later = {**diagnosis, "id": diagnosis["id"] + "-later", "job": job + "-later"}
+    topic, group = fresh_topics("diagnoses", 1), f"alert-{uuid.uuid4().hex[:8]}"
+    produce(daemon_kafka, topic, [(job.encode(), orjson.dumps(diagnosis))])
+    hung = Receiver(gate=threading.Event())
+    ok = Receiver()
+    with serving(hung.app()) as dead, serving(ok.app()) as live:
+        args = [
+            *("--bootstrap-servers", daemon_kafka, "--topic", topic, "--group-id", group),
+            *("--webhook-url", f"{dead.url}/hook", "--webhook-url", f"{live.url}/hook"),
+            *("--sink-attempts", "100000", "--sink-timeout-ms", "500"),
+            *("--sink-backoff-ms", "50", "--sink-backoff-max-ms", "100"),
+        ]
+        member = AlertProcess(args, log=tmp_path / "alert.log").start()
+        try:
+            wait_for("the first alert at the live sink", lambda: len(ok.bodies()) == 1)
+            produce(daemon_kafka, topic, [(later["job"].encode(), orjson.dumps(later))])
+            wait_for(
+                "the later alert at the live sink while the other still hangs",
+                lambda: len(ok.bodies()) == 2,
+                context=member.log_text,
+            )
+            metrics = member.metrics()
+            assert metrics['rankwatch_alert_sent_total{sink="webhook-2"}'] == 2
+            assert metrics.get('rankwatch_alert_sent_total{sink="webhook-1"}', 0) == 0
+            assert committed_offsets(daemon_kafka, topic, group) == {}
+            assert member.stop() == 0
+        finally:
+            hung.gate.set()
+    assert [b["id"] for b in ok.bodies()] == [diagnosis["id"], later["id"]]
 
 
 def test_every_member_serves_every_incident_page(

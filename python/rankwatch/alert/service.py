@@ -1,8 +1,9 @@
 """`rankwatch alert`: one member of its own consumer group on the diagnoses topic. Per fetched
-batch: keep each diagnosis for the incident pages, hand it to every sink, wait until every sink
-accepted it or gave it up (counted and logged), then commit the offsets: at-least-once
-delivery. Alertmanager also gets the firing incidents again every `alert_resend_ms` until they
-expire (sinks.FiringSet).
+batch: keep each diagnosis for the incident pages and hand it to every sink, then fetch the next
+batch at once. A batch's offsets are committed when every sink accepted or gave up (counted and
+logged) each of its alerts, and only after every batch before it: at-least-once delivery, and
+a slow or dead sink delays commits, never another sink's alerts. Alertmanager also gets the
+firing incidents again every `alert_resend_ms` until they expire (sinks.FiringSet).
 
 The incident pages are fed apart from the group: a group-less reader follows every partition of
 the topic, so any member behind a load balancer serves any incident an alert links to."""
@@ -14,6 +15,7 @@ import contextlib
 import logging
 import signal
 import time
+from collections import deque
 from typing import Any
 from urllib.parse import quote
 
@@ -36,6 +38,8 @@ from rankwatch.report import Diagnosis
 log = logging.getLogger("rankwatch.alert")
 
 MAX_BATCH_RECORDS = 500
+# Batches handed to the sinks and not yet committed, at most (then the oldest is waited for).
+MAX_PENDING_BATCHES = 64
 PAGES_REFRESH_S = 1.0
 
 
@@ -64,6 +68,9 @@ class AlertService:
         self.consumer: Any = None
         self.stopping = asyncio.Event()
         self.assigned = False
+        # Batches handed to the sinks and not committed yet, oldest first: each batch's
+        # offsets and its alerts' futures.
+        self.pending: deque[tuple[dict[TopicPartition, int], asyncio.Future[Any]]] = deque()
         self.base_url = cfg.page_base()
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -177,6 +184,14 @@ class AlertService:
             self.assigned = bool(self.consumer.assignment())
             if batch:
                 await self._handle_batch(batch)
+            else:
+                await self._commit_settled()
+        await self._commit_settled()
+        if self.pending:
+            log.info(
+                "stopping before the sinks finished: offsets of %d batch(es) not committed",
+                len(self.pending),
+            )
 
     async def _handle_batch(self, batch: dict[TopicPartition, list[Any]]) -> None:
         waiting: list[asyncio.Future[bool]] = []
@@ -185,8 +200,21 @@ class AlertService:
             for rec in records:
                 waiting += await self.handle_record(rec.value, rec.timestamp)
                 offsets[tp] = rec.offset + 1
-        if waiting and not await self._settled(waiting):
-            log.info("stopping before the sinks finished: offsets of this batch not committed")
+        settled = asyncio.gather(*waiting, return_exceptions=True)
+        self.pending.append((offsets, settled))
+        await self._commit_settled()
+        # Bound what waits on a slow sink: past this many batches, wait for the oldest.
+        while len(self.pending) > MAX_PENDING_BATCHES and not self.stopping.is_set():
+            if not await self._settled(self.pending[0][1]):
+                return
+            await self._commit_settled()
+
+    async def _commit_settled(self) -> None:
+        """Commits the offsets of the oldest batches whose alerts every sink finished with."""
+        offsets: dict[TopicPartition, int] = {}
+        while self.pending and self.pending[0][1].done():
+            offsets.update(self.pending.popleft()[0])
+        if not offsets:
             return
         try:
             await self.consumer.commit(offsets)
@@ -195,10 +223,9 @@ class AlertService:
             # the partitions moved: their new owner delivers these again (at-least-once)
             log.warning("offset commit failed, the records will be delivered again: %s", e)
 
-    async def _settled(self, waiting: list[asyncio.Future[bool]]) -> bool:
-        """Waits until every sink finished with the batch (True) or a stop was asked (False:
-        the batch is delivered again after a restart, at-least-once)."""
-        done: asyncio.Future[Any] = asyncio.gather(*waiting, return_exceptions=True)
+    async def _settled(self, done: asyncio.Future[Any]) -> bool:
+        """Waits until `done` (every sink finished with a batch): True, or a stop was asked
+        (False: the batch is delivered again after a restart, at-least-once)."""
         stop: asyncio.Future[Any] = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({done, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
