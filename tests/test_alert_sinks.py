@@ -244,3 +244,50 @@ def test_a_full_queue_gives_the_alert_up_at_once_counted_and_logged(
     assert m['rankwatch_alert_queue_depth{sink="webhook-1"}'] == 0
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors == ["sink webhook-1: alert rw-third NOT delivered: queue full (1)"]
+
+
+def test_an_echoing_error_body_shows_neither_the_routing_key_nor_more_than_a_line(
+    diagnoses: list[dict[str, Any]], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A proxy's error page that echoes the request, then streams on (64 MiB): the log shows
+    # a short excerpt with the key masked, and delivery does not read the rest.
+    from aiohttp import web
+
+    async def echo(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(status=400)
+        await resp.prepare(request)
+        await resp.write(await request.read())
+        for _ in range(64):
+            await resp.write(b"x" * (1 << 20))
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", echo)
+    caplog.set_level(logging.INFO, logger="rankwatch.alert")
+    with serving(app) as server:
+        settings = {
+            "pagerduty_url": f"{server.url}/v2/enqueue",
+            "pagerduty_routing_key": ROUTING_KEY,
+        }
+        result, m, _ = run_service(settings, lambda s: deliver(s, diagnoses[0]))
+    assert result == [False]
+    assert m['rankwatch_alert_failed_total{sink="pagerduty"}'] == 1
+    assert ROUTING_KEY not in caplog.text
+    (refused,) = [r.getMessage() for r in caplog.records if "NOT delivered" in r.getMessage()]
+    assert "***" in refused and len(refused) < 600
+
+
+def test_slack_text_shows_log_text_literally() -> None:
+    from rankwatch.alert.content import slack_text
+
+    d: dict[str, Any] = {
+        "id": "rw-1|x",
+        "job": "j",
+        "signature": {"title": "t"},
+        "root_cause": {"line": "NCCL WARN <!channel> connect to 10.0.0.1<2311> & <@U01>"},
+        "collateral": [],
+    }
+    text = slack_text(d, "https://rw.example/incidents/rw-1%7Cx")
+    assert "<!channel>" not in text and "<@U01>" not in text
+    assert "&lt;!channel&gt; connect to 10.0.0.1&lt;2311&gt; &amp; &lt;@U01&gt;" in text
+    assert text.endswith("<https://rw.example/incidents/rw-1%7Cx|Incident rw-1/x>")

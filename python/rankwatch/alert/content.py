@@ -99,13 +99,20 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def slack_escape(text: str) -> str:
+    """Text as Slack shows it literally: `<!channel>`, `<@U123>` or `<url|label>` in a log line
+    must not ping anyone or become a link (Slack's three control characters escaped)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def slack_text(d: Diagnosis, link: str) -> str:
-    lines = [f"*{clip(summary(d), 300)}*"]
+    lines = [f"*{slack_escape(clip(summary(d), 300))}*"]
     line = root_line(d)
     if line:
-        lines.append("```" + clip(line, 1000).replace("```", "'''") + "```")
-    lines.append(f"Collateral: {collateral_text(d)}")
+        lines.append("```" + slack_escape(clip(line, 1000).replace("```", "'''")) + "```")
+    lines.append(f"Collateral: {slack_escape(collateral_text(d))}")
     if d.get("fix"):
-        lines.append(f"Fix: {clip(str(d['fix']), 1000)}")
-    lines.append(f"<{link}|Incident {d['id']}>")
+        lines.append(f"Fix: {slack_escape(clip(str(d['fix']), 1000))}")
+    label = slack_escape(f"Incident {d['id']}").replace("|", "/")
+    lines.append(f"<{link.replace('|', '%7C')}|{label}>")
     return "\n".join(lines)

@@ -30,6 +30,14 @@ class Request:
     url: str
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
+    # Values that must never reach a log: an endpoint may echo the request in its error body.
+    secrets: tuple[str, ...] = ()
+
+    def redacted(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret:
+                text = text.replace(secret, "***")
+        return text
 
 
 @dataclass(frozen=True)
@@ -147,10 +155,12 @@ class Sink:
                     timeout=aiohttp.ClientTimeout(total=self.policy.timeout_s),
                     allow_redirects=False,
                 ) as resp:
-                    body = await resp.read()
+                    # Only what the log shows: a sink's answer can be any size.
+                    body = await resp.content.read(BODY_IN_LOG)
                     status = resp.status
                     retry_after = _retry_after(resp.headers)
-                problem = f"HTTP {status}: {body[:BODY_IN_LOG].decode(errors='replace')!r}"
+                shown = request.redacted(body.decode(errors="replace"))
+                problem = f"HTTP {status}: {shown!r}"
             except (aiohttp.ClientError, TimeoutError) as e:
                 status, problem = 0, f"{type(e).__name__}"
             finally:

@@ -158,7 +158,8 @@ def pagerduty_event(d: Diagnosis, routing_key: str, link: str) -> dict[str, Any]
 
 
 def pagerduty_request(url: str, d: Diagnosis, routing_key: str, link: str) -> Request:
-    return Request(url, orjson.dumps(pagerduty_event(d, routing_key, link)), JSON)
+    event = orjson.dumps(pagerduty_event(d, routing_key, link))
+    return Request(url, event, JSON, secrets=(routing_key,))
 
 
 # --- webhook ----------------------------------------------------------------------------------
