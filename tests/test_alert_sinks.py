@@ -291,3 +291,24 @@ def test_slack_text_shows_log_text_literally() -> None:
     assert "<!channel>" not in text and "<@U01>" not in text
     assert "&lt;!channel&gt; connect to 10.0.0.1&lt;2311&gt; &amp; &lt;@U01&gt;" in text
     assert text.endswith("<https://rw.example/incidents/rw-1%7Cx|Incident rw-1/x>")
+
+
+def test_a_diagnosis_older_than_the_ttl_is_counted_and_warned_not_alerted(
+    diagnoses: list[dict[str, Any]], caplog: pytest.LogCaptureFixture
+) -> None:
+    import time
+
+    hook = Receiver()
+    with serving(hook.app()) as server:
+        settings = {"webhook_url": [f"{server.url}/hook"], "alert_ttl_ms": 60_000}
+        old_ms = int(time.time() * 1000) - 3_600_000
+
+        async def read_old(s: AlertService) -> list[Any]:
+            return await s.handle_record(orjson.dumps(diagnoses[0]), old_ms)
+
+        futures, m, _ = run_service(settings, read_old)
+    assert futures == [] and hook.received == []
+    assert m["rankwatch_alert_stale_diagnoses_total"] == 1
+    assert any(
+        r.levelno == logging.WARNING and "not alerted" in r.getMessage() for r in caplog.records
+    )

@@ -56,6 +56,11 @@ class AlertMetrics:
             "incidents re-sent to Alertmanager until they expire",
             registry=r,
         )
+        self.stale = Counter(
+            "rankwatch_alert_stale_diagnoses",
+            "diagnoses older than alert_ttl_ms when read: shown on the pages, not alerted",
+            registry=r,
+        )
         self.commits = Counter(
             "rankwatch_alert_offset_commits", "offset commits after delivery", registry=r
         )

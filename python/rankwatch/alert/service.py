@@ -248,7 +248,15 @@ class AlertService:
             return []
         age_s = time.time() - timestamp_ms / 1000
         if age_s > self.cfg.alert_ttl_ms / 1000:
-            log.info("diagnosis %s is %.0f s old: shown, not alerted", d["id"], age_s)
+            # A consumer that was down or lagging (a hung sink, a weekend) must not page for
+            # stale incidents, but must not drop them unseen either.
+            self.metrics.stale.inc()
+            log.warning(
+                "diagnosis %s is %.0f s old (alert_ttl_ms %d): shown, not alerted",
+                d["id"],
+                age_s,
+                self.cfg.alert_ttl_ms,
+            )
             return []
         return await self.dispatch(d)
 
