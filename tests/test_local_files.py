@@ -105,3 +105,20 @@ def test_threads_option_does_not_change_the_report(mixed_job: Path) -> None:
         check=False,
     )
     assert r.returncode == 2 and "--threads" in r.stderr
+
+
+def test_the_summary_counts_files_read_and_lines_cut(tmp_path: Path, catalog: Catalog) -> None:
+    # A file gone between discovery and reading is skipped, and not counted as read; a line
+    # longer than max_line_bytes is counted as cut.
+    logs = tmp_path / "job"
+    logs.mkdir()
+    for r in range(3):
+        (logs / f"rank-{r}.log").write_text(f"rank {r} step 1\n")
+    (logs / "rank-0.log").write_text("x" * 70_000 + "\n")
+    files, _ = discover([str(logs)], job="job")
+    (logs / "rank-2.log").unlink()
+    skipped: list[str] = []
+    result = analyze_files(Engine(catalog, EngineConfig()), files, on_error=skipped.append)
+    assert len(skipped) == 1 and "rank-2.log" in skipped[0]
+    assert result.files == 2
+    assert result.stats["truncated_lines"] == 1

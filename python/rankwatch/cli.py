@@ -100,6 +100,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                 "files": result.files,
                 "bytes": result.bytes,
                 "lines": result.lines,
+                "truncated_lines": result.stats.get("truncated_lines", 0),
                 "skipped": skipped + result.skipped,
                 "partially_read": result.partial,
                 "seconds": round(result.seconds, 3),
@@ -111,9 +112,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         style = Style(color=sys.stdout.isatty() and "NO_COLOR" not in os.environ)
         jobs = sorted({printable(f.job) for f in files} | {printable(d.job) for d in dumps})
         dumps_read = f" and {fr.dumps} Flight Recorder dump(s)" if dumps else ""
+        cut = int(str(result.stats.get("truncated_lines", 0)))
+        cut_note = f" ({cut:,} cut at {cfg.max_line_bytes:,} bytes)" if cut else ""
         header = (
             f"rankwatch: {len(result.diagnoses)} incident(s) in job(s) {', '.join(jobs)}; "
-            f"{result.lines:,} lines from {result.files} files{dumps_read} in "
+            f"{result.lines:,} lines{cut_note} from {result.files} files{dumps_read} in "
             f"{result.seconds:.1f} s"
         )
         print(render_report(result.diagnoses, style, header, context_lines=args.context))

@@ -31,7 +31,7 @@ __all__ = [
 @dataclass
 class AnalyzeResult:
     diagnoses: list[Diagnosis]
-    files: int
+    files: int  # files read (skipped ones not counted)
     bytes: int
     lines: int
     seconds: float
@@ -108,7 +108,7 @@ def analyze_files(
     stats = engine.stats()
     return AnalyzeResult(
         diagnoses=diagnoses,
-        files=len(files),
+        files=len(files) - len(skipped),
         bytes=fed.bytes,
         lines=int(str(stats.get("lines", 0))),
         seconds=time.monotonic() - t0,
