@@ -93,6 +93,10 @@ def test_secrets_and_url_credentials_are_masked(tmp_path: Path) -> None:
     [
         ({"sink_attiempts": 3}, "unknown option"),
         ({"webhook_url": ["ftp://x"]}, r"expected an http\(s\) URL"),
+        ({"webhook_url": ["http://hook:99999/x"]}, "not a valid URL"),
+        ({"webhook_url": ["http://hook:abc/x"]}, "not a valid URL"),
+        ({"alertmanager_url": ["http://[fe80::1/x"]}, "not a valid URL"),
+        ({"webhook_url": ["http://a..b/x"]}, r"expected an http\(s\) URL"),
         ({"sink_attempts": 0}, "must be at least 1"),
         ({"http_addr": "off"}, "nothing to do"),
         ({"webhook_format": "xml"}, "not one of json, slack"),
@@ -193,3 +197,24 @@ def test_a_redelivered_version_is_shown_once_and_old_ones_only_shown() -> None:
     assert asyncio.run(service.handle_record(value, 0)) == []  # too old to alert on
     assert service.store.get(DIAGNOSIS["id"]) == DIAGNOSIS
     assert service.store.put(copy.deepcopy(DIAGNOSIS)) is False
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("confidence", "abc", "not a number"),
+        ("confidence", True, "not a number"),
+        ("collateral", [1, 2], "not a list of objects"),
+        ("suspects", {"rank": 1}, "not a list of objects"),
+        ("preceding_lines", "a line", "not a list"),
+    ],
+)
+def test_a_diagnosis_with_a_field_of_the_wrong_type_is_refused(
+    field: str, value: Any, message: str
+) -> None:
+    from rankwatch.alert.content import BadDiagnosis, check_diagnosis
+
+    good = {"id": "rw-1", "job": "j", "confidence": 0.9, "collateral": [{"ranks": "1-3"}]}
+    assert check_diagnosis(dict(good)) == good
+    with pytest.raises(BadDiagnosis, match=message):
+        check_diagnosis({**good, field: value})

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from rankwatch.alert.config import OPTIONS, env_name, load_alert_config
-from rankwatch.daemon.config import BOOL, CHOICE, INT, LIST, ConfigError, flag_name
+from rankwatch.daemon.config import BOOL, CHOICE, INT, LIST, ConfigError, flag_help, flag_name
 from rankwatch.daemon.logs import setup_logging
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -23,7 +23,7 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
         kw: dict[str, Any] = {
             "dest": key,
             "default": argparse.SUPPRESS,
-            "help": f"{meta['help']} [{env_name(key)}]",
+            "help": flag_help(meta, env_name(key)),
         }
         if meta["metavar"]:
             kw["metavar"] = meta["metavar"]

@@ -228,8 +228,15 @@ def load_alert_config(
 
 
 def _check_url(url: str, where: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port that is not a number in 0-65535
+    except ValueError as e:
+        raise ConfigError(f"{where}: not a valid URL ({e})") from None
+    host = parts.hostname or ""
+    # An IPv6 literal is bracketed in the URL; a name needs non-empty labels (`a..b` has not).
+    name_ok = ":" in host or all(host.split("."))
+    if parts.scheme not in ("http", "https") or not host or not name_ok or port == 0:
         raise ConfigError(f"{where}: expected an http(s) URL, got {redact_url(url)!r}")
 
 

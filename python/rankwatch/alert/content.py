@@ -27,6 +27,17 @@ def check_diagnosis(value: Any) -> Diagnosis:
     for key in ("root_cause", "signature"):
         if value.get(key) is not None and not isinstance(value[key], dict):
             raise BadDiagnosis(f"{key!r} is not an object")
+    # What the sinks and the incident page read, in the types they read it as.
+    for key in ("confidence", "collateral_rank_count"):
+        v = value.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise BadDiagnosis(f"{key!r} is not a number")
+    for key in ("collateral", "suspects", "alternatives"):
+        v = value.get(key)
+        if v is not None and not (isinstance(v, list) and all(isinstance(x, dict) for x in v)):
+            raise BadDiagnosis(f"{key!r} is not a list of objects")
+    if value.get("preceding_lines") is not None and not isinstance(value["preceding_lines"], list):
+        raise BadDiagnosis("'preceding_lines' is not a list")
     return value
 
 

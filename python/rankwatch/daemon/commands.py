@@ -26,6 +26,7 @@ from rankwatch.daemon.config import (
     ConfigError,
     DaemonConfig,
     env_name,
+    flag_help,
     flag_name,
     load_catalog,
     load_config,
@@ -48,7 +49,7 @@ def _add_option_flags(p: argparse.ArgumentParser, keys: list[str] | None = None)
             continue
         meta = f.metadata
         kind = meta["kind"]
-        text = f"{meta['help']} [{env_name(key)}]"
+        text = flag_help(meta, env_name(key))
         kw: dict[str, Any] = {"dest": key, "default": argparse.SUPPRESS, "help": text}
         if meta["metavar"]:
             kw["metavar"] = meta["metavar"]

@@ -447,6 +447,14 @@ def flag_name(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
+def flag_help(meta: Mapping[str, Any], env: str) -> str:
+    """An option's help with the variable that sets it; a secret's says to prefer that, since
+    a flag's value shows in `ps` to every user of the host."""
+    if meta["secret"]:
+        return f"{meta['help']} [{env}: prefer it, or the config file; a flag shows in ps]"
+    return f"{meta['help']} [{env}]"
+
+
 # --- parsing values -------------------------------------------------------------------------
 
 
