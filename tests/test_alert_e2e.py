@@ -43,6 +43,10 @@ def healthy(member: AlertProcess) -> bool:
     return found(member, "/healthz")
 
 
+def owns_partitions(member: AlertProcess) -> bool:
+    return found(member, "/readyz")
+
+
 def found(member: AlertProcess, path: str) -> bool:
     try:
         return member.get(path)[0] == 200
@@ -267,12 +271,15 @@ def test_every_member_serves_every_incident_page(
             *("--webhook-url", f"{server.url}/hook"),
         ]
         members = [AlertProcess(args, log=tmp_path / f"alert-{i}.log").start() for i in (1, 2)]
-        wait_for("a member to own the partition", lambda: any(healthy(m) for m in members))
+        wait_for("a member to own the partition", lambda: any(owns_partitions(m) for m in members))
         produce(daemon_kafka, topic, [(job.encode(), orjson.dumps(diagnosis))])
         path = f"/incidents/{diagnosis['id']}?format=json"
         for m in members:
             wait_for("the page on every member", lambda m=m: found(m, path), context=m.log_text)
             assert orjson.loads(m.get(path)[1]) == diagnosis
+        # The member without a partition is alive (no restart would help it), not assigned.
+        assert all(healthy(m) for m in members)
+        assert sum(owns_partitions(m) for m in members) == 1
         wait_for("the delivery", lambda: caught_up(daemon_kafka, topic, group))
         assert [m.stop() for m in members] == [0, 0]
     assert [r.json() for r in hook.received] == [diagnosis]

@@ -22,6 +22,16 @@ from rankwatch.alert.server import make_app
 from rankwatch.alert.store import IncidentStore
 
 
+class AlwaysReady:
+    """Probes of a member that is alive and owns partitions."""
+
+    def live(self) -> tuple[bool, dict[str, Any]]:
+        return True, {"status": "ok"}
+
+    def owns_partitions(self) -> tuple[bool, dict[str, Any]]:
+        return True, {"status": "ready"}
+
+
 @pytest.fixture
 def diagnosis(generate_and_analyze: GenerateAndAnalyze) -> dict[str, Any]:
     truth, diagnoses = generate_and_analyze("ib_link_down", ranks=16, seed=7)
@@ -42,7 +52,7 @@ def fetch(url: str) -> tuple[int, str, bytes]:
 def test_pages_serve_html_and_json_and_404(diagnosis: dict[str, Any]) -> None:
     store = IncidentStore(10)
     store.put(diagnosis)
-    with serving(make_app(store, AlertMetrics(), lambda: True)) as server:
+    with serving(make_app(store, AlertMetrics(), AlwaysReady())) as server:
         did = diagnosis["id"]
         status, ctype, body = fetch(f"{server.url}/incidents/{did}")
         assert status == 200 and ctype.startswith("text/html")
@@ -111,7 +121,7 @@ def test_incident_page_in_headless_chromium(diagnosis: dict[str, Any], tmp_path:
         finally:
             await browser.close()
 
-    with serving(make_app(store, AlertMetrics(), lambda: True)) as server:
+    with serving(make_app(store, AlertMetrics(), AlwaysReady())) as server:
         facts = asyncio.run(check(f"{server.url}/incidents/{diagnosis['id']}"))
     rc = diagnosis["root_cause"]
     assert rc["line"] in facts["text"]

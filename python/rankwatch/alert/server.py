@@ -1,9 +1,10 @@
 """The HTTP side of `rankwatch alert` (aiohttp): `/incidents` and `/incidents/<id>` as HTML or,
-with `?format=json`, JSON; `/metrics` for Prometheus; `/healthz`."""
+with `?format=json`, JSON; `/metrics` for Prometheus; `/healthz` (liveness) and `/readyz`
+(owns partitions)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -15,7 +16,14 @@ from rankwatch.alert.store import IncidentStore
 HTML = "text/html"
 STORE_KEY = web.AppKey("store", IncidentStore)
 METRICS_KEY = web.AppKey("metrics", AlertMetrics)
-HEALTH_KEY: web.AppKey[Callable[[], bool]] = web.AppKey("health")
+
+
+class Probes(Protocol):
+    def live(self) -> tuple[bool, dict[str, Any]]: ...
+    def owns_partitions(self) -> tuple[bool, dict[str, Any]]: ...
+
+
+HEALTH_KEY: web.AppKey[Probes] = web.AppKey("health")
 
 
 def _wants_json(request: web.Request) -> bool:
@@ -55,27 +63,34 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    ok = request.app[HEALTH_KEY]()
-    return _json({"status": "ok" if ok else "starting"}, status=200 if ok else 503)
+    """Liveness: the consumer loop is turning. A member that owns no partition (more replicas
+    than partitions) is alive: restarting it would only rebalance the group."""
+    ok, body = request.app[HEALTH_KEY].live()
+    return _json(body, status=200 if ok else 503)
+
+
+async def ready(request: web.Request) -> web.Response:
+    """This member owns partitions of the topic (its pages are served either way)."""
+    ok, body = request.app[HEALTH_KEY].owns_partitions()
+    return _json(body, status=200 if ok else 503)
 
 
 async def root(request: web.Request) -> web.Response:
     raise web.HTTPFound("/incidents")
 
 
-def make_app(
-    store: IncidentStore, alert_metrics: AlertMetrics, ok: Callable[[], bool]
-) -> web.Application:
+def make_app(store: IncidentStore, alert_metrics: AlertMetrics, probes: Probes) -> web.Application:
     app = web.Application()
     app[STORE_KEY] = store
     app[METRICS_KEY] = alert_metrics
-    app[HEALTH_KEY] = ok
+    app[HEALTH_KEY] = probes
     app.router.add_get("/", root)
     app.router.add_get("/incidents", incidents)
     app.router.add_get("/incidents/", incidents)
     app.router.add_get("/incidents/{id}", incident)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", health)
+    app.router.add_get("/readyz", ready)
     return app
 
 

@@ -40,6 +40,8 @@ log = logging.getLogger("rankwatch.alert")
 MAX_BATCH_RECORDS = 500
 # Batches handed to the sinks and not yet committed, at most (then the oldest is waited for).
 MAX_PENDING_BATCHES = 64
+# /healthz fails when the consumer loop has not turned for this long.
+LOOP_STALL_S = 60.0
 PAGES_REFRESH_S = 1.0
 
 
@@ -54,7 +56,7 @@ class AlertService:
         self.store = IncidentStore(cfg.incidents_kept)  # what /incidents shows
         self.delivered = IncidentStore(cfg.incidents_kept)  # versions already handed to sinks
         self.firing = sinks.FiringSet(cfg.alert_resend_ms / 1000, cfg.alert_ttl_ms / 1000)
-        self.http = HttpServer(make_app(self.store, self.metrics, lambda: self.assigned))
+        self.http = HttpServer(make_app(self.store, self.metrics, self))
         self.policy = RetryPolicy(
             timeout_s=cfg.sink_timeout_ms / 1000,
             attempts=cfg.sink_attempts,
@@ -68,6 +70,7 @@ class AlertService:
         self.consumer: Any = None
         self.stopping = asyncio.Event()
         self.assigned = False
+        self.last_loop: float | None = None  # monotonic time of the consumer loop's last turn
         # Batches handed to the sinks and not committed yet, oldest first: each batch's
         # offsets and its alerts' futures.
         self.pending: deque[tuple[dict[TopicPartition, int], asyncio.Future[Any]]] = deque()
@@ -82,6 +85,20 @@ class AlertService:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)
+
+    # --- probes -------------------------------------------------------------------------------
+
+    def live(self) -> tuple[bool, dict[str, Any]]:
+        """The consumer loop turned within LOOP_STALL_S (it turns every fetch, 0.5 s idle)."""
+        if self.last_loop is None:
+            return False, {"status": "starting"}
+        age = time.monotonic() - self.last_loop
+        ok = age < LOOP_STALL_S
+        body = {"status": "ok" if ok else "stalled", "seconds_since_last_loop": round(age, 3)}
+        return ok, {**body, "partitions_assigned": self.assigned}
+
+    def owns_partitions(self) -> tuple[bool, dict[str, Any]]:
+        return self.assigned, {"status": "ready" if self.assigned else "no partitions assigned"}
 
     def link(self, did: str) -> str:
         return f"{self.base_url}/incidents/{quote(did, safe='')}"
@@ -167,6 +184,7 @@ class AlertService:
 
     async def _consume(self) -> None:
         while not self.stopping.is_set():
+            self.last_loop = time.monotonic()
             fetch = asyncio.ensure_future(
                 self.consumer.getmany(timeout_ms=500, max_records=MAX_BATCH_RECORDS)
             )
