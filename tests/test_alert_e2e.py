@@ -255,6 +255,40 @@ def test_a_hung_sink_holds_back_neither_the_other_sinks_nor_later_alerts(
     assert [b["id"] for b in ok.bodies()] == [diagnosis["id"], later["id"]]
 
 
+def test_a_restarted_member_keeps_telling_alertmanager_what_fires(
+    tmp_path: Path, daemon_kafka: str, fresh_topics: Callable[..., str]
+) -> None:
+    """The firing set lives in memory; after a restart the member takes back the incidents
+    that are still fresh from the topic, or Alertmanager would resolve them."""
+    truths = make_fleet(tmp_path / "fleet", [("oom_kill", 63, "per-rank")])
+    (job,) = truths
+    (diagnosis,) = analyze_dir(tmp_path / "fleet" / job, Catalog())[0]
+    topic, group = fresh_topics("diagnoses", 1), f"alert-{uuid.uuid4().hex[:8]}"
+    produce(daemon_kafka, topic, [(job.encode(), orjson.dumps(diagnosis))])
+    am = Receiver()
+
+    def sent_ids() -> list[str]:
+        return [a["annotations"]["diagnosis_id"] for body in am.bodies() for a in body]
+
+    with serving(am.app()) as server:
+        args = [
+            *("--bootstrap-servers", daemon_kafka, "--topic", topic, "--group-id", group),
+            *("--alertmanager-url", server.url, "--alert-resend-ms", "500"),
+        ]
+        first = AlertProcess(args, log=tmp_path / "alert-1.log").start()
+        wait_for("a re-send", lambda: sent_ids().count(diagnosis["id"]) >= 2)
+        wait_for("the commit", lambda: caught_up(daemon_kafka, topic, group))
+        assert first.stop() == 0
+        before = len(sent_ids())
+        second = AlertProcess(args, log=tmp_path / "alert-2.log").start()
+        wait_for(
+            "the restarted member to re-send",
+            lambda: diagnosis["id"] in sent_ids()[before:],
+            context=second.log_text,
+        )
+        assert second.stop() == 0
+
+
 def test_every_member_serves_every_incident_page(
     tmp_path: Path, daemon_kafka: str, fresh_topics: Callable[..., str]
 ) -> None:

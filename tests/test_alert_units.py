@@ -218,3 +218,25 @@ def test_a_diagnosis_with_a_field_of_the_wrong_type_is_refused(
     assert check_diagnosis(dict(good)) == good
     with pytest.raises(BadDiagnosis, match=message):
         check_diagnosis({**good, field: value})
+
+
+def test_a_restart_takes_back_fresh_incidents_without_sending_them() -> None:
+    firing = FiringSet(resend_s=60, ttl_s=600)
+    t0 = 1_800_000_000.0
+    assert firing.restore(DIAGNOSIS, "http://x/incidents/rw", updated=t0 - 100, now=t0)
+    stale = {**DIAGNOSIS, "id": "rw-old"}
+    assert not firing.restore(stale, "http://x/incidents/rw-old", updated=t0 - 700, now=t0)
+    assert not firing.restore(DIAGNOSIS, "http://x/incidents/rw", updated=t0, now=t0)
+    (alert,), expired = firing.due(now=t0 + 60)
+    assert expired == [] and alert["endsAt"] == iso(t0 + 60 + 240)
+    # It expires from the time of its last version, not from the restart.
+    (alert,), expired = firing.due(now=t0 + 500)
+    assert expired == [DIAGNOSIS["id"]] and alert["endsAt"] == iso(t0 + 500)
+
+
+def test_the_firing_set_keeps_the_most_recently_updated_incidents() -> None:
+    firing = FiringSet(resend_s=60, ttl_s=600, limit=2)
+    t0 = 1_800_000_000.0
+    for i in range(3):
+        firing.update({**DIAGNOSIS, "id": f"rw-{i}"}, "http://x", now=t0 + i)
+    assert sorted(firing.firing) == ["rw-1", "rw-2"]

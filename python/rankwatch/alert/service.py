@@ -42,6 +42,8 @@ MAX_BATCH_RECORDS = 500
 MAX_PENDING_BATCHES = 64
 # /healthz fails when the consumer loop has not turned for this long.
 LOOP_STALL_S = 60.0
+# Alerts per re-send request to Alertmanager (thousands firing make one request per chunk).
+RESEND_CHUNK = 100
 PAGES_REFRESH_S = 1.0
 
 
@@ -141,7 +143,8 @@ class AlertService:
             await self._start_consumer()
             if self.alertmanagers:
                 tasks.append(asyncio.create_task(self._resend_loop(), name="alertmanager-resend"))
-            if listen is not None:
+            if listen is not None or self.alertmanagers:
+                # the pages, and the firing set a restart must take back
                 tasks.append(asyncio.create_task(self._follow_pages(), name="incident-pages"))
             await self._consume()
         finally:
@@ -323,7 +326,14 @@ class AlertService:
     def _show(self, record: Any) -> None:
         # a bad record is counted by the group consumer, which reads the same records
         with contextlib.suppress(orjson.JSONDecodeError, BadDiagnosis):
-            self.store.put(check_diagnosis(orjson.loads(record.value or b"")))
+            d = check_diagnosis(orjson.loads(record.value or b""))
+            self.store.put(d)
+            # A restart forgot what Alertmanager was being told: take back what is still
+            # fresh, or Alertmanager resolves it once its endsAt passes.
+            if self.alertmanagers and self.firing.restore(
+                d, self.link(d["id"]), record.timestamp / 1000
+            ):
+                self.metrics.firing.set(len(self.firing.firing))
 
     async def _resend_loop(self) -> None:
         while True:
@@ -334,8 +344,10 @@ class AlertService:
                 log.info("incident %s expired: sent resolved to Alertmanager", did)
             if not alerts:
                 continue
-            ids = [a["annotations"]["diagnosis_id"] for a in alerts]
-            shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-            what = f"re-send of {len(ids)} alert(s): {shown}"
-            for url, sink in self.alertmanagers:
-                sink.submit(what, sinks.alertmanager_request(url, alerts))
+            for start in range(0, len(alerts), RESEND_CHUNK):
+                chunk = alerts[start : start + RESEND_CHUNK]
+                ids = [a["annotations"]["diagnosis_id"] for a in chunk]
+                more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+                what = f"re-send of {len(ids)} alert(s): {', '.join(ids[:5])}{more}"
+                for url, sink in self.alertmanagers:
+                    sink.submit(what, sinks.alertmanager_request(url, chunk))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,6 +16,8 @@ import orjson
 from rankwatch.alert import content
 from rankwatch.alert.delivery import Request
 from rankwatch.report import Diagnosis
+
+log = logging.getLogger("rankwatch.alert")
 
 JSON = {"Content-Type": "application/json"}
 SIGNATURE_HEADER = "X-Rankwatch-Signature"
@@ -74,10 +77,30 @@ class FiringSet:
     passed, so a client re-sends firing alerts with `endsAt` a few intervals ahead, and sends
     `endsAt` = now once when the incident expires (no update for `ttl_s`)."""
 
-    def __init__(self, resend_s: float, ttl_s: float) -> None:
+    def __init__(self, resend_s: float, ttl_s: float, limit: int = 10_000) -> None:
         self.resend_s = resend_s
         self.ttl_s = ttl_s
+        # At most this many; past it the one updated longest ago is no longer re-sent (it
+        # ends in Alertmanager at its last endsAt).
+        self.limit = limit
         self.firing: dict[str, Firing] = {}
+
+    def restore(self, d: Diagnosis, link: str, updated: float, now: float | None = None) -> bool:
+        """Takes back an incident a restart forgot (read again from the topic, last updated
+        at `updated`), if still fresh and not known: it is re-sent from the next round on, and
+        nothing is sent now. True when taken."""
+        now = time.time() if now is None else now
+        if d["id"] in self.firing or now - updated >= self.ttl_s:
+            return False
+        self.firing[d["id"]] = Firing(d, link, started_at(d, updated), updated)
+        self._bound()
+        return True
+
+    def _bound(self) -> None:
+        while len(self.firing) > self.limit:
+            oldest = min(self.firing, key=lambda did: self.firing[did].updated)
+            log.warning("firing set full (%d): %s is no longer re-sent", self.limit, oldest)
+            del self.firing[oldest]
 
     def update(self, d: Diagnosis, link: str, now: float | None = None) -> list[dict[str, Any]]:
         """Records a new version of a diagnosis; returns the alerts to send now: the firing
@@ -88,6 +111,7 @@ class FiringSet:
         starts = old.starts_at if old else started_at(d, now)
         f = Firing(d, link, starts, now)
         self.firing[d["id"]] = f
+        self._bound()
         out = []
         if old is not None and content.alert_labels(old.diagnosis) != content.alert_labels(d):
             out.append(alertmanager_alert(old, now))
