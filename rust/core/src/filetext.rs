@@ -9,17 +9,22 @@
 //! A file is known by its device and inode as well as its path, so that a file replaced
 //! after it was read (a rotated log) is noticed instead of showing another file's bytes; a
 //! file that only grew (a job still writing) still has the same bytes at the same offsets.
+//! One that is shorter, or as long but modified, was rewritten in place: its lines read as
+//! gone, so what a diagnosis shows is what was analysed. (A rewrite that makes the file
+//! longer cannot be told from a job appending to it without reading it all again.)
 
 use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// A file as it was when read: its device and inode.
+/// A file as it was when read: its device and inode, its size and modification time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileIdentity {
     pub dev: u64,
     pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i128,
 }
 
 impl FileIdentity {
@@ -27,7 +32,17 @@ impl FileIdentity {
         FileIdentity {
             dev: meta.dev(),
             ino: meta.ino(),
+            size: meta.len(),
+            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
         }
+    }
+
+    /// Whether `now` still holds the bytes this file had: the same file, not shorter, and
+    /// unmodified unless it grew.
+    fn still_holds(&self, now: &FileIdentity) -> bool {
+        let same_file = (self.dev, self.ino) == (now.dev, now.ino);
+        let appended = now.size > self.size;
+        same_file && (appended || (now.size == self.size && now.mtime_ns == self.mtime_ns))
     }
 }
 
@@ -123,9 +138,14 @@ impl FileTexts {
             let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
             files.get(file as usize)?.clone()
         };
-        let handle = File::open(path).ok()?;
-        let now = FileIdentity::of(&handle.metadata().ok()?);
-        (now == identity).then_some(handle)
+        // Non-blocking: a FIFO put in the file's place must not hang the report.
+        let handle = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)
+            .ok()?;
+        let meta = handle.metadata().ok()?;
+        (meta.is_file() && identity.still_holds(&FileIdentity::of(&meta))).then_some(handle)
     }
 }
 
@@ -161,6 +181,33 @@ mod tests {
     }
 
     #[test]
+    fn a_file_rewritten_in_place_or_swapped_for_a_fifo_reads_as_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rank1.log");
+        std::fs::write(&path, "analysed line\n").unwrap();
+        let texts = FileTexts::default();
+        let id = registered(&texts, &path);
+        let line = (
+            TextAt {
+                file: id,
+                offset: 0,
+            },
+            13,
+        );
+        // Same size, same inode, other bytes, later modification time.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, b"injected text\n").unwrap();
+        drop(f);
+        assert_eq!(texts.read(&[line]), vec![None]);
+        std::fs::remove_file(&path).unwrap();
+        let fifo = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        drop(texts.open.lock().unwrap().take());
+        assert_eq!(texts.read(&[line]), vec![None]);
+    }
+
+    #[test]
     fn a_replaced_or_shortened_file_reads_as_none() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rank0.log");
@@ -178,14 +225,12 @@ mod tests {
             texts.read(&[line(10, 9)]),
             vec![Some(b"lost line".to_vec())]
         );
-        // Truncating loses the end; a range that now holds a line break is not the line.
+        // A range that holds a line break is not the line.
+        assert_eq!(texts.read(&[line(5, 9)]), vec![None]);
+        // Truncated (copytruncate rotation): what is at the old offsets now may be new text.
         f.set_len(12).unwrap();
         drop(texts.open.lock().unwrap().take());
-        assert_eq!(
-            texts.read(&[line(10, 9), line(0, 9)]),
-            vec![None, Some(b"kept line".to_vec())]
-        );
-        assert_eq!(texts.read(&[line(5, 9)]), vec![None]);
+        assert_eq!(texts.read(&[line(10, 9), line(0, 9)]), vec![None, None]);
         // A new file under the same name is another file.
         std::fs::remove_file(&path).unwrap();
         std::fs::write(&path, "kept line\nlost line\n").unwrap();

@@ -59,9 +59,13 @@ fn thousands(n: u64) -> String {
     out
 }
 
+/// A file read no further than the size it had when opened: a file that keeps growing (a
+/// job still writing) is analysed as it was, and `analyze` ends.
+type Snapshot = std::io::Take<File>;
+
 enum Source {
-    Plain(BufReader<File>),
-    Gzip(Box<gzip::Members<BufReader<File>>>),
+    Plain(BufReader<Snapshot>),
+    Gzip(Box<gzip::Members<BufReader<Snapshot>>>),
 }
 
 impl Read for Source {
@@ -101,7 +105,7 @@ impl LogReader {
         if !meta.is_file() {
             return Err(ReadError::Unreadable("not a regular file".into()));
         }
-        let mut reader = BufReader::with_capacity(GZIP_INPUT_BYTES, file);
+        let mut reader = BufReader::with_capacity(GZIP_INPUT_BYTES, file.take(meta.len()));
         let head = reader
             .fill_buf()
             .map_err(|e| ReadError::Unreadable(os_reason(&e)))?;

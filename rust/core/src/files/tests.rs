@@ -149,3 +149,18 @@ fn thousands_separates_groups_of_three() {
     assert_eq!(thousands(1_000), "1,000");
     assert_eq!(thousands(1_958_971), "1,958,971");
 }
+
+#[test]
+fn a_file_that_grows_while_read_is_read_to_its_size_at_open() {
+    let data = lines(1_000);
+    let f = TempFile::with("rank-0.log", &data);
+    let mut r = LogReader::open(&f.0).unwrap();
+    let first = r.next_chunk(4096).unwrap().unwrap();
+    let mut w = std::fs::OpenOptions::new().append(true).open(&f.0).unwrap();
+    w.write_all(&lines(5_000)).unwrap();
+    let mut got = first;
+    while let Some(c) = r.next_chunk(4096).unwrap() {
+        got.extend(c);
+    }
+    assert_eq!(got, data);
+}
