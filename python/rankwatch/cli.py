@@ -259,8 +259,8 @@ def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
         type=THREADS,
         default=0,
         metavar="N",
-        help="threads that read, decode and scan the files (default 0: one per core); the "
-        "result does not depend on it",
+        help="threads that read, decode and scan the files (default 0: one per core; at most "
+        "four per core are used); the result does not depend on it",
     )
     a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)

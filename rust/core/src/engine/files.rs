@@ -167,11 +167,21 @@ impl Pool {
     }
 }
 
+/// Workers per core at most: more than a few per core only add memory (each holds its chunk,
+/// batches and scratch) and contention, even when reads wait on a network filesystem.
+const MAX_WORKERS_PER_CORE: usize = 4;
+
 /// The number of workers for `threads` (0: one per available core) and `files` files.
 fn worker_count(threads: usize, files: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    worker_count_on(cores, threads, files)
+}
+
+fn worker_count_on(cores: usize, threads: usize, files: usize) -> usize {
     let wanted = if threads == 0 { cores } else { threads };
-    wanted.clamp(1, files.max(1))
+    wanted
+        .min(cores * MAX_WORKERS_PER_CORE)
+        .clamp(1, files.max(1))
 }
 
 impl Engine {

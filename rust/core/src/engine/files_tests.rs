@@ -194,3 +194,11 @@ fn no_files_is_nothing_to_do() {
     let report = e.feed_files(&[], 0, None);
     assert_eq!((report.bytes, report.problems.len()), (0, 0));
 }
+
+#[test]
+fn workers_are_capped_at_a_few_per_core_and_at_the_files() {
+    assert_eq!(worker_count_on(8, 0, 1_000), 8);
+    assert_eq!(worker_count_on(8, 4_096, 100_000), 32);
+    assert_eq!(worker_count_on(8, 12, 3), 3);
+    assert_eq!(worker_count_on(2, 0, 0), 1);
+}
