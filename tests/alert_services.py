@@ -334,6 +334,20 @@ class Alertmanager:
 # --- `rankwatch alert` as a process -----------------------------------------------------------
 
 
+# Every AlertProcess started, so that a test that fails before stopping one does not leave
+# it running (see `reap_alert_processes`).
+STARTED: list[AlertProcess] = []
+
+
+def reap_alert_processes() -> None:
+    """Kills what tests started and did not stop."""
+    while STARTED:
+        proc = STARTED.pop().proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @dataclass
 class AlertProcess:
     """`python -m rankwatch.cli alert ARGS` in the background, its incident pages on a port of
@@ -357,6 +371,7 @@ class AlertProcess:
                 cwd=ROOT,
                 env={**os.environ, **self.env},
             )
+        STARTED.append(self)
         return self
 
     def get(self, path: str) -> tuple[int, bytes]:

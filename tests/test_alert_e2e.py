@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from alert_services import (
     PagerDuty,
     Receiver,
     alertmanager_binary,
+    reap_alert_processes,
     serving,
 )
 from conftest import analyze_dir
@@ -37,6 +38,12 @@ from rankwatch import Catalog
 from test_daemon_kafka import make_fleet, produce, replay
 
 ROUTING_KEY = "e2eR0UT1NGKEY0123456789abcdefABC"
+
+
+@pytest.fixture(autouse=True)
+def no_member_left_running() -> Iterator[None]:
+    yield
+    reap_alert_processes()
 
 
 def healthy(member: AlertProcess) -> bool:
