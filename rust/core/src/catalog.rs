@@ -51,6 +51,7 @@ pub const SUBSYSTEMS: &[&str] = &[
     "python",
     "kernel",
     "gloo",
+    "ofi",
 ];
 
 pub const OUTLIER_FIELDS: &[&str] = &[
@@ -62,6 +63,8 @@ pub const OUTLIER_FIELDS: &[&str] = &[
     // Identity keys (correlate::identity); `env` stands for every NCCL_* setting.
     "net_transport",
     "net_plugin",
+    "ofi_provider",
+    "libfabric_version",
     "nccl_cuda",
     "ip_family",
     "gpu_model",
