@@ -47,10 +47,12 @@ def write_job(
     libfabric: str = "none",
     fails: bool = True,
     healthy_warns: bool = False,
+    bad_provider: str = "",
 ) -> None:
     """Per-host NCCL logs of an 8-rank job on EFA. `bad_host` finds no provider (its EFA
     device cannot be opened) and falls back to sockets; `libfabric` says where libfabric's own
-    warning goes: "same" (the rank's stderr), "file" (`node-N.libfabric.log`), or "none"."""
+    warning goes: "same" (the rank's stderr), "file" (`node-N.libfabric.log`), or "none". With
+    `bad_provider`, that host's plugin selects that provider instead (FI_PROVIDER set there)."""
     root.mkdir(parents=True)
     for h in range(1, HOSTS + 1):
         host = f"node-{h}"
@@ -68,7 +70,13 @@ def write_job(
             if healthy_warns:
                 out += [f"{host}:{pid}:{pid} [{d}] {w}" for w in HEALTHY_PLUGIN_WARNS]
                 out += [f"libfabric:{pid}:1764756000::{w}" for w in HEALTHY_LIBFABRIC_WARNS]
-            if h == bad_host:
+            if h == bad_host and bad_provider:
+                out += [
+                    f"{p} NCCL INFO NET/OFI Selected provider is {bad_provider}, fabric is "
+                    "172.31.0.0/16 (found 1 nics)",
+                    f"{p} NCCL INFO Using network Libfabric",
+                ]
+            elif h == bad_host:
                 if libfabric == "same":
                     out.append(
                         f"libfabric:{pid}:1764756000::efa:core:efa_device_open():120<warn> "
@@ -162,6 +170,52 @@ def test_libfabric_file_of_a_host_that_is_not_in_the_job_stays_unjoined(
     (d,) = diagnose(tmp_path / "job", catalog)
     # libfabric's lines stay on a source of no host; node-3's own line is the root.
     assert (d["signature"]["id"], d["root_cause"]["host"]) == ("nccl_ofi_no_provider", "node-3")
+
+
+def test_a_host_on_another_provider_is_the_odd_one_out(tmp_path: Path, catalog: Catalog) -> None:
+    """FI_PROVIDER=tcp on one host: the plugin loads, NCCL uses Libfabric everywhere, and only
+    the provider the plugin selected tells that host apart."""
+    write_job(tmp_path / "job", bad_host=2, bad_provider="tcp")
+    (d,) = diagnose(tmp_path / "job", catalog)
+    assert d["root_cause"]["host"] == "node-2"
+    assert "Selected provider is tcp" in d["root_cause"]["line"]
+    why = [e["why"] for e in d["suspects"][0]["evidence"]]
+    assert any("libfabric provider (tcp)" in w and "efa" in w for w in why), why
+
+
+def test_cxi_warning_in_the_ranks_stream_joins_its_process(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    """Slingshot: the CXI provider names its node; its VNI error is the root on that rank."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for n in (1, 2):
+        host, pid = f"nid00000{n}", 500 + n
+        p = f"{host}:{pid}:{pid} [0]"
+        lines = [
+            f"{p} NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.14.2",
+            f"{p} NCCL INFO comm 0x5{n} rank {n - 1} nranks 2 cudaDev 0 nvmlDev 0 busId 10 "
+            "commId 0x2 - Init COMPLETE",
+        ]
+        if n == 2:
+            lines.insert(
+                1,
+                f"libfabric:{pid}:1764756000::cxi:core:cxip_gen_auth_key():92<warn> {host}: "
+                "Invalid VNI: 0",
+            )
+            lines.insert(2, f"{p} NCCL INFO NET/OFI No eligible providers were found")
+        lines.append(
+            f"[rank{n - 1}]:[E1203 10:10:00.000000000 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID "
+            f"0(default_pg) Rank {n - 1}] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+            "for 600010 milliseconds before timing out."
+        )
+        (job / f"{host}.log").write_text("\n".join(lines) + "\n")
+    (d,) = diagnose(job, catalog)
+    root = d["root_cause"]
+    assert d["signature"]["id"] == "cxi_vni_auth_failed"
+    assert (root["host"], root["pid"], root["rank"]) == ("nid000002", 502, 1)
+    assert "VNI 0" in d["cause"]
 
 
 def test_healthy_efa_run_gets_no_diagnosis(tmp_path: Path, catalog: Catalog) -> None:
