@@ -1,11 +1,11 @@
-"""Message templates of NCCL and PyTorch (../shared/reference/messages/*.tsv) turned into log
-lines as those programs print them, for checking the catalog's coverage.
+"""Message templates of NCCL, PyTorch and Gloo (../shared/reference/messages/*.tsv) turned into
+log lines as those programs print them, for checking the catalog's coverage.
 
 Each printf conversion, `{{NAME}}` macro or `{expr}` field is replaced by a plausible value
 chosen from the text just before it (an address after "to", an errno text after "failed :",
 a number elsewhere), and the message is put inside a real line prefix: NCCL's WARN prefix
-with the source file, c10's glog-like prefix, torchelastic's logging prefix, or a Python
-exception line.
+with the source file, c10's glog-like prefix, torchelastic's logging prefix, a Python
+exception line, or Gloo's bracketed `[<file>:<line>]` inside one.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Instance:
 
 
 def read_tsv(name: str) -> list[Template]:
-    """Rows of one table; torch.tsv has no first/last columns, the others do."""
+    """Rows of one table; torch.tsv has no first-seen column, the others do."""
     rows = (MESSAGES_DIR / name).read_text(encoding="utf-8").splitlines()[1:]
     out = []
     for row in rows:
@@ -313,3 +313,75 @@ def libfabric_line(t: Template) -> Instance:
     else:
         head = f"libfabric:4012:1701234567::{prov}:ep_ctrl"
     return Instance(t, f"{head}:{func}():812<warn> {msg}")
+
+
+# Gloo (gloo.tsv). Values by the words just before a placeholder, first match wins: a peer
+# address as `peer_.str()` prints it, an errno text, a store key, a device name, a number.
+GLOO_ADDRESS = "[10.20.3.21]:51844"
+GLOO_ERRNO_TEXT = "Connection reset by peer"
+GLOO_VALUES: list[tuple[str, str]] = [
+    (r"(?:remote|local)=$", GLOO_ADDRESS),
+    (r"error=$", f"SO_ERROR: Connection refused, remote={GLOO_ADDRESS}"),
+    (r"key\(s\): $", "rank_1"),
+    (r"connected to: \[$", "1, 2"),
+    (r"(?:device named: |device=)$", "mlx5_0"),
+    (r"(?:Can't find |\w in |:)$", "libssl.so.3"),
+    (r"(?::|=) $", GLOO_ERRNO_TEXT),
+    (r"(?:connect|peer|timeout|from|error|closed|writev|SSL_read|SSL_write|to|->) $", GLOO_ADDRESS),
+    (r"->$", GLOO_ADDRESS),
+]
+GLOO_SOURCE_PREFIX = "../third_party/gloo/"
+
+
+def _gloo_value(before: str, conv: str) -> str:
+    if conv == "d":
+        return "0" if before.endswith("willRetry=") else "3"
+    return next((v for pattern, v in GLOO_VALUES if re.search(pattern, before)), "ring")
+
+
+def gloo_message(fmt: str) -> str:
+    fmt = fmt.replace("\\n", " ").replace('\\"', '"')
+    out: list[str] = []
+    pos = 0
+    for m in PRINTF.finditer(fmt):
+        out.append(fmt[pos : m.start()])
+        out.append(_gloo_value("".join(out), m.group(1)))
+        pos = m.end()
+    out.append(fmt[pos:])
+    return "".join(out).replace("%%", "%").strip()
+
+
+def gloo_rows(*levels: str) -> list[Template]:
+    """gloo.tsv rows whose level starts with one of `levels`."""
+    return [t for t in read_tsv("gloo.tsv") if t.level.startswith(levels)]
+
+
+def gloo_line(t: Template, shape: str = "raise") -> Instance:
+    """The line a Gloo message takes where users meet it.
+
+    `raise`: PyTorch's Gloo process group re-raises Gloo's exceptions as RuntimeError, whose
+    text is Gloo's own `[<file>:<line>] ` (EnforceNotMet: `[enforce fail at <file>:<line>] `)
+    and the message. `terminate`: the `what():` line that follows an uncaught one. Gloo's log
+    macros and the libuv transport write `[<file>:<line>] <LEVEL> ` or `[<file>:<line>] ` to
+    stderr.
+    """
+    msg = gloo_message(t.format)
+    where = f"{GLOO_SOURCE_PREFIX}{t.files[0]}:123"
+    kind = t.level.removeprefix("EXCEPTION:")
+    if kind == "gloo::EnforceNotMet":
+        text = f"[enforce fail at {where}] {msg}"
+    elif kind.startswith("gloo::") or t.level == "TCP_ERROR":
+        if t.level == "TCP_ERROR":
+            where = f"{GLOO_SOURCE_PREFIX}gloo/transport/tcp/pair.cc:123"
+        twice = msg.startswith("Wait timeout for key")
+        text = f"[{where}] " + (f"[{where}] " if twice else "") + msg
+    elif kind.startswith("std::"):
+        text = msg
+    elif t.level.endswith("(stderr)"):
+        return Instance(t, f"[{where}] {msg}")
+    else:
+        return Instance(t, f"[{where}] {t.level} {msg}")
+    if shape == "terminate":
+        return Instance(t, f"  what():  {text}")
+    name = "ValueError" if kind == "std::invalid_argument" else "RuntimeError"
+    return Instance(t, f"[rank3]: {name}: {text}")

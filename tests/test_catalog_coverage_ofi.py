@@ -25,8 +25,9 @@ OFI_MATCHED_MIN = 0.80
 OFI_SPECIFIC_MIN = 0.50
 SPECIFIC_MAX_FORMATS = 8
 # Signatures outside the plugin's own files that may rightly claim one of its lines.
-# torch's "no GPU" signature also takes "Invalid device index" (an exception text of torch).
-FOREIGN_OK: frozenset[str] = frozenset({"pt_no_gpu_for_nccl"})
+# torch's "no GPU" signature also takes "Invalid device index" (an exception text of torch);
+# NVSHMEM prints a bare "ibv_create_qp failed" as libfabric's EFA provider does.
+FOREIGN_OK: frozenset[str] = frozenset({"pt_no_gpu_for_nccl", "nvshmem_transport_init_failed"})
 
 
 def hits(catalog: Catalog, instances: list[mf.Instance]) -> list[tuple[mf.Instance, list[str]]]:

@@ -68,7 +68,15 @@ class Catalog:
             raise CatalogError(str(e)) from None
         self.files = [Path(s[0]) for s in sources]
         note = self._core.cache_note
-        if note and os.environ.get("RANKWATCH_DEBUG"):
+        if note and note.startswith("cache not written"):
+            # Every start compiles the catalog again (1-2 s) until this is fixed: say why.
+            print(
+                f"rankwatch: the compiled catalog is not cached ({note}); set "
+                "RANKWATCH_CACHE_DIR to a directory of yours, or to an empty value to turn "
+                "the cache off",
+                file=sys.stderr,
+            )
+        elif note and os.environ.get("RANKWATCH_DEBUG"):
             print(f"rankwatch: catalog {note}", file=sys.stderr)
 
     @property

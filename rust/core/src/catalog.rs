@@ -7,7 +7,7 @@ use crate::fieldre::{FieldRegex, FieldSpan};
 use crate::matcher::{Expression, Matcher, FLAG_CASELESS, FLAG_SINGLEMATCH};
 use crate::scandb::{ScanDb, Scanner};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -52,6 +52,8 @@ pub const SUBSYSTEMS: &[&str] = &[
     "kernel",
     "gloo",
     "ofi",
+    "nvshmem",
+    "launcher",
 ];
 
 pub const OUTLIER_FIELDS: &[&str] = &[
@@ -123,6 +125,10 @@ pub struct Hypothesis {
 struct CatalogFile {
     #[serde(default)]
     signature: Vec<SignatureSpec>,
+    /// Named lists of signature ids that `explains` may name as `@name`: the many symptoms a
+    /// process's death sets off on the others are one list, not a copy per cause.
+    #[serde(default)]
+    groups: BTreeMap<String, Vec<String>>,
 }
 
 /// A validated signature, ready for use by the engine.
@@ -334,9 +340,17 @@ impl Catalog {
     ) -> Result<Catalog, CatalogError> {
         let mut signatures: Vec<Signature> = Vec::new();
         let mut by_id: HashMap<String, u16> = HashMap::new();
+        let mut groups: HashMap<String, (String, Vec<String>)> = HashMap::new();
         for (file, text) in sources {
             let parsed: CatalogFile =
                 toml::from_str(text).map_err(|e| err(file, None, e.to_string()))?;
+            for (name, members) in parsed.groups {
+                if let Some((other, _)) = groups.get(&name) {
+                    let why = format!("group '{name}' is already defined in {other}");
+                    return Err(err(file, None, why));
+                }
+                groups.insert(name, (file.clone(), members));
+            }
             for spec in parsed.signature {
                 let sig = validate(file, spec)?;
                 if let Some(prev) = by_id.get(&sig.id) {
@@ -357,21 +371,14 @@ impl Catalog {
         if signatures.is_empty() {
             return Err(err("<catalog>", None, "no signatures found"));
         }
-        for sig in signatures.iter_mut() {
-            let mut idx = Vec::new();
-            for target in &sig.explains {
-                match by_id.get(target) {
-                    None => {
-                        return Err(err(
-                            &sig.file,
-                            Some(&sig.id),
-                            format!("explains unknown signature '{target}'"),
-                        ))
-                    }
-                    Some(&t) => idx.push(t),
-                }
+        for (name, (file, members)) in &groups {
+            if let Some(m) = members.iter().find(|m| !by_id.contains_key(*m)) {
+                let why = format!("group '{name}' lists unknown signature '{m}'");
+                return Err(err(file, None, why));
             }
-            sig.explains_idx = idx;
+        }
+        for sig in signatures.iter_mut() {
+            sig.explains_idx = explained(sig, &by_id, &groups)?;
         }
         let names: Vec<&str> = sources.iter().map(|(name, _)| name.as_str()).collect();
         let (scan_db, expr_sig, cache_report) = build_scan_db(&signatures, &names, cache)?;
@@ -557,6 +564,39 @@ pub(crate) fn shipped_sources() -> Vec<(String, String)> {
     }
     sources.sort();
     sources
+}
+
+/// The signatures `sig` explains: its `explains` entries, a `@group` standing for each member.
+fn explained(
+    sig: &Signature,
+    by_id: &HashMap<String, u16>,
+    groups: &HashMap<String, (String, Vec<String>)>,
+) -> Result<Vec<u16>, CatalogError> {
+    let mut idx = Vec::new();
+    for target in &sig.explains {
+        let ids: &[String] = match target.strip_prefix('@') {
+            Some(name) => match groups.get(name) {
+                Some((_, members)) => members,
+                None => {
+                    let why = format!("explains unknown group '@{name}'");
+                    return Err(err(&sig.file, Some(&sig.id), why));
+                }
+            },
+            None => std::slice::from_ref(target),
+        };
+        for id in ids {
+            match by_id.get(id) {
+                Some(&t) => idx.push(t),
+                None => {
+                    let why = format!("explains unknown signature '{id}'");
+                    return Err(err(&sig.file, Some(&sig.id), why));
+                }
+            }
+        }
+    }
+    idx.sort_unstable();
+    idx.dedup();
+    Ok(idx)
 }
 
 fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
@@ -869,6 +909,40 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
         Catalog::from_sources(&[("bad.toml".into(), text.into())])
             .err()
             .unwrap()
+    }
+
+    #[test]
+    fn a_group_stands_for_its_members_in_explains() {
+        let text = SMALL.replace("explains = [\"timeout\"]", "explains = [\"@teardown\"]");
+        let groups = "[groups]\nteardown = [\"timeout\"]\n".to_string();
+        let c =
+            Catalog::from_sources(&[("groups.toml".into(), groups), ("small.toml".into(), text)])
+                .unwrap();
+        let timeout = c.index_of("timeout").unwrap();
+        let cause = &c.signatures[c.index_of("sock_connect").unwrap() as usize];
+        assert_eq!(cause.explains_idx, vec![timeout]);
+    }
+
+    #[test]
+    fn groups_are_checked_like_explains() {
+        let unknown = SMALL.replace("explains = [\"timeout\"]", "explains = [\"@nope\"]");
+        assert!(load_err(&unknown).reason.contains("unknown group '@nope'"));
+        let bad_member = format!("[groups]\nteardown = [\"nope\"]\n{SMALL}");
+        assert!(load_err(&bad_member)
+            .reason
+            .contains("group 'teardown' lists unknown signature 'nope'"));
+        let twice = Catalog::from_sources(&[
+            (
+                "a.toml".into(),
+                format!("[groups]\ng = [\"timeout\"]\n{SMALL}"),
+            ),
+            ("b.toml".into(), "[groups]\ng = []\n".into()),
+        ]);
+        assert!(twice
+            .err()
+            .unwrap()
+            .reason
+            .contains("already defined in a.toml"));
     }
 
     #[test]

@@ -35,6 +35,8 @@ const UNUSED_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 const REFRESH_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// A temporary file this old was left by a writer that died.
 const ABANDONED_AFTER: Duration = Duration::from_secs(3600);
+/// No entry is this large (the shipped catalog's is about 1 MB): a bigger file is not read.
+const MAX_ENTRY_BYTES: u64 = 64 << 20;
 
 /// Where compiled databases are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,10 +110,20 @@ impl DbCache {
     /// it, or why there is none.
     pub fn load(&self, key: &CacheKey, expressions: usize) -> Result<(Matcher, Vec<u32>), String> {
         let path = self.path_of(key);
-        let mut file = fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        check_dir(&self.dir)?;
+        let mut file = open_entry(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         check_owner(&file)?;
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        if !meta.is_file() {
+            return Err("not a regular file".into());
+        }
+        if meta.len() > MAX_ENTRY_BYTES {
+            return Err(format!("larger than {MAX_ENTRY_BYTES} bytes"));
+        }
         let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes)
+        (&mut file)
+            .take(MAX_ENTRY_BYTES)
+            .read_to_end(&mut bytes)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let (ids, database) = check_entry(&bytes, key, expressions)?;
         let matcher = Matcher::deserialize(database, expressions)?;
@@ -134,7 +146,8 @@ impl DbCache {
             TMP_SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let write = || -> std::io::Result<()> {
-            fs::create_dir_all(&self.dir)?;
+            create_private_dir(&self.dir)?;
+            check_dir(&self.dir).map_err(std::io::Error::other)?;
             let mut f = create_private(&tmp)?;
             f.write_all(&encode_entry(key, matcher.len(), ids, &payload))?;
             f.sync_all()?;
@@ -222,12 +235,67 @@ fn check_owner(_file: &fs::File) -> Result<(), String> {
     Ok(())
 }
 
+/// A new file only this user may read and write. It must not exist yet and is never reached
+/// through a link: in a directory others could write, a link planted at the temporary name
+/// would otherwise make us overwrite whatever it points to.
 fn create_private(path: &Path) -> std::io::Result<fs::File> {
     let mut options = fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    }
     options.open(path)
+}
+
+/// An entry opened for reading: never through a link, and never blocking (a FIFO planted at
+/// the entry's path would otherwise hang every command that loads the catalog).
+fn open_entry(path: &Path) -> std::io::Result<fs::File> {
+    let mut options = fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    options.open(path)
+}
+
+/// The cache directory and its parents as needed; one it creates is private to this user.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Entries are used only from a directory this user owns that not everyone may change: its
+/// owner (and anyone, without the sticky bit) can rename and replace what is in it. The checks
+/// on the opened entry (owner, mode, regular file) hold whatever the directory; this refuses
+/// the directories where they are all that stands between a stranger and our database.
+/// A group-writable directory is allowed: umask 002 makes them for users' private groups.
+#[cfg(unix)]
+fn check_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    if meta.uid() != unsafe { geteuid() } {
+        return Err(format!("{} is owned by another user", dir.display()));
+    }
+    let sticky = meta.mode() & 0o1000 != 0;
+    if meta.mode() & 0o002 != 0 && !sticky {
+        return Err(format!("{} is writable by every user", dir.display()));
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_dir(_dir: &Path) -> Result<(), String> {
+    Ok(())
 }
 
 fn resolve_dir(
@@ -358,6 +426,14 @@ mod tests {
 
     fn exprs(pats: &[&'static str]) -> Vec<Expression<'static>> {
         crate::matcher::numbered(pats)
+    }
+
+    /// Why loading `key` missed (the entry loaded is not expected here).
+    fn miss(cache: &DbCache, key: &CacheKey, expressions: usize) -> String {
+        match cache.load(key, expressions) {
+            Ok(_) => panic!("expected a miss"),
+            Err(why) => why,
+        }
     }
 
     fn temp_dir(name: &str) -> PathBuf {
@@ -532,6 +608,58 @@ mod tests {
             .is_err());
         assert!(cache.load(&key, ex.len()).is_err());
         fs::remove_file(&blocker).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_at_the_temporary_name_is_never_followed() {
+        let dir = temp_dir("tmplink");
+        fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        let planted = dir.join("planted.tmp");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        assert!(create_private(&planted).is_err());
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_link_or_huge_file_at_the_entry_is_a_miss_not_a_hang() {
+        let (cache, key, path) = stored("hostile");
+        let ex = exprs(PATTERNS);
+        fs::remove_file(&path).unwrap();
+        let fifo = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        assert!(miss(&cache, &key, ex.len()).contains("regular file"));
+        fs::remove_file(&path).unwrap();
+        let big = cache.dir().join("big");
+        fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_ENTRY_BYTES + 1)
+            .unwrap();
+        std::os::unix::fs::symlink(&big, &path).unwrap();
+        assert!(cache.load(&key, ex.len()).is_err());
+        fs::remove_file(&path).unwrap();
+        fs::rename(&big, &path).unwrap();
+        assert!(miss(&cache, &key, ex.len()).contains("larger than"));
+        fs::remove_dir_all(cache.dir()).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_everyone_may_write_is_not_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let (cache, key, _) = stored("open-dir");
+        let ex = exprs(PATTERNS);
+        fs::set_permissions(cache.dir(), fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(miss(&cache, &key, ex.len()).contains("writable by every user"));
+        let m = Matcher::compile(&ex).unwrap();
+        assert!(cache.store(&key, &m, &[]).is_err());
+        fs::set_permissions(cache.dir(), fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(cache.load(&key, ex.len()).is_ok());
+        fs::remove_dir_all(cache.dir()).unwrap();
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod baseline;
 pub mod catalog;
 pub mod correlate;
 pub mod dbcache;
+pub mod differential;
 pub mod digits;
 pub mod engine;
 pub mod fieldre;

@@ -258,15 +258,28 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
             record: vec![text],
             last_error_text: false,
         };
-        let idx = job.hits.len();
-        let before: usize = job.incidents.iter().map(|x| x.heap_bytes()).sum();
-        assign_incident(job, &hit, idx as u32, cfg, 0);
-        let after: usize = job.incidents.iter().map(|x| x.heap_bytes()).sum();
-        job.content_bytes = (job.content_bytes + after + hit.heap_bytes()).saturating_sub(before);
-        job.tables_dirty = true;
+        push_hit(job, hit, cfg, 0);
         job.failure_seen = true;
-        job.hits.push(hit);
     }
+}
+
+/// Keeps `hit` as the job's next hit: it joins (or opens) an incident, and the job's counted
+/// memory grows by the hit and by what its incident grew. Returns the hit's index.
+pub fn push_hit(job: &mut Job, hit: Hit, cfg: &Config, wall_ms: i64) -> usize {
+    let idx = job.hits.len();
+    let incidents = |j: &Job| {
+        j.incidents
+            .iter()
+            .map(crate::job::Incident::heap_bytes)
+            .sum::<usize>()
+    };
+    let before = incidents(job);
+    assign_incident(job, &hit, idx as u32, cfg, wall_ms);
+    job.content_bytes =
+        (job.content_bytes + incidents(job) + hit.heap_bytes()).saturating_sub(before);
+    job.tables_dirty = true;
+    job.hits.push(hit);
+    idx
 }
 
 /// The first disagreement of the job's NCCL traces: its minority's lines (every side's when

@@ -9,8 +9,8 @@ use crate::correlate;
 use crate::fieldre::FieldSpan;
 use crate::filetext::TextAt;
 use crate::job::{
-    CollCall, ContextObs, Hit, Incident, Job, SourceKey, Stack, StackFrame, SyncObs,
-    CONTEXT_FIELDS, STACK_FRAMES_KEPT,
+    CollCall, ContextObs, Hit, Job, SourceKey, Stack, StackFrame, SyncObs, CONTEXT_FIELDS,
+    STACK_FRAMES_KEPT,
 };
 use crate::memsize;
 use crate::prefix::{Level, Producer};
@@ -691,15 +691,7 @@ impl Engine {
             job.content_bytes += crate::job::snapshot_bytes(&snap);
             job.sources[hit.source as usize].snapshot = Some(snap);
         }
-        let idx = job.hits.len();
-        let incidents = |j: &Job| j.incidents.iter().map(Incident::heap_bytes).sum::<usize>();
-        let before = incidents(job);
-        correlate::assign_incident(job, &hit, idx as u32, &self.cfg, self.now_wall());
-        job.content_bytes =
-            (job.content_bytes + incidents(job) + hit.heap_bytes()).saturating_sub(before);
-        job.tables_dirty = true;
-        job.hits.push(hit);
-        idx
+        correlate::push_hit(job, hit, &self.cfg, self.now_wall())
     }
 }
 

@@ -12,6 +12,7 @@ mod error_chain;
 mod identity_outlier;
 mod identity_pair;
 mod ifname_unmatched;
+mod loopback_peer;
 mod peer_naming;
 mod progress;
 mod ras_report;
@@ -52,6 +53,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("error_chain", error_chain::apply),
     ("crash_teardown", crash_teardown::apply),
     ("peer_naming", peer_naming::apply),
+    ("loopback_peer", loopback_peer::apply),
     ("desync_report", desync_report::apply),
     ("seq_lag", seq_lag::apply),
     ("collective_mismatch", collective_mismatch::apply),
