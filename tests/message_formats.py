@@ -228,6 +228,93 @@ def torch_line(t: Template) -> Instance:
     return Instance(t, f"{letter}1130 12:00:01.123000 4012 {file}:900] {msg}")
 
 
+# aws-ofi-nccl (aws-ofi-nccl.tsv) and libfabric's EFA/CXI providers (libfabric-efa-cxi.tsv).
+
+# aws-ofi-nccl tags before v1.14.2: formats whose last tag is one of these are out of the
+# target set.
+OFI_TAGS_BEFORE_1_14 = frozenset(
+    [
+        "v0.9",
+        "v0.9.2",
+        "v1.0.1-aws",
+        "v1.1.5-aws",
+        "v1.2.0-aws",
+        "v1.3.0-aws",
+        "v1.4.0-aws",
+        "v1.5.0-aws",
+        "v1.6.0",
+        "v1.7.4-aws",
+        "v1.8.1-aws",
+        "v1.9.2-aws",
+        "v1.10.0-aws",
+        "v1.11.1-aws",
+        "v1.12.1-aws",
+        "v1.13.2-aws",
+    ]
+)
+OFI_PACKAGE = {"{{PACKAGE_NAME}}": "aws-ofi-nccl", "{{PACKAGE_STRING}}": "aws-ofi-nccl 1.14.2"}
+
+
+def ofi_warns_since_1_14() -> list[Template]:
+    return [
+        t
+        for t in read_tsv("aws-ofi-nccl.tsv")
+        if t.level == "WARN" and t.last_tag not in OFI_TAGS_BEFORE_1_14
+    ]
+
+
+def _ofi_function(src: str) -> str:
+    """The `<func>:<line>` slot of a plugin WARN: the function (its full C++ signature from
+    v1.15 on), or the file for the pthread wrappers."""
+    if src.endswith(".h") and "pthread" in src:
+        return f"{src}:57"
+    base = src.rsplit("/", 1)[-1].split(".")[0]
+    if src.endswith((".cpp", ".hpp")) or "/" in src.removeprefix("src/"):
+        return f"int nccl_net_ofi_{base}_t::process(nccl_net_ofi_req_t*, int, void**):811"
+    return f"{base}_process:811"
+
+
+def ofi_line(t: Template) -> Instance:
+    """A plugin message as NCCL's logger prints it: `NET/OFI ` + format behind NCCL's prefix
+    (WARN with the plugin's function in the file slot, INFO without one)."""
+    fmt = t.format
+    for macro, value in OFI_PACKAGE.items():
+        fmt = fmt.replace(macro, value)
+    src = t.files[-1]
+    msg = _substitute(fmt, src)
+    if t.level == "INFO":
+        return Instance(t, f"ip-10-0-1-5:4012:4088 [3] NCCL INFO NET/OFI {msg}")
+    return Instance(t, f"ip-10-0-1-5:4012:4088 [3] {_ofi_function(src)} NCCL WARN NET/OFI {msg}")
+
+
+def libfabric_rows() -> list[Template]:
+    return read_tsv("libfabric-efa-cxi.tsv")
+
+
+# libfabric's log prefix by release: v1.8-v1.13 without a time, v1.14 with one, v1.15 on with
+# the (usually empty) log prefix field.
+LIBFABRIC_FORM_1_13 = frozenset(["v1.8.1", "v1.9.1", "v1.10.1", "v1.11.2", "v1.12.1", "v1.13.2"])
+
+
+def libfabric_line(t: Template) -> Instance:
+    """A provider warning as libfabric writes it with FI_LOG_LEVEL=warn: its prefix in the form
+    of the last release that has the format, the CXI macros' host name before the text."""
+    src = t.files[0]
+    prov = "cxi" if src.startswith("prov/cxi") else "efa"
+    func = src.rsplit("/", 1)[-1].split(".")[0]
+    fmt = t.format.replace("\\t", " ").replace("%s(%d)", "Cannot allocate memory(12)")
+    msg = _substitute(fmt, src)
+    if prov == "cxi":
+        msg = f"nid001234: {msg}"
+    if t.last_tag in LIBFABRIC_FORM_1_13:
+        head = f"libfabric:4012:{prov}:ep_ctrl"
+    elif t.last_tag == "v1.14.1":
+        head = f"libfabric:4012:1701234567:{prov}:ep_ctrl"
+    else:
+        head = f"libfabric:4012:1701234567::{prov}:ep_ctrl"
+    return Instance(t, f"{head}:{func}():812<warn> {msg}")
+
+
 # Gloo (gloo.tsv). Values by the words just before a placeholder, first match wins: a peer
 # address as `peer_.str()` prints it, an errno text, a store key, a device name, a number.
 GLOO_ADDRESS = "[10.20.3.21]:51844"

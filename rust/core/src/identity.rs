@@ -21,6 +21,8 @@ pub const IDENTITY_FIELDS: &[&str] = &[
     "net_plugin",
     "transport",
     "net_transport",
+    "ofi_provider",
+    "libfabric_version",
     "iface",
     "ip",
     "gpu_model",

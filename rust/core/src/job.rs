@@ -30,6 +30,9 @@ pub enum SourceKey {
     HostPid(HostId, u32),
     /// Lines of a stream that carry no identity of their own (agent output, plain text).
     Stream(Arc<str>),
+    /// A second producer's lines (libfabric's own log) of one pid in a stream whose host is
+    /// not known yet: the host comes from the stream or the file's name (`Job::source_host`).
+    StreamPid(Arc<str>, u32),
 }
 
 #[derive(Debug, Default)]
@@ -57,6 +60,9 @@ pub struct Source {
     pub comm_ids: Vec<(String, String)>,
     /// The last main-thread stack this process's log showed (py-spy, faulthandler).
     pub stack: Option<Stack>,
+    /// A second producer's source (`SourceKey::StreamPid`): its host may come from its file's
+    /// name.
+    pub host_from_name: bool,
 }
 
 /// Frames kept per stack: the innermost ones say where the thread is.
@@ -461,6 +467,10 @@ impl Job {
                 s.pid = Some(*p);
             }
             SourceKey::StreamLocal(_, l) => s.local_rank = Some(*l),
+            SourceKey::StreamPid(_, p) => {
+                s.pid = Some(*p);
+                s.host_from_name = true;
+            }
             _ => {}
         }
         self.sources.push(s);
@@ -469,10 +479,33 @@ impl Job {
         i
     }
 
-    /// The host a source runs on: its own, or the host seen elsewhere in its stream.
+    /// The host a source runs on: its own, or the host seen elsewhere in its stream, or for a
+    /// second producer's file (libfabric's log beside NCCL's) the host its file is named after.
     pub fn source_host(&self, src: u32) -> Option<HostId> {
         let s = &self.sources[src as usize];
-        s.host.or_else(|| self.stream_hosts.get(&s.origin).copied())
+        s.host
+            .or_else(|| self.stream_hosts.get(&s.origin).copied())
+            .or_else(|| {
+                s.host_from_name
+                    .then(|| self.host_named_in(&s.origin))
+                    .flatten()
+            })
+    }
+
+    /// The job's host whose name is a word of the file's name (`node-003.libfabric.log`,
+    /// `libfabric-node-003.txt`, `node-003/fi.log`), as a whole word (`names_word`). The
+    /// longest such name wins.
+    pub fn host_named_in(&self, origin: &str) -> Option<HostId> {
+        let mut best: Option<(usize, HostId)> = None;
+        for (i, h) in self.hosts.iter().enumerate() {
+            if h.is_empty() || best.is_some_and(|(n, _)| n >= h.len()) {
+                continue;
+            }
+            if names_word(origin, h) {
+                best = Some((h.len(), i as HostId));
+            }
+        }
+        best.map(|(_, id)| id)
     }
 
     /// Best-known global rank of a source.
@@ -563,5 +596,51 @@ impl Job {
         (0..self.sources.len() as u32)
             .filter(|&s| self.source_rank(s) == Some(rank))
             .collect()
+    }
+}
+
+/// `name` occurs in `path` as a whole word: the bytes around it are the path's ends or not
+/// letters or digits (`node-3.log`, `fi-node-3_x.log`, not `node-30.log`); where two hosts
+/// fit (`node-3`, `node-3-2`), `Job::host_named_in` takes the longer.
+fn names_word(path: &str, name: &str) -> bool {
+    let b = path.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric();
+    path.match_indices(name).any(|(at, _)| {
+        let end = at + name.len();
+        (at == 0 || !word(b[at - 1])) && (end == b.len() || !word(b[end]))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_named_after_a_host_joins_it() {
+        let mut job = Job::default();
+        for h in ["node-3", "node-30", "ip-10-0-1-5"] {
+            job.hosts.push(h.to_string());
+        }
+        assert_eq!(job.host_named_in("job/node-3.libfabric.log"), Some(0));
+        assert_eq!(job.host_named_in("job/libfabric-node-30.txt"), Some(1));
+        assert_eq!(job.host_named_in("job/node-3/fi.log"), Some(0));
+        assert_eq!(job.host_named_in("logs/ip-10-0-1-5_libfabric.log"), Some(2));
+        assert_eq!(job.host_named_in("logs/ip-10-0-1-5.fi.log"), Some(2));
+        assert_eq!(job.host_named_in("job/node-300.log"), None);
+        assert_eq!(job.host_named_in("job/libfabric.log"), None);
+    }
+
+    #[test]
+    fn a_second_producer_takes_its_host_from_its_file_only() {
+        let mut job = Job::default();
+        job.hosts.push("node-3".to_string());
+        let origin: Arc<str> = Arc::from("job/node-3.libfabric.log");
+        let lf = job.source_for(SourceKey::StreamPid(origin.clone(), 3000), &origin);
+        let plain = job.source_for(SourceKey::Stream(origin.clone()), &origin);
+        assert_eq!(
+            (job.source_host(lf), job.sources[lf as usize].pid),
+            (Some(0), Some(3000))
+        );
+        assert_eq!(job.source_host(plain), None);
     }
 }

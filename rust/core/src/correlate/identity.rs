@@ -40,6 +40,8 @@ pub struct Finding {
 pub fn key_weight(key: &str) -> i32 {
     match key {
         "nccl_version" | "transport" | "net_transport" | "net_plugin" | "ip_family" => 60,
+        "ofi_provider" => 60,
+        "libfabric_version" => 40,
         "subnet" => 50,
         "nccl_cuda" | "torch_version" => 40,
         k if k.starts_with("env:") => 40,
@@ -58,6 +60,8 @@ pub fn key_label(key: &str) -> String {
         "transport" => "NCCL network".into(),
         "net_transport" => "transport between nodes".into(),
         "net_plugin" => "NCCL net plugin".into(),
+        "ofi_provider" => "libfabric provider".into(),
+        "libfabric_version" => "libfabric version".into(),
         "ip_family" => "address family".into(),
         "subnet" => "subnet".into(),
         "iface" => "interface".into(),

@@ -173,7 +173,7 @@ impl Engine {
             },
         };
         if let (Some(h), Some(_), false) = (host, meta.host, st.cache.host_noted) {
-            if matches!(meta.producer, Producer::Nccl) {
+            if matches!(meta.producer, Producer::Nccl | Producer::Libfabric) {
                 job.stream_hosts.entry(st.origin.clone()).or_insert(h);
                 job.tables_dirty = true;
                 st.cache.host_noted = true;
@@ -207,6 +207,14 @@ impl Engine {
             self.route(job, SourceKey::Rank(r), &st.origin)
         } else if let (Some(h), Some(p), Producer::Nccl) = (host, meta.pid, meta.producer) {
             self.route(job, SourceKey::HostPid(h, p), &st.origin)
+        } else if let (Some(p), Producer::Libfabric) = (meta.pid, meta.producer) {
+            // A second producer of the same process (libfabric writes its pid): joined to the
+            // NCCL process of that host and pid when the stream's host is known, else kept per
+            // pid until its host is (`Job::source_host`).
+            match host.or_else(|| job.stream_hosts.get(&st.origin).copied()) {
+                Some(h) => self.route(job, SourceKey::HostPid(h, p), &st.origin),
+                None => self.route(job, SourceKey::StreamPid(st.origin.clone(), p), &st.origin),
+            }
         } else if continuation && st.last_source.is_some() {
             st.last_source.unwrap_or_default()
         } else {

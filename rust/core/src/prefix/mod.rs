@@ -288,7 +288,7 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
             return step;
         }
     }
-    if let Some(n) = producer::libfabric(rest, m) {
+    if let Some(n) = producer::libfabric(rest, pos, m) {
         return Step::Producer(n);
     }
     if let Some(n) = launcher::launcher_label(rest, m, pos, year) {

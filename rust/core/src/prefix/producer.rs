@@ -508,9 +508,12 @@ pub(super) fn bracketed_level(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     Some(end)
 }
 
-/// libfabric `libfabric:<pid>:<time>::<prov>:<subsys>:<func>():<line><<level>> `.
+/// libfabric `libfabric:<pid>:<time>::<prov>:<subsys>:<func>():<line><<level>> ` in its three
+/// historical forms (v1.8-v1.13 without the time, v1.14 with it, v1.15 on with the log prefix
+/// field between). The CXI provider's macros start the text with the node's name
+/// (`nid001234: ...`): that name is the printer's host.
 #[inline]
-pub(super) fn libfabric(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+pub(super) fn libfabric(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
     let rest = b.strip_prefix(b"libfabric:")?;
     let (pid, _) = leading_number(rest, 10)?;
     let lt = memchr::memchr(b'<', &b[..b.len().min(256)])?;
@@ -524,10 +527,24 @@ pub(super) fn libfabric(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     if b.get(end) == Some(&b' ') {
         end += 1;
     }
+    if memmem::find(&b[..lt], b":cxi:").is_some() {
+        if let Some(n) = cxi_node(&b[end..]) {
+            m.host = Some((off + end, off + end + n));
+            end += n + 2;
+        }
+    }
     m.pid = u32::try_from(pid).ok();
     m.level = level;
     m.producer = Producer::Libfabric;
     Some(end)
+}
+
+/// The node name the CXI provider's warnings begin with: a host name with a digit in it
+/// (`nid001234`, `x1000c0s0b0n0`), then `: `. Words such as `TXC (` or `EQ:` are not names.
+fn cxi_node(b: &[u8]) -> Option<usize> {
+    let n = b.iter().take(64).position(|&c| !is_host_byte(c))?;
+    let name = &b[..n];
+    (n > 0 && b[n..].starts_with(b": ") && name.iter().any(u8::is_ascii_digit)).then_some(n)
 }
 
 #[cfg(test)]
@@ -644,6 +661,32 @@ mod tests {
     }
 
     #[test]
+    fn libfabric_forms_and_cxi_node() {
+        // v1.8-v1.13, v1.14, v1.15 on.
+        for b in [
+            &b"libfabric:4012:efa:mr:efa_mr_reg_impl():1050<warn> Unable to register MR"[..],
+            b"libfabric:4012:1701234567:efa:mr:efa_mr_reg_impl():1050<warn> Unable to register MR",
+            b"libfabric:4012:1701234567::efa:mr:efa_mr_reg_impl():1050<warn> Unable to register MR",
+        ] {
+            let mut m = LineMeta::default();
+            let n = libfabric(b, 0, &mut m).unwrap();
+            assert_eq!(&b[n..], b"Unable to register MR");
+            assert_eq!((m.pid, m.level, m.host), (Some(4012), Level::Warn, None));
+        }
+        let b = b"libfabric:77:1701234567::cxi:core:cxip_gen_auth_key():92<warn> nid001234: Invalid VNI";
+        let mut m = LineMeta::default();
+        let n = libfabric(b, 5, &mut m).unwrap();
+        assert_eq!(&b[n..], b"Invalid VNI");
+        let (a, e) = m.host.unwrap();
+        assert_eq!(&b[a - 5..e - 5], b"nid001234");
+        // A CXI text that does not start with a node name keeps its first word.
+        let b = b"libfabric:77:1701234567::cxi:ep_ctrl:cxip_txc():92<warn> TXC (0x1:2): RMA IOV invalid";
+        let mut m = LineMeta::default();
+        let n = libfabric(b, 0, &mut m).unwrap();
+        assert!(b[n..].starts_with(b"TXC (") && m.host.is_none());
+    }
+
+    #[test]
     fn python_logging_name_and_level() {
         let mut m = LineMeta::default();
         let b = b"- cosmos - ERROR - Process 1 failed with return code 1";
@@ -658,9 +701,9 @@ mod tests {
     fn libfabric_level() {
         let mut m = LineMeta::default();
         let b = b"libfabric:85:1747438790::core:core:fi_getinfo_():1392<warn> fi_getinfo: provider efa output empty list";
-        let n = libfabric(b, &mut m).unwrap();
+        let n = libfabric(b, 0, &mut m).unwrap();
         assert_eq!(&b[n..], b"fi_getinfo: provider efa output empty list");
         assert_eq!((m.level, m.pid), (Level::Warn, Some(85)));
-        assert!(libfabric(b"libfabric: a note", &mut m).is_none());
+        assert!(libfabric(b"libfabric: a note", 0, &mut m).is_none());
     }
 }
