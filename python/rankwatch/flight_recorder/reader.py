@@ -16,6 +16,7 @@ fields, all optional here. JSON dumps (`_dump_nccl_trace_json`) hold the same ke
 
 from __future__ import annotations
 
+import functools
 import gc
 import io
 import os
@@ -216,14 +217,23 @@ def _count(value: Any) -> int | None:
 
 def _ranks(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, str):
-        if len(value) > 16 * MAX_TENSORS * 64 or not _RANKS_TEXT.match(value):
-            return None
-        inner = value.strip("[] \t")  # the pattern allows no empty item between commas
-        return tuple(map(int, inner.split(","))) if inner.strip() else ()
+        # every dump of a job states the same lists: each text is parsed once (texts up to
+        # 1 MB, 16 of them, are remembered)
+        return _ranks_text(value) if len(value) <= 1 << 20 else _ranks_text.__wrapped__(value)
     if isinstance(value, list | tuple) and all(type(r) is int and r >= 0 for r in value):
         ranks = tuple(value)
     else:
         return None
+    return ranks if all(r <= MAX_RANK for r in ranks) else None
+
+
+@functools.lru_cache(maxsize=16)
+def _ranks_text(value: str) -> tuple[int, ...] | None:
+    """A rank list as torch writes it in pg_config (`"[0, 1, 2]"`)."""
+    if len(value) > 16 * MAX_TENSORS * 64 or not _RANKS_TEXT.match(value):
+        return None
+    inner = value.strip("[] \t")  # the pattern allows no empty item between commas
+    ranks = tuple(map(int, inner.split(","))) if inner.strip() else ()
     return ranks if all(r <= MAX_RANK for r in ranks) else None
 
 

@@ -114,10 +114,13 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
     let mut memo: Vec<u32> = Vec::new();
     let mut memo_len = 0u32;
     let mut pos = 0usize;
-    let push_node = |nodes: &mut Vec<Node>, stack: &mut Vec<u32>, n: Node| {
-        stack.push(nodes.len() as u32);
-        nodes.push(n);
-    };
+    // (a macro, not a closure: each node is written where it is built)
+    macro_rules! push_node {
+        ($nodes:expr, $stack:expr, $n:expr) => {{
+            $stack.push($nodes.len() as u32);
+            $nodes.push($n);
+        }};
+    }
     let pop_mark = |stack: &mut Vec<u32>, marks: &mut Vec<usize>| -> Result<Vec<u32>, NotTaken> {
         let m = marks.pop().ok_or(NotTaken("no mark"))?;
         if m > stack.len() {
@@ -151,21 +154,21 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                 let top = *stack.last().ok_or(NotTaken("dup of an empty stack"))?;
                 stack.push(top);
             }
-            b'N' => push_node(&mut nodes, &mut stack, Node::None),
-            0x88 => push_node(&mut nodes, &mut stack, Node::Bool(true)),
-            0x89 => push_node(&mut nodes, &mut stack, Node::Bool(false)),
+            b'N' => push_node!(nodes, stack, Node::None),
+            0x88 => push_node!(nodes, stack, Node::Bool(true)),
+            0x89 => push_node!(nodes, stack, Node::Bool(false)),
             b'J' => {
                 let b = take(data, &mut pos, 4)?;
                 let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                push_node(&mut nodes, &mut stack, Node::Int(i64::from(v)));
+                push_node!(nodes, stack, Node::Int(i64::from(v)));
             }
             b'K' => {
                 let b = take(data, &mut pos, 1)?;
-                push_node(&mut nodes, &mut stack, Node::Int(i64::from(b[0])));
+                push_node!(nodes, stack, Node::Int(i64::from(b[0])));
             }
             b'M' => {
                 let b = take(data, &mut pos, 2)?;
-                push_node(&mut nodes, &mut stack, Node::Int(le_u(b) as i64));
+                push_node!(nodes, stack, Node::Int(le_u(b) as i64));
             }
             0x8a => {
                 let n = take(data, &mut pos, 1)?[0] as usize;
@@ -180,12 +183,12 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                 } else {
                     Node::BigInt
                 };
-                push_node(&mut nodes, &mut stack, node);
+                push_node!(nodes, stack, node);
             }
             b'G' => {
                 let b = take(data, &mut pos, 8)?;
                 let v = f64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-                push_node(&mut nodes, &mut stack, Node::Float(v));
+                push_node!(nodes, stack, Node::Float(v));
             }
             b'X' | 0x8c | 0x8d | b'B' | b'C' | 0x8e => {
                 let width = match op {
@@ -204,18 +207,18 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                     std::str::from_utf8(b).map_err(|_| NotTaken("text that is not UTF-8"))?;
                     Node::Str(start as u32, n as u32)
                 };
-                push_node(&mut nodes, &mut stack, node);
+                push_node!(nodes, stack, node);
             }
-            b']' => push_node(&mut nodes, &mut stack, Node::List(Vec::new())),
-            b')' => push_node(&mut nodes, &mut stack, Node::Tuple(Vec::new())),
-            b'}' => push_node(&mut nodes, &mut stack, Node::Dict(Vec::new())),
+            b']' => push_node!(nodes, stack, Node::List(Vec::new())),
+            b')' => push_node!(nodes, stack, Node::Tuple(Vec::new())),
+            b'}' => push_node!(nodes, stack, Node::Dict(Vec::new())),
             b'l' => {
                 let items = pop_mark(&mut stack, &mut marks)?;
-                push_node(&mut nodes, &mut stack, Node::List(items));
+                push_node!(nodes, stack, Node::List(items));
             }
             b't' => {
                 let items = pop_mark(&mut stack, &mut marks)?;
-                push_node(&mut nodes, &mut stack, Node::Tuple(items));
+                push_node!(nodes, stack, Node::Tuple(items));
             }
             0x85..=0x87 => {
                 let n = (op - 0x84) as usize;
@@ -223,12 +226,12 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                     return Err(NotTaken("tuple of missing items"));
                 }
                 let items = stack.split_off(stack.len() - n);
-                push_node(&mut nodes, &mut stack, Node::Tuple(items));
+                push_node!(nodes, stack, Node::Tuple(items));
             }
             b'd' => {
                 let items = pop_mark(&mut stack, &mut marks)?;
                 let pairs = pairs(&nodes, &items)?;
-                push_node(&mut nodes, &mut stack, Node::Dict(pairs));
+                push_node!(nodes, stack, Node::Dict(pairs));
             }
             b'a' | b'e' => {
                 // the items are the top of the stack: moved into the list in place
