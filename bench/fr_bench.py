@@ -4,7 +4,10 @@ shares them), one rank stuck one collective behind. Reports the median of the ru
 reading every dump (checked) and analyzing them.
 
     .venv/bin/python bench/fr_bench.py [--ranks 1024] [--entries 2000] [--runs 3]
-        [--memory-budget-bytes 1073741824]
+        [--memory-budget-bytes 1073741824] [--dir DIR]
+
+With --dir, the dumps are written to DIR once and read from there on later calls (so that
+two versions of rankwatch can be timed in turns on the same files).
 """
 
 from __future__ import annotations
@@ -95,18 +98,22 @@ def main() -> int:
         help="as analyze passes it (its default is 1 GiB): each dump keeps its newest entries "
         "within its share; 0 keeps every entry",
     )
+    ap.add_argument("--dir", type=Path, help="write the dumps here once, and reuse them")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        t = time.perf_counter()
-        for r in range(args.ranks):
-            (folder / f"nccl_trace_rank_{r}").write_bytes(make_dump(r, args.ranks, args.entries))
-        size = sum(f.stat().st_size for f in folder.iterdir())
-        print(
-            f"wrote {args.ranks} dumps x {args.entries} entries, {size / 1e6:.0f} MB, "
-            f"in {time.perf_counter() - t:.1f} s",
-            file=sys.stderr,
-        )
+        folder = args.dir or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        if len(list(folder.iterdir())) != args.ranks:
+            t = time.perf_counter()
+            for r in range(args.ranks):
+                dump = make_dump(r, args.ranks, args.entries)
+                (folder / f"nccl_trace_rank_{r}").write_bytes(dump)
+            size = sum(f.stat().st_size for f in folder.iterdir())
+            print(
+                f"wrote {args.ranks} dumps x {args.entries} entries, {size / 1e6:.0f} MB, "
+                f"in {time.perf_counter() - t:.1f} s",
+                file=sys.stderr,
+            )
         times, reads, analyses, cpus = [], [], [], []
         for _ in range(args.runs):
             c0 = time.process_time()

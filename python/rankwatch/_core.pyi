@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 class CatalogError(ValueError): ...
@@ -91,6 +92,39 @@ def fr_read_pickle(
     data: bytes,
     keep_last: int | None,
     work_limit: int | None,
-    entry_cls: type[Any],
-    frame_cls: type[Any],
-) -> tuple[dict[str, Any], list[Any], int] | None: ...
+) -> tuple[dict[str, Any], FrEntries, int] | None: ...
+
+class FrEntries:
+    """One Flight Recorder dump's checked entries, kept in Rust."""
+
+    def __len__(self) -> int: ...
+    def take(self, index: list[int], entry_cls: type[Any], frame_cls: type[Any]) -> list[Any]: ...
+    def pg_names(self) -> list[str]: ...
+    def heap_bytes(self) -> int: ...
+    @staticmethod
+    def from_entries(entries: Sequence[Any]) -> FrEntries: ...
+
+def fr_analyze(
+    tables: list[FrEntries],
+    ranks: list[int],
+    members: dict[str, list[int]],
+) -> tuple[
+    list[
+        tuple[
+            str,
+            str,
+            str,
+            int | None,
+            int,
+            list[int],
+            list[int],
+            tuple[int, int] | None,
+            tuple[int, int] | None,
+            int | None,
+            list[int],
+            bool,
+        ]
+    ],
+    list[tuple[int, str, int, int]],
+    int,
+]: ...

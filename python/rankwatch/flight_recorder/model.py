@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, overload
+
+from rankwatch import _core
 
 # Stack frames whose file lies under one of these are torch's own, not the user's code.
 _TORCH_PARTS = ("/torch/", "\\torch\\", "/site-packages/torch", "<frozen ", "/threading.py")
@@ -116,6 +119,61 @@ _OP_TYPES = {
 }
 
 
+class Entries(Sequence[Entry]):
+    """A dump's checked entries as `rankwatch-core` keeps them (compact, each shared value
+    once); an `Entry` is built when one is read. The cross-rank analysis reads `table`
+    without building any. Equal to any sequence of the same entries."""
+
+    __slots__ = ("table",)
+    _CHUNK = 4096
+
+    def __init__(self, table: _core.FrEntries) -> None:
+        self.table = table
+
+    @classmethod
+    def of(cls, entries: Sequence[Entry]) -> Entries:
+        """Entries the Python reader checked, kept the same way."""
+        return cls(_core.FrEntries.from_entries(entries))
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @overload
+    def __getitem__(self, index: int) -> Entry: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Entry]: ...
+    def __getitem__(self, index: int | slice) -> Entry | list[Entry]:
+        n = len(self.table)
+        if isinstance(index, slice):
+            return self.take(range(n)[index])
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise IndexError("entry index out of range")
+        return self.take([i])[0]
+
+    def take(self, index: Sequence[int]) -> list[Entry]:
+        """The entries at these positions, built in one call."""
+        got: list[Entry] = self.table.take(list(index), Entry, Frame)
+        return got
+
+    def __iter__(self) -> Iterator[Entry]:
+        n = len(self.table)
+        for start in range(0, n, self._CHUNK):
+            yield from self.take(range(start, min(n, start + self._CHUNK)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Entries) and other.table is self.table:
+            return True
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} Flight Recorder entries>"
+
+
 @dataclass
 class GroupConfig:
     """A process group as one dump describes it: name, description and global ranks."""
@@ -141,7 +199,7 @@ class Dump:
     path: str
     rank: int
     version: str
-    entries: list[Entry]
+    entries: Entries
     groups: dict[str, GroupConfig] = field(default_factory=dict)
     status: dict[str, GroupStatus] = field(default_factory=dict)
     host: str | None = None

@@ -16,6 +16,7 @@ fields, all optional here. JSON dumps (`_dump_nccl_trace_json`) hold the same ke
 
 from __future__ import annotations
 
+import functools
 import gc
 import io
 import os
@@ -30,7 +31,14 @@ from typing import Any
 import orjson
 
 from rankwatch import _core
-from rankwatch.flight_recorder.model import Dump, Entry, Frame, GroupConfig, GroupStatus
+from rankwatch.flight_recorder.model import (
+    Dump,
+    Entries,
+    Entry,
+    Frame,
+    GroupConfig,
+    GroupStatus,
+)
 
 MAX_DUMP_BYTES = 256 << 20  # torch's default buffer of 2,000 entries with stacks: a few MB
 MAX_ENTRIES = 1_000_000
@@ -39,6 +47,7 @@ MAX_TENSORS = 4096
 MAX_DIMS = 64
 MAX_RANK = (1 << 31) - 1
 MAX_TEXT = 4096  # longest string kept from a dump (a frame's file name, a pg description)
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1  # torch writes int64; nothing wider is kept
 SNIFF_BYTES = 64 << 10
 _PROBLEMS_KEPT = 3
 
@@ -144,14 +153,14 @@ def _fast_pickle(
     and entry checks, for a dump that passes them all; None for anything else (refused,
     malformed, an entry left out, over the work limit), which the Python reader below then
     decides and explains."""
-    got = _core.fr_read_pickle(data, keep_last, work_limit, Entry, Frame)
+    got = _core.fr_read_pickle(data, keep_last, work_limit)
     if got is None:
         return None
-    top, entries, start = got
+    top, table, start = got
     if rank is None:
         rank = _rank_of(top, path)
     dump = _checked_top(top, str(path), rank)
-    dump.entries = entries
+    dump.entries = Entries(table)
     dump.dropped_entries = start
     return dump
 
@@ -208,13 +217,24 @@ def _count(value: Any) -> int | None:
 
 def _ranks(value: Any) -> tuple[int, ...] | None:
     if isinstance(value, str):
-        if len(value) > 16 * MAX_TENSORS * 64 or not _RANKS_TEXT.match(value):
-            return None
-        inner = value.strip("[] \t")  # the pattern allows no empty item between commas
-        return tuple(map(int, inner.split(","))) if inner.strip() else ()
+        # every dump of a job states the same lists: each text is parsed once (texts up to
+        # 1 MB, 16 of them, are remembered)
+        return _ranks_text(value) if len(value) <= 1 << 20 else _ranks_text.__wrapped__(value)
     if isinstance(value, list | tuple) and all(type(r) is int and r >= 0 for r in value):
-        return tuple(value)
-    return None
+        ranks = tuple(value)
+    else:
+        return None
+    return ranks if all(r <= MAX_RANK for r in ranks) else None
+
+
+@functools.lru_cache(maxsize=16)
+def _ranks_text(value: str) -> tuple[int, ...] | None:
+    """A rank list as torch writes it in pg_config (`"[0, 1, 2]"`)."""
+    if len(value) > 16 * MAX_TENSORS * 64 or not _RANKS_TEXT.match(value):
+        return None
+    inner = value.strip("[] \t")  # the pattern allows no empty item between commas
+    ranks = tuple(map(int, inner.split(","))) if inner.strip() else ()
+    return ranks if all(r <= MAX_RANK for r in ranks) else None
 
 
 def _groups(value: Any) -> dict[str, GroupConfig]:
@@ -282,7 +302,7 @@ def check_dump(
     if len(entries) > MAX_ENTRIES:
         raise DumpError(f"{len(entries):,} entries, more than the {MAX_ENTRIES:,} accepted")
     dump = _checked_top(doc, path, rank)
-    checked = dump.entries
+    checked: list[Entry] = []
     problems = dump.entry_problems
     work = 0
     cache = _Cache()
@@ -309,6 +329,7 @@ def check_dump(
                 problems.append(f"entry {i}: {e}")
     if entries and not checked:
         raise DumpError(f"no usable entry ({problems[0] if problems else 'all malformed'})")
+    dump.entries = Entries.of(checked)
     return dump
 
 
@@ -321,10 +342,13 @@ def _checked_top(doc: dict[str, Any], path: str, rank: int) -> Dump:
         path=path,
         rank=rank,
         version=version,
-        entries=[],
+        entries=_NO_ENTRIES,
         groups=_groups(doc.get("pg_config")),
         status=_status(doc.get("pg_status")),
     )
+
+
+_NO_ENTRIES = Entries.of(())
 
 
 class _BadEntry(Exception):
@@ -337,6 +361,8 @@ def _int_field(raw: dict[str, Any], key: str) -> int | None:
         return None
     if type(value) is not int:
         raise _BadEntry(f"{key} is {type(value).__name__}, expected an integer")
+    if not INT_MIN <= value <= INT_MAX:
+        raise _BadEntry(f"{key} does not fit 64 bits")
     return value
 
 
@@ -356,7 +382,7 @@ def _sizes(raw: dict[str, Any], key: str, cache: _Cache) -> tuple[tuple[int, ...
             if (
                 type(shape) is not list
                 or len(shape) > MAX_DIMS
-                or not all(type(d) is int for d in shape)
+                or not all(type(d) is int and INT_MIN <= d <= INT_MAX for d in shape)
             ):
                 raise _BadEntry(f"{key} holds a shape that is not a list of integers")
         got = cache.sizes[key_t] = key_t
@@ -447,6 +473,8 @@ class _Cache:
             filename, name, line = f.get("filename"), f.get("name"), f.get("line")
             if type(filename) is not str or type(name) is not str or type(line) is not int:
                 raise _BadEntry("a frame lacks its filename, name or line")
+            if not INT_MIN <= line <= INT_MAX:
+                raise _BadEntry("a frame's line does not fit 64 bits")
             got = self.frames[id(f)] = Frame(filename[:MAX_TEXT], line, name[:MAX_TEXT])
         return got
 
@@ -480,9 +508,9 @@ def _entry(index: int, raw: Any, cache: _Cache) -> Entry:
             if seq is None
             else f"collective_seq_id is {type(seq).__name__}, expected an integer"
         )
-    pg_id = get("pg_id")
-    if pg_id is not None and type(pg_id) is not int:
-        raise _BadEntry(f"pg_id is {type(pg_id).__name__}, expected an integer")
+    if not INT_MIN <= seq <= INT_MAX:
+        raise _BadEntry("collective_seq_id does not fit 64 bits")
+    pg_id = _int_field(raw, "pg_id")
     pg_name, pg_desc = cache.group(get("process_group"), pg_id)
     state = get("state", "scheduled")
     if type(state) is not str or state not in _STATES:

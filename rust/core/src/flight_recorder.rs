@@ -15,7 +15,7 @@
 //! So what this accepts must be exactly what the Python checks produce for it (the parity
 //! tests compare both on every checked-in dump and on the hostile ones).
 
-use foldhash::{HashMap, HashMapExt};
+use foldhash::HashMap;
 
 const MAX_ENTRIES: usize = 1_000_000;
 const MAX_FRAMES: usize = 256;
@@ -105,15 +105,22 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
     if data.len() >= u32::MAX as usize {
         return Err(NotTaken("too large for the fast reader"));
     }
-    let mut nodes: Vec<Node> = Vec::new();
+    // a node takes at least one byte of pickle and most take several
+    let mut nodes: Vec<Node> = Vec::with_capacity(data.len() / 8);
     let mut stack: Vec<u32> = Vec::new();
     let mut marks: Vec<usize> = Vec::new();
-    let mut memo: HashMap<u32, u32> = HashMap::new();
+    // memo index -> node (u32::MAX: unset); a real pickle numbers its memo from 0, one
+    // index per memoized value, so an index past the input's length is not taken
+    let mut memo: Vec<u32> = Vec::new();
+    let mut memo_len = 0u32;
     let mut pos = 0usize;
-    let push_node = |nodes: &mut Vec<Node>, stack: &mut Vec<u32>, n: Node| {
-        stack.push(nodes.len() as u32);
-        nodes.push(n);
-    };
+    // (a macro, not a closure: each node is written where it is built)
+    macro_rules! push_node {
+        ($nodes:expr, $stack:expr, $n:expr) => {{
+            $stack.push($nodes.len() as u32);
+            $nodes.push($n);
+        }};
+    }
     let pop_mark = |stack: &mut Vec<u32>, marks: &mut Vec<usize>| -> Result<Vec<u32>, NotTaken> {
         let m = marks.pop().ok_or(NotTaken("no mark"))?;
         if m > stack.len() {
@@ -147,21 +154,21 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                 let top = *stack.last().ok_or(NotTaken("dup of an empty stack"))?;
                 stack.push(top);
             }
-            b'N' => push_node(&mut nodes, &mut stack, Node::None),
-            0x88 => push_node(&mut nodes, &mut stack, Node::Bool(true)),
-            0x89 => push_node(&mut nodes, &mut stack, Node::Bool(false)),
+            b'N' => push_node!(nodes, stack, Node::None),
+            0x88 => push_node!(nodes, stack, Node::Bool(true)),
+            0x89 => push_node!(nodes, stack, Node::Bool(false)),
             b'J' => {
                 let b = take(data, &mut pos, 4)?;
                 let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                push_node(&mut nodes, &mut stack, Node::Int(i64::from(v)));
+                push_node!(nodes, stack, Node::Int(i64::from(v)));
             }
             b'K' => {
                 let b = take(data, &mut pos, 1)?;
-                push_node(&mut nodes, &mut stack, Node::Int(i64::from(b[0])));
+                push_node!(nodes, stack, Node::Int(i64::from(b[0])));
             }
             b'M' => {
                 let b = take(data, &mut pos, 2)?;
-                push_node(&mut nodes, &mut stack, Node::Int(le_u(b) as i64));
+                push_node!(nodes, stack, Node::Int(le_u(b) as i64));
             }
             0x8a => {
                 let n = take(data, &mut pos, 1)?[0] as usize;
@@ -176,12 +183,12 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                 } else {
                     Node::BigInt
                 };
-                push_node(&mut nodes, &mut stack, node);
+                push_node!(nodes, stack, node);
             }
             b'G' => {
                 let b = take(data, &mut pos, 8)?;
                 let v = f64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-                push_node(&mut nodes, &mut stack, Node::Float(v));
+                push_node!(nodes, stack, Node::Float(v));
             }
             b'X' | 0x8c | 0x8d | b'B' | b'C' | 0x8e => {
                 let width = match op {
@@ -200,18 +207,18 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                     std::str::from_utf8(b).map_err(|_| NotTaken("text that is not UTF-8"))?;
                     Node::Str(start as u32, n as u32)
                 };
-                push_node(&mut nodes, &mut stack, node);
+                push_node!(nodes, stack, node);
             }
-            b']' => push_node(&mut nodes, &mut stack, Node::List(Vec::new())),
-            b')' => push_node(&mut nodes, &mut stack, Node::Tuple(Vec::new())),
-            b'}' => push_node(&mut nodes, &mut stack, Node::Dict(Vec::new())),
+            b']' => push_node!(nodes, stack, Node::List(Vec::new())),
+            b')' => push_node!(nodes, stack, Node::Tuple(Vec::new())),
+            b'}' => push_node!(nodes, stack, Node::Dict(Vec::new())),
             b'l' => {
                 let items = pop_mark(&mut stack, &mut marks)?;
-                push_node(&mut nodes, &mut stack, Node::List(items));
+                push_node!(nodes, stack, Node::List(items));
             }
             b't' => {
                 let items = pop_mark(&mut stack, &mut marks)?;
-                push_node(&mut nodes, &mut stack, Node::Tuple(items));
+                push_node!(nodes, stack, Node::Tuple(items));
             }
             0x85..=0x87 => {
                 let n = (op - 0x84) as usize;
@@ -219,49 +226,84 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                     return Err(NotTaken("tuple of missing items"));
                 }
                 let items = stack.split_off(stack.len() - n);
-                push_node(&mut nodes, &mut stack, Node::Tuple(items));
+                push_node!(nodes, stack, Node::Tuple(items));
             }
             b'd' => {
                 let items = pop_mark(&mut stack, &mut marks)?;
                 let pairs = pairs(&nodes, &items)?;
-                push_node(&mut nodes, &mut stack, Node::Dict(pairs));
+                push_node!(nodes, stack, Node::Dict(pairs));
             }
             b'a' | b'e' => {
-                let items = if op == b'a' {
-                    vec![stack.pop().ok_or(NotTaken("append to nothing"))?]
+                // the items are the top of the stack: moved into the list in place
+                let from = if op == b'a' {
+                    stack
+                        .len()
+                        .checked_sub(1)
+                        .ok_or(NotTaken("append to nothing"))?
                 } else {
-                    pop_mark(&mut stack, &mut marks)?
+                    let m = marks.pop().ok_or(NotTaken("no mark"))?;
+                    if m > stack.len() {
+                        return Err(NotTaken("mark past the stack"));
+                    }
+                    m
                 };
-                let target = *stack.last().ok_or(NotTaken("append to nothing"))?;
+                let target = below(&stack, &marks, from).ok_or(NotTaken("append to nothing"))?;
                 match &mut nodes[target as usize] {
-                    Node::List(v) => v.extend(items),
+                    Node::List(v) => v.extend_from_slice(&stack[from..]),
                     _ => return Err(NotTaken("append to something other than a list")),
                 }
+                stack.truncate(from);
             }
             b's' | b'u' => {
-                let items = if op == b's' {
-                    if stack.len() < 2 {
-                        return Err(NotTaken("setitem without key and value"));
-                    }
-                    stack.split_off(stack.len() - 2)
+                let from = if op == b's' {
+                    stack
+                        .len()
+                        .checked_sub(2)
+                        .ok_or(NotTaken("setitem without key and value"))?
                 } else {
-                    pop_mark(&mut stack, &mut marks)?
+                    let m = marks.pop().ok_or(NotTaken("no mark"))?;
+                    if m > stack.len() {
+                        return Err(NotTaken("mark past the stack"));
+                    }
+                    m
                 };
-                let new = pairs(&nodes, &items)?;
-                let target = *stack.last().ok_or(NotTaken("setitem on nothing"))?;
+                let target = below(&stack, &marks, from).ok_or(NotTaken("setitem on nothing"))?;
+                let items = &stack[from..];
+                if !items.len().is_multiple_of(2) {
+                    return Err(NotTaken("odd number of dict items"));
+                }
+                for kv in items.chunks_exact(2) {
+                    if matches!(
+                        nodes[kv[0] as usize],
+                        Node::List(_) | Node::Dict(_) | Node::Tuple(_)
+                    ) {
+                        return Err(NotTaken("unhashable key"));
+                    }
+                }
                 match &mut nodes[target as usize] {
-                    Node::Dict(v) => v.extend(new),
+                    Node::Dict(v) => v.extend(items.chunks_exact(2).map(|kv| (kv[0], kv[1]))),
                     _ => return Err(NotTaken("setitem on something other than a dict")),
                 }
+                stack.truncate(from);
             }
             b'q' | b'r' | 0x94 => {
                 let idx = match op {
                     b'q' => take(data, &mut pos, 1)?[0] as u32,
                     b'r' => le_u(take(data, &mut pos, 4)?) as u32,
-                    _ => memo.len() as u32,
+                    _ => memo_len,
                 };
                 let top = *stack.last().ok_or(NotTaken("memo of an empty stack"))?;
-                memo.insert(idx, top);
+                let i = idx as usize;
+                if i > data.len() {
+                    return Err(NotTaken("memo index past what the pickle can hold"));
+                }
+                if i >= memo.len() {
+                    memo.resize(i + 1, u32::MAX);
+                }
+                if memo[i] == u32::MAX {
+                    memo_len += 1;
+                }
+                memo[i] = top;
             }
             b'h' | b'j' => {
                 let idx = if op == b'h' {
@@ -269,7 +311,10 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                 } else {
                     le_u(take(data, &mut pos, 4)?) as u32
                 };
-                let got = *memo.get(&idx).ok_or(NotTaken("memo key not found"))?;
+                let got = *memo
+                    .get(idx as usize)
+                    .filter(|&&n| n != u32::MAX)
+                    .ok_or(NotTaken("memo key not found"))?;
                 stack.push(got);
             }
             // everything else: classes, functions, extension codes, persistent ids, and the
@@ -277,6 +322,16 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
             _ => return Err(NotTaken("opcode outside the fast reader's set")),
         }
     }
+}
+
+/// The container that APPEND(S)/SETITEM(S) add `stack[from..]` to: the value just below,
+/// which must lie above every open mark (Python's unpickler refuses to reach below one).
+fn below(stack: &[u32], marks: &[usize], from: usize) -> Option<u32> {
+    let i = from.checked_sub(1)?;
+    if marks.last().is_some_and(|&m| m > i) {
+        return None;
+    }
+    stack.get(i).copied()
 }
 
 /// Key-value pairs of a dict being built; keys must be hashable in Python (text, numbers,
@@ -361,12 +416,55 @@ struct Tables<'a> {
     names: HashMap<&'a str, u32>,
     groups: HashMap<(String, String), u32>,
     shapes: HashMap<Vec<Vec<i64>>, u32>,
-    shapes_by_node: HashMap<u32, u32>,
     dtypes: HashMap<Vec<&'a str>, u32>,
-    dtypes_by_node: HashMap<u32, u32>,
     frames: HashMap<u32, u32>,
     frame_lists: HashMap<u32, u32>,
     fps: HashMap<[u32; 5], u32>,
+    // what one node of the pickle stands for, worked out once (torch's pickler shares the
+    // keys, the state texts, and often the names and group tuples, between entries)
+    key_slot: Vec<u8>,
+    state_of: Vec<u8>,
+    names_by_node: HashMap<u32, u32>,
+    groups_by_node: HashMap<u32, u32>,
+    groups_by_pg_id: HashMap<Option<i64>, u32>,
+    // scratch for looking up shapes and dtypes without building them
+    flat: Vec<i64>,
+    shapes_flat: HashMap<Vec<i64>, u32>,
+    dtype_names: Vec<&'a str>,
+}
+
+const UNSEEN: u8 = 0xFE;
+const NO_SLOT: u8 = 0xFF;
+
+impl<'a> Tables<'a> {
+    fn new(doc: &Doc<'a>) -> Self {
+        Tables {
+            key_slot: vec![UNSEEN; doc.nodes.len()],
+            state_of: vec![UNSEEN; doc.nodes.len()],
+            ..Tables::default()
+        }
+    }
+
+    /// The entry field a key node names, if any.
+    fn slot(&mut self, doc: &Doc<'a>, key: u32) -> Option<usize> {
+        let cached = &mut self.key_slot[key as usize];
+        if *cached == UNSEEN {
+            *cached = doc.text(key).and_then(slot).map_or(NO_SLOT, |i| i as u8);
+        }
+        (*cached != NO_SLOT).then_some(*cached as usize)
+    }
+
+    /// The index in STATES of a state text node.
+    fn state(&mut self, doc: &Doc<'a>, id: u32) -> Option<u8> {
+        let cached = &mut self.state_of[id as usize];
+        if *cached == UNSEEN {
+            *cached = STATES
+                .iter()
+                .position(|&st| Some(st) == doc.text(id))
+                .map_or(NO_SLOT, |i| i as u8);
+        }
+        (*cached != NO_SLOT).then_some(*cached)
+    }
 }
 
 fn chars(s: &str) -> usize {
@@ -461,7 +559,7 @@ pub fn check(
         ..Checked::default()
     };
     out.entries.reserve(entries.len() - start);
-    let mut t = Tables::default();
+    let mut t = Tables::new(doc);
     let mut work = 0usize;
     let mut shape_work: Vec<usize> = Vec::new();
     for (i, &raw) in entries.iter().enumerate().skip(start) {
@@ -509,7 +607,7 @@ fn entry<'a>(
     };
     let mut slots: [Option<u32>; FIELDS] = [None; FIELDS];
     for &(k, v) in items {
-        if let Some(i) = doc.text(k).and_then(slot) {
+        if let Some(i) = t.slot(doc, k) {
             slots[i] = Some(v); // the last one wins, as in a Python dict
         }
     }
@@ -524,7 +622,7 @@ fn entry<'a>(
     let group = group(doc, s[F_PG], pg_id, out, t)?;
     let state = match s[F_STATE] {
         None => 0,
-        Some(id) => STATES.iter().position(|&st| Some(st) == doc.text(id))? as u8,
+        Some(id) => t.state(doc, id)?,
     };
     let retired = boolean(doc, s[F_RETIRED])?;
     let op = out.names[name as usize].op;
@@ -572,6 +670,15 @@ fn entry<'a>(
 }
 
 fn name<'a>(doc: &Doc<'a>, id: u32, out: &mut Checked, t: &mut Tables<'a>) -> Option<u32> {
+    if let Some(&got) = t.names_by_node.get(&id) {
+        return Some(got);
+    }
+    let got = name_of_text(doc, id, out, t)?;
+    t.names_by_node.insert(id, got);
+    Some(got)
+}
+
+fn name_of_text<'a>(doc: &Doc<'a>, id: u32, out: &mut Checked, t: &mut Tables<'a>) -> Option<u32> {
     let text = doc.text(id)?;
     if let Some(&got) = t.names.get(text) {
         return Some(got);
@@ -642,8 +749,19 @@ fn group<'a>(
     out: &mut Checked,
     t: &mut Tables<'a>,
 ) -> Option<u32> {
-    let pair = match id.map(|id| doc.node(id)) {
-        None | Some(Node::None) => (
+    let node = match id.map(|id| (id, doc.node(id))) {
+        None | Some((_, Node::None)) => None,
+        Some((id, _)) => Some(id),
+    };
+    let cached = match node {
+        None => t.groups_by_pg_id.get(&pg_id),
+        Some(id) => t.groups_by_node.get(&id),
+    };
+    if let Some(&got) = cached {
+        return Some(got);
+    }
+    let pair = match node.map(|id| doc.node(id)) {
+        None => (
             pg_id.map(|v| v.to_string()).unwrap_or_default(),
             String::new(),
         ),
@@ -652,12 +770,19 @@ fn group<'a>(
         }
         _ => return None,
     };
-    if let Some(&got) = t.groups.get(&pair) {
-        return Some(got);
-    }
-    out.groups.push(pair.clone());
-    let got = out.groups.len() as u32 - 1;
-    t.groups.insert(pair, got);
+    let got = match t.groups.get(&pair) {
+        Some(&got) => got,
+        None => {
+            out.groups.push(pair.clone());
+            let got = out.groups.len() as u32 - 1;
+            t.groups.insert(pair, got);
+            got
+        }
+    };
+    match node {
+        None => t.groups_by_pg_id.insert(pg_id, got),
+        Some(id) => t.groups_by_node.insert(id, got),
+    };
     Some(got)
 }
 
@@ -668,16 +793,17 @@ fn sizes<'a>(
     t: &mut Tables<'a>,
     shape_work: &mut Vec<usize>,
 ) -> Option<u32> {
-    let shapes: Vec<Vec<i64>> = match id.map(|id| (id, doc.node(id))) {
-        None | Some((_, Node::None)) => Vec::new(),
-        Some((id, Node::List(v))) => {
-            if let Some(&got) = t.shapes_by_node.get(&id) {
-                return Some(got);
-            }
+    // the shapes flattened (count, then each shape's length and dimensions), to look them
+    // up without building them
+    let mut flat = std::mem::take(&mut t.flat);
+    flat.clear();
+    match id.map(|id| doc.node(id)) {
+        None | Some(Node::None) => flat.push(0),
+        Some(Node::List(v)) => {
             if v.len() > MAX_TENSORS {
                 return None;
             }
-            let mut shapes = Vec::with_capacity(v.len());
+            flat.push(v.len() as i64);
             for &s in v {
                 let Node::List(dims) = doc.node(s) else {
                     return None;
@@ -685,22 +811,34 @@ fn sizes<'a>(
                 if dims.len() > MAX_DIMS {
                     return None;
                 }
-                let dims: Option<Vec<i64>> = dims
-                    .iter()
-                    .map(|&d| match doc.node(d) {
-                        Node::Int(x) => Some(*x),
-                        _ => None,
-                    })
-                    .collect();
-                shapes.push(dims?);
+                flat.push(dims.len() as i64);
+                for &d in dims {
+                    let Node::Int(x) = doc.node(d) else {
+                        return None;
+                    };
+                    flat.push(*x);
+                }
             }
-            let got = intern_shapes(shapes, out, t, shape_work);
-            t.shapes_by_node.insert(id, got);
-            return Some(got);
         }
         _ => return None,
+    }
+    let got = match t.shapes_flat.get(flat.as_slice()) {
+        Some(&got) => got,
+        None => {
+            let mut shapes = Vec::with_capacity(flat[0] as usize);
+            let mut i = 1;
+            while i < flat.len() {
+                let n = flat[i] as usize;
+                shapes.push(flat[i + 1..i + 1 + n].to_vec());
+                i += 1 + n;
+            }
+            let got = intern_shapes(shapes, out, t, shape_work);
+            t.shapes_flat.insert(flat.clone(), got);
+            got
+        }
     };
-    Some(intern_shapes(shapes, out, t, shape_work))
+    t.flat = flat;
+    Some(got)
 }
 
 fn intern_shapes(
@@ -725,36 +863,31 @@ fn dtypes<'a>(
     out: &mut Checked,
     t: &mut Tables<'a>,
 ) -> Option<u32> {
-    let (node, names): (Option<u32>, Vec<&'a str>) = match id.map(|id| (id, doc.node(id))) {
-        None | Some((_, Node::None)) => (None, Vec::new()),
-        Some((id, Node::List(v))) => {
-            if let Some(&got) = t.dtypes_by_node.get(&id) {
-                return Some(got);
-            }
+    let mut names = std::mem::take(&mut t.dtype_names);
+    names.clear();
+    match id.map(|id| doc.node(id)) {
+        None | Some(Node::None) => {}
+        Some(Node::List(v)) => {
             if v.len() > MAX_TENSORS {
                 return None;
             }
-            let names: Option<Vec<&str>> = v
-                .iter()
-                .map(|&d| doc.text(d).filter(|s| chars(s) <= MAX_DTYPE))
-                .collect();
-            (Some(id), names?)
+            for &d in v {
+                names.push(doc.text(d).filter(|s| chars(s) <= MAX_DTYPE)?);
+            }
         }
         _ => return None,
-    };
-    let got = match t.dtypes.get(&names) {
+    }
+    let got = match t.dtypes.get(names.as_slice()) {
         Some(&got) => got,
         None => {
             out.dtypes
                 .push(names.iter().map(|s| (*s).to_owned()).collect());
             let got = out.dtypes.len() as u32 - 1;
-            t.dtypes.insert(names, got);
+            t.dtypes.insert(names.clone(), got);
             got
         }
     };
-    if let Some(node) = node {
-        t.dtypes_by_node.insert(node, got);
-    }
+    t.dtype_names = names;
     Some(got)
 }
 
@@ -804,6 +937,207 @@ fn frames<'a>(
     let got = out.frame_lists.len() as u32 - 1;
     t.frame_lists.insert(key, got);
     Some(got)
+}
+
+// --- entries the Python reader checked ---------------------------------------------------
+
+/// One entry as `rankwatch.flight_recorder.reader` checked it (a JSON dump, or a pickle the
+/// fast path left to Python), for `Builder`: the same values `Entry` holds, owned.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OwnedEntry {
+    pub pos: usize,
+    pub record_id: i64,
+    pub pg: String,
+    pub pg_desc: String,
+    pub pg_id: Option<i64>,
+    pub seq: i64,
+    pub p2p_seq: Option<i64>,
+    pub is_p2p: bool,
+    pub op: String,
+    pub backend: String,
+    pub peers: Option<(Option<i64>, Option<i64>)>,
+    pub input_sizes: Vec<Vec<i64>>,
+    pub output_sizes: Vec<Vec<i64>>,
+    pub input_dtypes: Vec<String>,
+    pub output_dtypes: Vec<String>,
+    pub state: u8,
+    pub retired: Option<bool>,
+    pub time_created_ns: Option<i64>,
+    pub time_started_ns: Option<i64>,
+    pub time_completed_ns: Option<i64>,
+    pub timeout_ms: Option<i64>,
+    pub frames: Vec<Frame>,
+}
+
+/// (src, dst) of a send or recv, in group ranks; None where `?`.
+type Peers = Option<(Option<i64>, Option<i64>)>;
+
+/// Builds a `Checked` from entries checked elsewhere, sharing equal values as `check` does.
+#[derive(Default)]
+pub struct Builder {
+    out: Checked,
+    ops: HashMap<String, u32>,
+    names: HashMap<(String, u32, Peers), u32>,
+    groups: HashMap<(String, String), u32>,
+    shapes: HashMap<Vec<Vec<i64>>, u32>,
+    dtypes: HashMap<Vec<String>, u32>,
+    frames: HashMap<Frame, u32>,
+    frame_lists: HashMap<Vec<u32>, u32>,
+    fps: HashMap<[u32; 5], u32>,
+}
+
+fn intern<K: std::hash::Hash + Eq + Clone, V>(
+    map: &mut HashMap<K, u32>,
+    table: &mut Vec<V>,
+    key: K,
+    value: impl FnOnce(&K) -> V,
+) -> u32 {
+    if let Some(&got) = map.get(&key) {
+        return got;
+    }
+    table.push(value(&key));
+    let got = table.len() as u32 - 1;
+    map.insert(key, got);
+    got
+}
+
+impl Builder {
+    pub fn push(&mut self, e: OwnedEntry) {
+        let out = &mut self.out;
+        let op = intern(&mut self.ops, &mut out.ops, e.op, |k| k.clone());
+        let name = intern(
+            &mut self.names,
+            &mut out.names,
+            (e.backend, op, e.peers),
+            |k| Name {
+                backend: k.0.clone(),
+                op: k.1,
+                peers: k.2,
+            },
+        );
+        let group = intern(&mut self.groups, &mut out.groups, (e.pg, e.pg_desc), |k| {
+            k.clone()
+        });
+        let mut shape =
+            |v: Vec<Vec<i64>>| intern(&mut self.shapes, &mut out.shapes, v, |k| k.clone());
+        let input_sizes = shape(e.input_sizes);
+        let output_sizes = shape(e.output_sizes);
+        let mut dtype =
+            |v: Vec<String>| intern(&mut self.dtypes, &mut out.dtypes, v, |k| k.clone());
+        let input_dtypes = dtype(e.input_dtypes);
+        let output_dtypes = dtype(e.output_dtypes);
+        let list: Vec<u32> = e
+            .frames
+            .into_iter()
+            .map(|f| intern(&mut self.frames, &mut out.frames, f, |k| k.clone()))
+            .collect();
+        let frames = intern(&mut self.frame_lists, &mut out.frame_lists, list, |k| {
+            k.clone()
+        });
+        let key = [op, input_sizes, output_sizes, input_dtypes, output_dtypes];
+        let fp = intern(&mut self.fps, &mut out.fps, key, |k| *k);
+        out.entries.push(Entry {
+            pos: e.pos,
+            record_id: e.record_id,
+            group,
+            pg_id: e.pg_id,
+            seq: e.seq,
+            p2p_seq: e.p2p_seq,
+            is_p2p: e.is_p2p,
+            name,
+            input_sizes,
+            output_sizes,
+            input_dtypes,
+            output_dtypes,
+            state: e.state,
+            retired: e.retired,
+            time_created_ns: e.time_created_ns,
+            time_started_ns: e.time_started_ns,
+            time_completed_ns: e.time_completed_ns,
+            timeout_ms: e.timeout_ms,
+            frames,
+            fp,
+        });
+    }
+
+    pub fn finish(self) -> Checked {
+        self.out
+    }
+}
+
+impl Checked {
+    /// An entry's values, owned (the inverse of `Builder::push`).
+    pub fn owned(&self, i: usize) -> OwnedEntry {
+        let e = &self.entries[i];
+        let name = &self.names[e.name as usize];
+        let (pg, pg_desc) = self.groups[e.group as usize].clone();
+        OwnedEntry {
+            pos: e.pos,
+            record_id: e.record_id,
+            pg,
+            pg_desc,
+            pg_id: e.pg_id,
+            seq: e.seq,
+            p2p_seq: e.p2p_seq,
+            is_p2p: e.is_p2p,
+            op: self.ops[name.op as usize].clone(),
+            backend: name.backend.clone(),
+            peers: name.peers,
+            input_sizes: self.shapes[e.input_sizes as usize].clone(),
+            output_sizes: self.shapes[e.output_sizes as usize].clone(),
+            input_dtypes: self.dtypes[e.input_dtypes as usize].clone(),
+            output_dtypes: self.dtypes[e.output_dtypes as usize].clone(),
+            state: e.state,
+            retired: e.retired,
+            time_created_ns: e.time_created_ns,
+            time_started_ns: e.time_started_ns,
+            time_completed_ns: e.time_completed_ns,
+            timeout_ms: e.timeout_ms,
+            frames: self.frame_lists[e.frames as usize]
+                .iter()
+                .map(|&f| self.frames[f as usize].clone())
+                .collect(),
+        }
+    }
+
+    /// Bytes held, roughly: the entries and the shared values (what the memory budget
+    /// charges a dump with).
+    pub fn heap_bytes(&self) -> usize {
+        let text = |s: &String| s.capacity() + std::mem::size_of::<String>();
+        self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self.ops.iter().map(text).sum::<usize>()
+            + self
+                .names
+                .iter()
+                .map(|n| text(&n.backend) + 32)
+                .sum::<usize>()
+            + self
+                .groups
+                .iter()
+                .map(|(a, b)| text(a) + text(b))
+                .sum::<usize>()
+            + self
+                .shapes
+                .iter()
+                .map(|s| 24 + s.iter().map(|d| 24 + 8 * d.capacity()).sum::<usize>())
+                .sum::<usize>()
+            + self
+                .dtypes
+                .iter()
+                .map(|d| 24 + d.iter().map(text).sum::<usize>())
+                .sum::<usize>()
+            + self
+                .frames
+                .iter()
+                .map(|f| text(&f.filename) + text(&f.name) + 8)
+                .sum::<usize>()
+            + self
+                .frame_lists
+                .iter()
+                .map(|l| 24 + 4 * l.capacity())
+                .sum::<usize>()
+            + self.fps.capacity() * 20
+    }
 }
 
 #[cfg(test)]
@@ -925,5 +1259,24 @@ mod tests {
         assert_eq!(doc.node(doc.root), &Node::Int(i64::MIN));
         let doc = parse(b"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x01.").unwrap();
         assert_eq!(doc.node(doc.root), &Node::BigInt);
+    }
+
+    #[test]
+    fn builder_round_trips_what_check_gives() {
+        let mut entries = ENTRY.to_vec();
+        entries.extend_from_slice(ENTRY);
+        let data = dump(&entries);
+        let doc = parse(&data).unwrap();
+        let c = check(&doc, None, None).unwrap();
+        let mut b = Builder::default();
+        for i in 0..c.entries.len() {
+            b.push(c.owned(i));
+        }
+        let again = b.finish();
+        for i in 0..c.entries.len() {
+            assert_eq!(again.owned(i), c.owned(i));
+        }
+        assert_eq!(again.frames.len(), 1); // equal frames share one value here
+        assert!(again.heap_bytes() > 2 * std::mem::size_of::<Entry>());
     }
 }

@@ -20,6 +20,7 @@ pub mod fieldre;
 pub mod files;
 pub mod filetext;
 pub mod flight_recorder;
+pub mod flight_recorder_analysis;
 pub mod hextoken;
 pub mod identity;
 pub mod job;

@@ -13,6 +13,7 @@ use rankwatch_core::dbcache::{DbCache, DbOrigin};
 use rankwatch_core::engine::RawRecord;
 use rankwatch_core::files::ReadError;
 use rankwatch_core::flight_recorder as fr;
+use rankwatch_core::flight_recorder_analysis as fra;
 use rankwatch_core::prefix::{docker_json, peel};
 use rankwatch_core::records::{DecoderConfig, RecordDecoder};
 use rankwatch_core::{Catalog, Config, Engine, FileInput, StreamHints};
@@ -752,6 +753,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hyperscan_version, m)?)?;
     m.add_function(wrap_pyfunction!(prefer_huge_pages, m)?)?;
     m.add_function(wrap_pyfunction!(fr_read_pickle, m)?)?;
+    m.add_function(wrap_pyfunction!(fr_analyze, m)?)?;
+    m.add_class::<PyFrEntries>()?;
     Ok(())
 }
 
@@ -820,24 +823,20 @@ fn fr_value<'py>(
 
 /// Reads a pickled Flight Recorder dump on the fast path: `(top, entries, start)` where
 /// `top` holds the dump's `version`, `rank`, `pg_config` and `pg_status` as decoded,
-/// `entries` the checked entries kept (instances of `entry_cls`, stack frames of
-/// `frame_cls`) and `start` the index of the first one kept; `None` when the dump is
-/// anything but clean (refused, malformed, an entry that fails a check, over the work
-/// limit), for the Python reader to decide and explain. Decoding and checking release the
-/// GIL.
+/// `entries` the checked entries kept (an `FrEntries`) and `start` the index of the first one
+/// kept; `None` when the dump is anything but clean (refused, malformed, an entry that fails
+/// a check, over the work limit), for the Python reader to decide and explain. Decoding and
+/// checking release the GIL.
 #[pyfunction]
-#[pyo3(signature = (data, keep_last, work_limit, entry_cls, frame_cls))]
+#[pyo3(signature = (data, keep_last, work_limit))]
 #[allow(clippy::type_complexity)]
 fn fr_read_pickle<'py>(
     py: Python<'py>,
     data: &Bound<'py, PyBytes>,
     keep_last: Option<usize>,
     work_limit: Option<usize>,
-    entry_cls: &Bound<'py, PyAny>,
-    frame_cls: &Bound<'py, PyAny>,
-) -> PyResult<Option<(Bound<'py, pyo3::types::PyDict>, Bound<'py, PyList>, usize)>> {
-    use pyo3::types::{PyDict, PyTuple};
-    use pyo3::IntoPyObjectExt;
+) -> PyResult<Option<(Bound<'py, pyo3::types::PyDict>, PyFrEntries, usize)>> {
+    use pyo3::types::PyDict;
     let bytes = data.as_bytes();
     let got = py.detach(|| {
         let doc = fr::parse(bytes).ok()?;
@@ -857,7 +856,121 @@ fn fr_read_pickle<'py>(
             }
         }
     }
-    drop(memo);
+    let start = c.start;
+    Ok(Some((top, PyFrEntries { inner: Arc::new(c) }, start)))
+}
+
+/// One dump's checked entries, kept in Rust (each shared value once); `take` builds the
+/// `Entry` tuples of the ones asked for.
+#[pyclass(name = "FrEntries", module = "rankwatch._core", frozen)]
+struct PyFrEntries {
+    inner: Arc<fr::Checked>,
+}
+
+#[pymethods]
+impl PyFrEntries {
+    fn __len__(&self) -> usize {
+        self.inner.entries.len()
+    }
+
+    /// The entries at `index` (each in range), as `entry_cls` tuples with `frame_cls` frames.
+    fn take<'py>(
+        &self,
+        py: Python<'py>,
+        index: Vec<usize>,
+        entry_cls: &Bound<'py, PyAny>,
+        frame_cls: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let n = self.inner.entries.len();
+        if let Some(bad) = index.iter().find(|&&i| i >= n) {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "entry {bad} of {n}"
+            )));
+        }
+        fr_rows(py, &self.inner, &index, entry_cls, frame_cls)
+    }
+
+    /// The process groups its entries belong to, each once.
+    fn pg_names(&self) -> Vec<String> {
+        let mut seen = HashSet::new();
+        self.inner
+            .groups
+            .iter()
+            .filter(|(name, _)| seen.insert(name.as_str()))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// Bytes held, roughly.
+    fn heap_bytes(&self) -> usize {
+        self.inner.heap_bytes()
+    }
+
+    /// The entries the Python reader checked (`Entry` tuples, in order), kept the same way.
+    #[staticmethod]
+    fn from_entries(entries: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let mut b = fr::Builder::default();
+        for item in entries.try_iter()? {
+            b.push(owned_entry(&item?)?);
+        }
+        Ok(PyFrEntries {
+            inner: Arc::new(b.finish()),
+        })
+    }
+}
+
+/// An `Entry` tuple's values (the field order of `rankwatch.flight_recorder.model.Entry`).
+fn owned_entry(e: &Bound<'_, PyAny>) -> PyResult<fr::OwnedEntry> {
+    let t = e.cast::<pyo3::types::PyTuple>()?;
+    let state: String = t.get_item(15)?.extract()?;
+    let state = fr::STATES
+        .iter()
+        .position(|s| *s == state)
+        .ok_or_else(|| PyValueError::new_err(format!("state {state:?}")))? as u8;
+    let frames: Vec<(String, i64, String)> = t.get_item(21)?.extract()?;
+    Ok(fr::OwnedEntry {
+        pos: t.get_item(0)?.extract()?,
+        record_id: t.get_item(1)?.extract()?,
+        pg: t.get_item(2)?.extract()?,
+        pg_desc: t.get_item(3)?.extract()?,
+        pg_id: t.get_item(4)?.extract()?,
+        seq: t.get_item(5)?.extract()?,
+        p2p_seq: t.get_item(6)?.extract()?,
+        is_p2p: t.get_item(7)?.extract()?,
+        op: t.get_item(8)?.extract()?,
+        backend: t.get_item(9)?.extract()?,
+        peers: t.get_item(10)?.extract()?,
+        input_sizes: t.get_item(11)?.extract()?,
+        output_sizes: t.get_item(12)?.extract()?,
+        input_dtypes: t.get_item(13)?.extract()?,
+        output_dtypes: t.get_item(14)?.extract()?,
+        state,
+        retired: t.get_item(16)?.extract()?,
+        time_created_ns: t.get_item(17)?.extract()?,
+        time_started_ns: t.get_item(18)?.extract()?,
+        time_completed_ns: t.get_item(19)?.extract()?,
+        timeout_ms: t.get_item(20)?.extract()?,
+        frames: frames
+            .into_iter()
+            .map(|(filename, line, name)| fr::Frame {
+                filename,
+                line,
+                name,
+            })
+            .collect(),
+    })
+}
+
+/// `Entry` tuples of the entries at `index` (the shared values built once per call).
+fn fr_rows<'py>(
+    py: Python<'py>,
+    c: &fr::Checked,
+    index: &[usize],
+    entry_cls: &Bound<'py, PyAny>,
+    frame_cls: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyList>> {
+    use pyo3::types::PyTuple;
+    use pyo3::IntoPyObjectExt;
     let tuple_new = py.get_type::<PyTuple>().getattr(intern!(py, "__new__"))?;
     let text = |s: &str| -> PyResult<Bound<'py, PyAny>> { s.into_bound_py_any(py) };
     let states: Vec<Bound<'py, PyAny>> = fr::STATES
@@ -923,7 +1036,8 @@ fn fr_read_pickle<'py>(
             Some(v) => v.into_bound_py_any(py),
         }
     };
-    for e in &c.entries {
+    for &i in index {
+        let e = &c.entries[i];
         let (backend, op, peers) = &names[e.name as usize];
         let (pg, pg_desc) = &groups[e.group as usize];
         let row = PyTuple::new(
@@ -956,5 +1070,75 @@ fn fr_read_pickle<'py>(
         )?;
         out.append(tuple_new.call1((entry_cls, row))?)?;
     }
-    Ok(Some((top, out, c.start)))
+    Ok(out)
+}
+
+/// A finding as `analysis.py` takes it: (kind, pg, pg_desc, pg_id, seq, culprits,
+/// other_ranks, entry, other, peer, missing_dumps, tie), entries as (dump, index).
+type FindingTuple = (
+    &'static str,
+    String,
+    String,
+    Option<i64>,
+    i64,
+    Vec<i64>,
+    Vec<i64>,
+    Option<(u32, u32)>,
+    Option<(u32, u32)>,
+    Option<i64>,
+    Vec<i64>,
+    bool,
+);
+
+/// The cross-rank analysis of the dumps `tables` (one per rank, `ranks` in the same order):
+/// `(findings, shown, groups)`, shown as (rank, why, dump, index). `members` maps a group
+/// to its global ranks where a dump's configuration states them. Runs without the GIL.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn fr_analyze(
+    py: Python<'_>,
+    tables: Vec<PyRef<'_, PyFrEntries>>,
+    ranks: Vec<i64>,
+    members: std::collections::HashMap<String, Vec<i64>>,
+) -> PyResult<(Vec<FindingTuple>, Vec<(i64, &'static str, u32, u32)>, usize)> {
+    if tables.len() != ranks.len() {
+        return Err(PyValueError::new_err("one rank per table"));
+    }
+    let held: Vec<Arc<fr::Checked>> = tables.iter().map(|t| t.inner.clone()).collect();
+    drop(tables);
+    let a = py.detach(|| {
+        let inputs: Vec<fra::Input<'_>> = held
+            .iter()
+            .zip(&ranks)
+            .map(|(dump, &rank)| fra::Input { rank, dump })
+            .collect();
+        fra::analyze(&inputs, &members)
+    });
+    let at = |a: Option<fra::At>| a.map(|a| (a.dump, a.entry));
+    let findings = a
+        .findings
+        .into_iter()
+        .map(|f| {
+            (
+                f.kind.as_str(),
+                f.pg,
+                f.pg_desc,
+                f.pg_id,
+                f.seq,
+                f.culprits,
+                f.other_ranks,
+                at(f.entry),
+                at(f.other),
+                f.peer,
+                f.missing_dumps,
+                f.tie,
+            )
+        })
+        .collect();
+    let shown = a
+        .shown
+        .into_iter()
+        .map(|s| (s.rank, s.why.as_str(), s.entry.dump, s.entry.entry))
+        .collect();
+    Ok((findings, shown, a.groups))
 }
