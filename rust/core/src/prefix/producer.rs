@@ -511,9 +511,16 @@ pub(super) fn bracketed_level(b: &[u8], m: &mut LineMeta) -> Option<usize> {
 /// libfabric `libfabric:<pid>:<time>::<prov>:<subsys>:<func>():<line><<level>> ` in its three
 /// historical forms (v1.8-v1.13 without the time, v1.14 with it, v1.15 on with the log prefix
 /// field between). The CXI provider's macros start the text with the node's name
-/// (`nid001234: ...`): that name is the printer's host.
+/// (`nid001234: ...`): that name is the printer's host, and an empty one leaves `: `.
+/// Spaces before the prefix (a line pasted indented) are part of it.
 #[inline]
-pub(super) fn libfabric(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
+pub(super) fn libfabric(line: &[u8], line_off: usize, m: &mut LineMeta) -> Option<usize> {
+    let indent = line
+        .iter()
+        .take(8)
+        .take_while(|&&c| c == b' ' || c == b'\t')
+        .count();
+    let (b, off) = (&line[indent..], line_off + indent);
     let rest = b.strip_prefix(b"libfabric:")?;
     let (pid, _) = leading_number(rest, 10)?;
     let lt = memchr::memchr(b'<', &b[..b.len().min(256)])?;
@@ -531,12 +538,14 @@ pub(super) fn libfabric(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize>
         if let Some(n) = cxi_node(&b[end..]) {
             m.host = Some((off + end, off + end + n));
             end += n + 2;
+        } else if b[end..].starts_with(b": ") {
+            end += 2;
         }
     }
     m.pid = u32::try_from(pid).ok();
     m.level = level;
     m.producer = Producer::Libfabric;
-    Some(end)
+    Some(indent + end)
 }
 
 /// The node name the CXI provider's warnings begin with: a host name with a digit in it
@@ -684,6 +693,11 @@ mod tests {
         let mut m = LineMeta::default();
         let n = libfabric(b, 0, &mut m).unwrap();
         assert!(b[n..].starts_with(b"TXC (") && m.host.is_none());
+        // Pasted indented, and a CXI warning whose node name is empty.
+        let b = b" libfabric:9:1741146011::cxi:fabric:cxip_nic_get_rgroup_vni():253<warn> : Failed";
+        let mut m = LineMeta::default();
+        let n = libfabric(b, 0, &mut m).unwrap();
+        assert_eq!((&b[n..], m.pid), (&b"Failed"[..], Some(9)));
     }
 
     #[test]
