@@ -113,7 +113,17 @@ def finding_line(rank: int, f: Finding) -> str:
     base: list[tuple[str, object]] = [("pg", f.pg_id), ("pg_name", f.pg)]
     missing = rank_list(f.missing_dumps) if f.missing_dumps else None
     others = rank_list(f.other_ranks)
-    if f.kind == "mismatch":
+    if f.kind == "mismatch" and (e is None or o is None):
+        # A rank of the odd side that recorded nothing at this sequence id (a gap in its
+        # buffer): what the others called is all there is to show.
+        seen = o if o is not None else e
+        text = (
+            f"collective mismatch at #{f.seq} of {_pg(seen, f)}: rank {rank} has no record of "
+            f"it, while rank(s) {others} called {_shape(seen) if seen is not None else '?'}"
+        )
+        facts = [*base, ("seq", f.seq), ("other_ranks", others), ("missing_dumps", missing)]
+        when = seen.time_ns() if seen is not None else None
+    elif f.kind == "mismatch":
         assert e is not None and o is not None
         odd = rank_list(f.culprits) if f.tie else str(rank)
         text = (
