@@ -182,23 +182,12 @@ pub struct Signature {
     pub fields_digit_blind: bool,
 }
 
-/// Field names the correlator reads; regexes capturing none of them run only when a
+/// Field names the correlator reads besides the identity fields
+/// (`crate::identity::IDENTITY_FIELDS`); regexes capturing none of them run only when a
 /// diagnosis is rendered.
 const CORRELATOR_FIELDS: &[&str] = &[
     "own_socket_type",
     "peer_socket_type",
-    // Identity (crate::identity::IDENTITY_FIELDS).
-    "nccl_version_seen",
-    "nccl_cuda",
-    "net_plugin",
-    "net_transport",
-    "ofi_provider",
-    "libfabric_version",
-    "gpu_model",
-    "torch_version",
-    "env_var",
-    "env_value",
-    "gpu_host",
     "rank",
     "nranks",
     "cuda_dev",
@@ -245,7 +234,8 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "frame_func",
 ];
 
-/// Field names the engine reads from context lines as they arrive.
+/// Field names the engine reads from context lines as they arrive, besides the identity
+/// fields (compared across machines).
 const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "rank",
     "nranks",
@@ -260,22 +250,22 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "socket_ifname",
     "graph_file",
     "non_pci_nic",
-    // Identity (crate::identity::IDENTITY_FIELDS), compared across machines.
-    "nccl_cuda",
-    "net_plugin",
-    "net_transport",
-    "ofi_provider",
-    "libfabric_version",
-    "gpu_model",
-    "torch_version",
-    "env_var",
-    "env_value",
-    "gpu_host",
-    "nccl_version_seen",
     "op_count",
     "stack_thread",
     "frame_func",
 ];
+
+fn is_identity(name: &str) -> bool {
+    crate::identity::IDENTITY_FIELDS.contains(&name)
+}
+
+fn ingested(name: &str) -> bool {
+    INGEST_CONTEXT_FIELDS.contains(&name) || is_identity(name)
+}
+
+fn needed_by_correlator(name: &str) -> bool {
+    CORRELATOR_FIELDS.contains(&name) || is_identity(name)
+}
 
 /// Context fields a cause may name in `blames_setting`: settings that, once in effect, make a
 /// failure of that kind the setting's fault (an injected search graph, a NIC outside PCI).
@@ -696,18 +686,12 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     let ingest_fields = !field_regexes.is_empty()
         && (s.role != Role::Context
             || sync == Some(Sync::Seq)
-            || field_regexes.iter().any(|re| {
-                re.names()
-                    .iter()
-                    .any(|n| INGEST_CONTEXT_FIELDS.contains(&n.as_str()))
-            }));
+            || field_regexes
+                .iter()
+                .any(|re| re.names().iter().any(|n| ingested(n))));
     let field_needed = field_regexes
         .iter()
-        .map(|re| {
-            re.names()
-                .iter()
-                .any(|n| CORRELATOR_FIELDS.contains(&n.as_str()))
-        })
+        .map(|re| re.names().iter().any(|n| needed_by_correlator(n)))
         .collect();
     let fields_digit_blind = s
         .fields
