@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from rankwatch.flight_recorder.analysis import Analysis, Finding, analyze, rank_list
 from rankwatch.flight_recorder.model import Dump, Entry
@@ -29,6 +29,9 @@ from rankwatch.flight_recorder.reader import (
 )
 from rankwatch.flight_recorder.render import RankLines, render
 from rankwatch.safe_text import printable
+
+if TYPE_CHECKING:
+    from rankwatch.engine import Engine
 
 __all__ = [
     "MAX_DUMP_BYTES",
@@ -137,25 +140,6 @@ def _walk_dumps(top: Path) -> tuple[list[Path], list[str]]:
     return out, problems
 
 
-class _EngineLike(Protocol):
-    """The part of `rankwatch.engine.Engine` that feeding uses."""
-
-    def open_stream(
-        self,
-        job: str,
-        origin: str,
-        *,
-        source_key: str | None = None,
-        rank: int | None = None,
-        local_rank: int | None = None,
-        host: str | None = None,
-    ) -> int: ...
-
-    def feed(self, stream: int, data: bytes, ingest_ms: int | None = None) -> None: ...
-
-    def close_stream(self, stream: int) -> None: ...
-
-
 @dataclass
 class FlightRecorderResult:
     """What reading and analyzing a job's dumps gave."""
@@ -252,7 +236,7 @@ def _take_one(
 
 
 def feed_dumps(
-    engine: _EngineLike,
+    engine: Engine,
     job: str,
     dumps: Sequence[Dump],
     missing_origin: str,

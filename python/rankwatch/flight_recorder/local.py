@@ -8,16 +8,19 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rankwatch.flight_recorder import (
     MAX_DUMP_BYTES,
     Finding,
-    _EngineLike,
     feed_dumps,
     find_dumps,
     read_dumps,
 )
 from rankwatch.inputs import DumpFile, InputError, LogFile
+
+if TYPE_CHECKING:
+    from rankwatch.engine import Engine
 from rankwatch.safe_text import printable
 
 
@@ -75,7 +78,7 @@ def given_dumps(
 
 
 def feed_job_dumps(
-    engine: _EngineLike,
+    engine: Engine,
     dumps: Sequence[DumpFile],
     max_bytes: int = MAX_DUMP_BYTES,
     on_problem: Callable[[str], None] | None = None,
