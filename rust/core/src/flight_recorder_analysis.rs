@@ -783,7 +783,7 @@ mod tests {
             input_dtypes: vec!["Float".into()],
             output_dtypes: vec!["Float".into()],
             state,
-            time_created_ns: Some(T0 + seq * 1_000_000),
+            time_created_ns: Some(T0.saturating_add(seq.saturating_mul(1_000_000))),
             ..OwnedEntry::default()
         }
     }
@@ -794,7 +794,7 @@ mod tests {
             p2p_seq: Some(p2p_seq),
             peers: Some((Some(src), Some(dst))),
             state: 1,
-            time_created_ns: Some(T0 + seq * 1_000_000 + p2p_seq),
+            time_created_ns: Some(T0.saturating_add(seq.saturating_mul(1_000_000)) + p2p_seq),
             ..coll(seq, op, 8, 1)
         }
     }

@@ -264,7 +264,6 @@ impl Engine {
             (None, Some(t), _) => (Some(t), false),
             (None, None, _) => (event_ms.or(ingest_ms), false),
         };
-        let ts = self.bounded_by_broker(ts, ingest_ms);
         let from_record = !exact && last_printed.is_none() && ts.is_some();
         match (ts, exact) {
             (Some(t), true) => {
@@ -273,9 +272,11 @@ impl Engine {
                 if s.first_ts.is_none() {
                     s.first_ts = Some(t);
                 }
+                let t = self.bounded_by_broker(t, ingest_ms);
                 job.max_event_ms = Some(job.max_event_ms.map_or(t, |m| m.max(t)));
             }
             (Some(t), false) if last_printed.is_none() && event_ms.is_some() => {
+                let t = self.bounded_by_broker(t, ingest_ms);
                 job.max_record_ms = Some(job.max_record_ms.map_or(t, |m| m.max(t)));
             }
             _ => {}
@@ -684,20 +685,21 @@ impl Engine {
         true
     }
 
-    /// `ts`, unless it runs more than `max_ts_ahead_ms` ahead of the broker's time of the
-    /// record: then the broker's time plus that (counted). The job's event time is the latest
-    /// time seen, so one rank whose clock is ahead (a bad RTC, milliseconds sent as seconds)
-    /// would otherwise close every incident of the job at once.
-    fn bounded_by_broker(&mut self, ts: Option<i64>, ingest_ms: Option<i64>) -> Option<i64> {
-        let (Some(t), Some(broker)) = (ts, ingest_ms) else {
-            return ts;
+    /// What a line's time `t` may move the job's event time to: `t`, unless it runs more
+    /// than `max_ts_ahead_ms` ahead of the broker's time of its record, then the broker's
+    /// time plus that (counted). The job's event time is the latest time seen, so one rank
+    /// whose clock is ahead (a bad RTC, milliseconds sent as seconds) would otherwise close
+    /// every incident of the job at once. The line keeps its own time: it orders the lines.
+    fn bounded_by_broker(&mut self, t: i64, ingest_ms: Option<i64>) -> i64 {
+        let Some(broker) = ingest_ms else {
+            return t;
         };
         let limit = broker.saturating_add(self.cfg.max_ts_ahead_ms);
         if t <= limit {
-            return ts;
+            return t;
         }
         self.stats.ts_ahead_clamped += 1;
-        Some(limit)
+        limit
     }
 
     fn add_hit(&mut self, job: &mut Job, hit: Hit, is_cause: bool) -> usize {
