@@ -5,23 +5,13 @@
 //!
 //! `cargo run --release -p rankwatch-core --example hs_differential -- CATALOG_DIR LOG_DIR...`
 use rankwatch_core::differential::{compare, stretched};
-use rankwatch_core::Catalog;
 use std::collections::BTreeSet;
 use std::path::Path;
 
+mod catalog_dir;
 mod common;
+use catalog_dir::load_catalog;
 use common::{files, peeled_messages};
-
-fn load_catalog(dir: &str) -> Catalog {
-    let mut cat_files = Vec::new();
-    files(Path::new(dir), &mut cat_files);
-    let sources: Vec<(String, String)> = cat_files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .map(|f| (f.display().to_string(), std::fs::read_to_string(f).unwrap()))
-        .collect();
-    Catalog::from_sources(&sources).unwrap()
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -21,7 +21,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
+mod catalog_dir;
 mod common;
+use catalog_dir::load_catalog;
 use common::{files, peeled_messages};
 
 /// Seconds this thread has run on a CPU (Linux `schedstat`); wall time where unavailable.
@@ -98,17 +100,6 @@ fn matches_per_pattern(m: &Matcher, messages: &[&str]) -> Vec<u64> {
         }
     }
     counts
-}
-
-fn load_catalog(dir: &str) -> Catalog {
-    let mut cat_files = Vec::new();
-    files(Path::new(dir), &mut cat_files);
-    let sources: Vec<(String, String)> = cat_files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .map(|f| (f.display().to_string(), std::fs::read_to_string(f).unwrap()))
-        .collect();
-    Catalog::from_sources(&sources).unwrap()
 }
 
 fn main() {

@@ -184,6 +184,43 @@ mod tests {
         assert_eq!(stretched("", 3), "");
     }
 
+    /// The shipped catalog's patterns scan alike in the linked library and in the `regex`
+    /// crate on every documented example (tests/data/catalog_examples.toml) and on the same
+    /// examples stretched to long lines.
+    #[test]
+    fn shipped_patterns_scan_alike_on_long_and_short_examples() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/data/catalog_examples.toml");
+        let doc: toml::Table = std::fs::read_to_string(path).unwrap().parse().unwrap();
+        let texts: Vec<String> = doc["example"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e.get("text")?.as_str().map(str::to_string))
+            .collect();
+        assert!(texts.len() > 100, "examples file read: {}", texts.len());
+        let mut messages = texts.clone();
+        for times in [2, 4, 8] {
+            messages.extend(texts.iter().map(|t| stretched(t, times)));
+        }
+        let catalog = crate::correlate::testkit::shipped_catalog();
+        let found = compare(&catalog, messages.iter().map(String::as_str));
+        let listed: Vec<String> = found
+            .iter()
+            .map(|d| {
+                format!(
+                    "{} {:?}: missed {} extra {} e.g. {:?}",
+                    d.signature, d.pattern, d.missed, d.extra, d.example
+                )
+            })
+            .collect();
+        assert!(
+            listed.is_empty(),
+            "patterns that scan differently:\n{}",
+            listed.join("\n")
+        );
+    }
+
     /// The shape that Debian's Vectorscan 5.4.9 misses: whichever library is linked, the
     /// check and the reference must agree that the frame matches.
     #[test]
