@@ -1,6 +1,7 @@
 """The cross-rank analysis as it was written in Python before it moved to Rust
 (`rankwatch-core`'s `flight_recorder_analysis`), kept as the reference that the Rust rules
-are compared with (test_fr_rust_analysis). Unchanged but for this paragraph.
+are compared with (test_fr_rust_analysis). Unchanged but for this paragraph and the result
+types, which are the package's own.
 
 Cross-rank analysis of Flight Recorder dumps, per process group.
 
@@ -25,66 +26,12 @@ completed one, and its entry at the first mismatched sequence id."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
+# The result types are the package's own: only the rules are kept as they were.
+from rankwatch.flight_recorder.analysis import KINDS, Analysis, Finding, Shown
 from rankwatch.flight_recorder.model import Dump, Entry
 from rankwatch.flight_recorder.reader import no_gc
-
-KINDS = ("mismatch", "not_scheduled", "behind", "no_dump", "unmatched_send", "unmatched_recv")
-
-
-@dataclass
-class Finding:
-    """One conclusion about one group. `culprits` are the ranks it blames; `entry` is the
-    first culprit's entry at `seq` (or its last one when it never reached `seq`), `other`
-    the entry the other ranks (`other_ranks`) have there."""
-
-    kind: str
-    pg: str
-    pg_desc: str
-    pg_id: int | None
-    seq: int
-    culprits: list[int]
-    other_ranks: list[int]
-    entry: Entry | None = None
-    other: Entry | None = None
-    peer: int | None = None  # for p2p: the rank at the other end
-    missing_dumps: list[int] = field(default_factory=list)
-    tie: bool = False  # two equal groups disagree: no majority says who is odd
-
-
-@dataclass
-class Shown:
-    """An entry of one rank worth a line, and why: `waiting` (not completed),
-    `last_recorded` (its last collective, where the dumps do not say what completed, as
-    Gloo's do not), `last_completed`, `at_mismatch`."""
-
-    rank: int
-    why: str
-    entry: Entry
-
-
-@dataclass
-class Analysis:
-    findings: list[Finding]
-    shown: list[Shown]
-    groups: int
-    ranks: list[int]
-
-
-def rank_list(ranks: Iterable[int]) -> str:
-    """`0-3,5,7-9`."""
-    out: list[str] = []
-    rs = sorted(set(ranks))
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def analyze(dumps: Sequence[Dump]) -> Analysis:
