@@ -115,6 +115,14 @@ def test_catalog_commands(tmp_path: Path) -> None:
     assert rw("validate").returncode == 0
 
 
+def test_catalog_test_escapes_control_characters_of_the_line() -> None:
+    """Probe F24: the line was echoed with its ESC and ^A bytes raw (a terminal clears)."""
+    r = rw("catalog", "test", "a\x01b\x1b[2Jc NCCL WARN oops")
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x01" not in r.stdout
+    assert "a\\x01b\\x1b[2Jc" in r.stdout
+
+
 def test_user_catalog_is_added_and_validated(tmp_path: Path) -> None:
     good = tmp_path / "site.toml"
     good.write_text(

@@ -26,7 +26,16 @@ from rankwatch.daemon.jobs import JobMap, job_of_key, partition_of_origin
 from rankwatch.daemon.metrics import BoundedLabel, DaemonMetrics
 from rankwatch.daemon.published import PublishedIndex, content_hash
 from rankwatch.daemon.publisher import diagnosis_record
-from rankwatch.daemon.stats import SinceError, fleet_stats, ledger_of, parse_since, render_stats
+from rankwatch.daemon.stats import (
+    SinceError,
+    TopicRead,
+    fleet_stats,
+    ledger_of,
+    parse_since,
+    read_records,
+    render_stats,
+    topic_stats,
+)
 from rankwatch.engine import REJECT_REASONS
 
 # --- configuration ----------------------------------------------------------------------------
@@ -380,6 +389,18 @@ def test_job_map_drops_only_jobs_of_lost_partitions() -> None:
 
 
 # --- fleet statistics -------------------------------------------------------------------------
+
+
+def test_stats_count_records_that_are_not_diagnoses_and_say_when_the_topic_is_empty() -> None:
+    log = orjson.dumps({"job": "j1", "rank": 0, "line": "NCCL WARN x"})
+    diag = orjson.dumps({"id": "rw-1", "job": "j1", "signature": {"id": "s", "subsystem": "x"}})
+    read = read_records([(log, 1), (b"garbage", 2), (None, 3), (diag, 4), (diag, 5)])
+    assert (read.records, read.not_diagnoses, len(read.ledger)) == (5, 3, 1)
+    text = render_stats(topic_stats(read))
+    assert "3 record(s) on the topic were not diagnoses" in text
+    empty = render_stats(topic_stats(TopicRead()))
+    assert "the topic is empty" in empty
+    assert "buckets" not in empty.splitlines()[0]  # no trend of nothing
 
 
 def test_fleet_stats_counts_latest_versions_and_finds_suspect_nodes() -> None:

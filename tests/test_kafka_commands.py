@@ -45,6 +45,21 @@ def test_stats_of_a_topic_that_does_not_exist_is_an_error_not_a_healthy_fleet(
     assert '"incidents": 0' in r.stdout
 
 
+def test_stats_of_the_log_topic_is_an_error_that_names_the_diagnoses_topic(
+    daemon_kafka: str, fresh_topics: Callable[..., str], tmp_path: Path
+) -> None:
+    """Probe F22: `stats --topic <the log topic>` printed a healthy fleet, rc 0."""
+    folder = tmp_path / "job"
+    fleetgen.generate("cuda_error", folder, ranks=4, layout="per-rank", seed=3, job="st")
+    logs = fresh_topics("logs")
+    r = rankwatch("replay", str(folder), "--topic", logs, "--bootstrap-servers", daemon_kafka)
+    assert r.returncode == 0, r.stderr
+    r = rankwatch("stats", "--bootstrap-servers", daemon_kafka, "--topic", logs)
+    assert r.returncode == 1, r.stdout
+    assert "is a rankwatch diagnosis" in r.stderr and "not the log topic" in r.stderr
+    assert r.stdout == "" and "Traceback" not in r.stderr
+
+
 def sent_values(folder: Path) -> list[bytes]:
     """The records `rankwatch replay FOLDER` sends, in its send order."""
     files, _ = discover([folder])

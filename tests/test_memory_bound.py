@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import orjson
 from aiokafka.structs import ConsumerRecord
@@ -175,3 +176,56 @@ def test_a_burst_of_diagnoses_is_decoded_one_at_a_time() -> None:
         assert worker.diagnosed_count() == 300
     eager_peak, lazy_peak = peaks
     assert lazy_peak < eager_peak / 3, peaks
+
+
+FILES_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from rankwatch import Catalog, Engine, EngineConfig
+    from rankwatch.inputs import discover
+    from rankwatch.local import analyze_files
+
+    def rss():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+
+    folder, budget = sys.argv[1], int(sys.argv[2])
+    files, _ = discover([folder])
+    engine = Engine(Catalog(), EngineConfig(memory_budget_bytes=budget))
+    base = rss()
+    result = analyze_files(engine, files)
+    print(json.dumps({"grew": rss() - base, "files": result.files}))
+    """
+)
+
+
+def _files_growth(folder: Path, files: int, budget: int) -> int:
+    for i in range(files):
+        (folder / f"rank-{i}.log").write_text(
+            f"node-{i // 8}:{1000 + i}:{1000 + i} [{i % 8}] NCCL INFO Bootstrap : "
+            f"Using eth0:10.0.{i // 250 % 250}.{i % 250}<0>\n"
+        )
+    out = subprocess.run(
+        [sys.executable, "-c", FILES_CHILD, str(folder), str(budget)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    r = json.loads(out.stdout)
+    assert r["files"] == files
+    return int(r["grew"])
+
+
+def test_many_small_files_cost_little_memory_outside_the_budget(tmp_path: Path) -> None:
+    """Probe N15: each file's queue was made up front, about 1.6 KiB per file outside the
+    budget. What each further file costs is measured between 10,000 and 40,000 files, so the
+    threads' fixed memory cancels out."""
+    budget = 20_000_000
+    (tmp_path / "few").mkdir()
+    (tmp_path / "many").mkdir()
+    few = _files_growth(tmp_path / "few", 10_000, budget)
+    many = _files_growth(tmp_path / "many", 40_000, budget)
+    per_file = (many - few) / 30_000
+    assert per_file <= 1200, (few, many, per_file)  # 1,890 before the fix, 480-700 after

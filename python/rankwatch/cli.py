@@ -14,6 +14,7 @@ from rankwatch.catalog_loader import Catalog, CatalogError
 from rankwatch.engine import Engine, EngineConfig
 from rankwatch.local import InputError, analyze_files
 from rankwatch.report import Style, render_report
+from rankwatch.safe_text import printable
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -48,7 +49,6 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from rankwatch.flight_recorder.local import feed_job_dumps, given_dumps
     from rankwatch.inputs import DumpFile
     from rankwatch.local import feed_baseline
-    from rankwatch.safe_text import printable
 
     if not args.paths and not args.flight_recorder:
         raise UsageError("give a PATH to analyze, or --flight-recorder PATH")
@@ -140,13 +140,16 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n")
         return EXIT_OK
+    # The line and what was taken from it are the user's text: escaped, so a control
+    # character in it cannot clear the terminal or forge an output line.
     ident = {k: result[k] for k in ("host", "pid", "cuda_dev", "rank", "local_rank", "ts", "level")}
-    print("message: " + result["message"])
-    print("prefix:  " + ", ".join(f"{k}={v}" for k, v in ident.items() if v is not None))
+    print("message: " + printable(result["message"], limit=None))
+    prefix = ", ".join(f"{k}={v}" for k, v in ident.items() if v is not None)
+    print("prefix:  " + printable(prefix, limit=None))
     if not result["hits"]:
         print("no signature matched")
     for h in result["hits"]:
-        fields = ", ".join(f"{k}={v}" for k, v in h["fields"].items())
+        fields = printable(", ".join(f"{k}={v}" for k, v in h["fields"].items()), limit=None)
         print(f"match:   {h['id']} ({h['role']}, weight {h['weight']}) {fields}")
     return EXIT_OK
 

@@ -36,7 +36,7 @@ class InputError(Exception):
         self.skipped = list(skipped)
 
 
-@dataclass
+@dataclass(slots=True)
 class LogFile:
     path: Path
     job: str
@@ -129,7 +129,7 @@ def _is_inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Candidate:
     """A file to read: its path as found, its size, and where it really is (links followed),
     so that a file reached through two PATHs is read once."""

@@ -40,6 +40,7 @@ from rankwatch.daemon.config import (
 )
 from rankwatch.daemon.config import CONNECTION_KEYS as DAEMON_CONNECTION_KEYS
 from rankwatch.daemon.config import env_name as daemon_env_name
+from rankwatch.daemon.http import http_url
 
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 WEBHOOK_FORMATS = ("json", "slack")
@@ -151,9 +152,7 @@ class AlertConfig:
         host, port = bound or self.http_listen() or ("127.0.0.1", 9465)
         if host in ("0.0.0.0", "::", ""):  # every interface: name the machine instead
             host = socket.getfqdn()
-        elif ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{port}"
+        return http_url(host, port)
 
     def kafka(self) -> DaemonConfig:
         """The connection settings as a daemon config, for `rankwatch.daemon.kafka_clients`."""

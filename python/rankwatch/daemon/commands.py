@@ -179,11 +179,15 @@ class NoSuchTopic(Exception):
     """The diagnoses topic is not there: no statistics rather than an empty fleet."""
 
 
+class NotDiagnoses(Exception):
+    """The topic holds records and none is a diagnosis: most likely the log topic."""
+
+
 async def _fleet(
     cfg: DaemonConfig, topic: str, since_ms: int | None, buckets: int
 ) -> dict[str, Any]:
     from rankwatch.daemon.kafka_clients import reader_consumer
-    from rankwatch.daemon.stats import fleet_stats, read_ledger
+    from rankwatch.daemon.stats import read_topic, topic_stats
     from rankwatch.daemon.tail import topic_partitions
 
     reader = reader_consumer(cfg)
@@ -191,10 +195,15 @@ async def _fleet(
         await reader.start()
         if not await topic_partitions(reader, topic):
             raise NoSuchTopic(f"topic {topic} does not exist at {cfg.bootstrap_servers}")
-        ledger = await read_ledger(reader, topic)
+        read = await read_topic(reader, topic)
     finally:
         await reader.stop()
-    return fleet_stats(ledger, since_ms=since_ms, buckets=buckets)
+    if read.records and read.not_diagnoses == read.records:
+        raise NotDiagnoses(
+            f"none of the {read.records} record(s) on {topic} is a rankwatch diagnosis: "
+            "stats reads the diagnoses topic (rankwatch run's output_topic), not the log topic"
+        )
+    return topic_stats(read, since_ms=since_ms, buckets=buckets)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -213,7 +222,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     quiet_kafka()
     try:
         stats = asyncio.run(_fleet(cfg, topic, since_ms, args.buckets))
-    except NoSuchTopic as e:
+    except (NoSuchTopic, NotDiagnoses) as e:
         return _error(f"error: {e}", EXIT_FAILURE)
     except KafkaError as e:
         return _error(f"reading {topic} at {cfg.bootstrap_servers} failed: {e}", EXIT_FAILURE)

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 
 Probe = Callable[[], tuple[bool, bytes]]
 
+
+def http_url(host: str, port: int, path: str = "") -> str:
+    """`http://host:port/path`, with an IPv6 address in brackets as URLs need it."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}{path}"
+
+
 _STATUS = {
     200: "200 OK",
     404: "404 Not Found",

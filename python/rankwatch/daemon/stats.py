@@ -9,6 +9,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,20 +47,42 @@ def parse_since(text: str, now_s: float | None = None) -> int:
     return int(t.timestamp() * 1000)
 
 
-def ledger_of(records: Iterable[tuple[bytes | None, int]]) -> FleetLedger:
+@dataclass
+class TopicRead:
+    """What a read of the diagnoses topic found: the ledger, and how many records there were
+    and how many of them were not diagnoses (the log topic given by mistake, garbage)."""
+
+    ledger: FleetLedger = field(default_factory=FleetLedger)
+    records: int = 0
+    not_diagnoses: int = 0
+
+
+def read_records(records: Iterable[tuple[bytes | None, int]]) -> TopicRead:
     """Diagnoses (value, record time in ms), oldest first -> the latest version of each id,
-    first seen when its first version was published. Other records are ignored."""
-    ledger = FleetLedger()
+    first seen when its first version was published. Other records are counted and skipped."""
+    read = TopicRead()
     for value, ts_ms in records:
-        if not value:
+        read.records += 1
+        d = _json_object(value)
+        if d is None or not isinstance(d.get("id"), str):
+            read.not_diagnoses += 1
             continue
-        try:
-            d = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(d, dict):
-            ledger.add(d, ts_ms)
-    return ledger
+        read.ledger.add(d, ts_ms)
+    return read
+
+
+def ledger_of(records: Iterable[tuple[bytes | None, int]]) -> FleetLedger:
+    return read_records(records).ledger
+
+
+def _json_object(value: bytes | None) -> dict[str, Any] | None:
+    if not value:
+        return None
+    try:
+        d = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return None
+    return d if isinstance(d, dict) else None
 
 
 def _iso(ms: int) -> str:
@@ -118,14 +141,37 @@ def fleet_stats(
     }
 
 
-async def read_ledger(reader: Any, topic: str, timeout_s: float = 60.0) -> FleetLedger:
+def topic_stats(
+    read: TopicRead, since_ms: int | None = None, buckets: int = TREND_BUCKETS
+) -> dict[str, Any]:
+    """fleet_stats of a topic read, with how many records it held and how many of them were
+    not diagnoses (so the log topic given by mistake is not taken for a healthy fleet)."""
+    stats = fleet_stats(read.ledger, since_ms=since_ms, buckets=buckets)
+    stats["records_read"] = read.records
+    stats["records_not_diagnoses"] = read.not_diagnoses
+    return stats
+
+
+async def read_topic(reader: Any, topic: str, timeout_s: float = 60.0) -> TopicRead:
     """Every diagnosis on `topic`, read from the beginning with a group-less consumer (an
     incident whose first version is older than --since must not count as new)."""
     records: list[tuple[bytes | None, int]] = []
     tail = TopicTail(reader, topic)
     await tail.catch_up(lambda rec: records.append((rec.value, rec.timestamp)), timeout_s=timeout_s)
     records.sort(key=lambda r: r[1])
-    return ledger_of(records)
+    return read_records(records)
+
+
+def _headline(stats: dict[str, Any]) -> str:
+    head = (
+        f"{stats['incidents']} incident(s) in {stats['jobs']} job(s) "
+        f"from {stats['since']} to {stats['until']}"
+    )
+    if not stats["by_signature"]:
+        return head
+    buckets = len(stats["by_signature"][0]["trend"])
+    span = _span(stats["trend_bucket_seconds"])
+    return f"{head} (trends: {buckets} buckets of {span}, oldest first)"
 
 
 def sparkline(counts: Sequence[int]) -> str:
@@ -154,12 +200,12 @@ def _span(seconds: float) -> str:
 
 
 def render_stats(stats: dict[str, Any], top: int = 20) -> str:
-    buckets = len(stats["by_signature"][0]["trend"]) if stats["by_signature"] else 0
-    lines = [
-        f"{stats['incidents']} incident(s) in {stats['jobs']} job(s) "
-        f"from {stats['since']} to {stats['until']} "
-        f"(trends: {buckets} buckets of {_span(stats['trend_bucket_seconds'])}, oldest first)"
-    ]
+    lines = [_headline(stats)]
+    if stats.get("records_read") == 0:
+        lines.append("the topic is empty: no diagnosis has been published to it yet")
+    skipped = stats.get("records_not_diagnoses", 0)
+    if skipped:
+        lines.append(f"{skipped} record(s) on the topic were not diagnoses and were skipped")
     for title, key in (
         ("by signature", "by_signature"),
         ("by subsystem", "by_subsystem"),

@@ -21,9 +21,10 @@ use super::lines::{Batch, LineDecoder, LineState, Times};
 use super::{piece_end, Engine, StreamHints, PIECE_BYTES};
 use crate::files::{LogReader, ReadError, CHUNK_BYTES};
 use crate::filetext::{FileIdentity, TextAt};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvError, SyncSender};
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
@@ -121,6 +122,33 @@ enum Piece {
     End(Option<ReadError>),
 }
 
+/// The files' queues, each made when its file comes within the look-ahead window: made for
+/// every file up front, the empty queues of 60,000 one-line files held 1.6 KiB each.
+struct Queues<'a> {
+    senders: &'a [Mutex<Option<SyncSender<Piece>>>],
+    receivers: VecDeque<Receiver<Piece>>,
+    made: usize,
+}
+
+impl Queues<'_> {
+    /// Makes the queues of the files before `end`.
+    fn make_up_to(&mut self, end: usize) {
+        while self.made < end.min(self.senders.len()) {
+            let (tx, rx) = sync_channel::<Piece>(QUEUED_PIECES);
+            *self.senders[self.made]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(tx);
+            self.receivers.push_back(rx);
+            self.made += 1;
+        }
+    }
+
+    /// The queue of the next file to apply (they are applied in order).
+    fn next(&mut self) -> Option<Receiver<Piece>> {
+        self.receivers.pop_front()
+    }
+}
+
 /// Applied pieces' buffers, for the workers to fill again.
 struct Pool {
     texts: Mutex<Vec<Vec<u8>>>,
@@ -195,15 +223,17 @@ impl Engine {
         progress: Option<&AtomicU64>,
     ) -> FilesReport {
         let workers = worker_count(threads, files.len());
-        let (senders, receivers): (Vec<_>, Vec<_>) = files
-            .iter()
-            .map(|_| {
-                let (tx, rx) = sync_channel::<Piece>(QUEUED_PIECES);
-                (Mutex::new(Some(tx)), rx)
-            })
-            .collect();
+        let ahead = workers * LOOKAHEAD_FILES;
+        let senders: Vec<Mutex<Option<SyncSender<Piece>>>> =
+            files.iter().map(|_| Mutex::new(None)).collect();
+        let mut queues = Queues {
+            senders: &senders,
+            receivers: VecDeque::new(),
+            made: 0,
+        };
+        queues.make_up_to(ahead);
         let next = AtomicUsize::new(0);
-        let gate = Gate::new(workers * LOOKAHEAD_FILES);
+        let gate = Gate::new(ahead);
         let pool = Pool::new(workers);
         let (catalog, max_line, year) = (
             self.catalog.clone(),
@@ -235,7 +265,7 @@ impl Engine {
                 })
                 .collect();
             let open = OpenOnDrop(&gate);
-            let mut report = self.apply_files(files, receivers, progress, &pool, &gate);
+            let mut report = self.apply_files(files, &mut queues, progress, &pool, &gate);
             drop(open);
             for time in handles.into_iter().filter_map(|h| h.join().ok()) {
                 report.read_s += time.read_s;
@@ -249,7 +279,7 @@ impl Engine {
     fn apply_files(
         &mut self,
         files: &[FileInput],
-        receivers: Vec<Receiver<Piece>>,
+        queues: &mut Queues,
         progress: Option<&AtomicU64>,
         pool: &Pool,
         gate: &Gate,
@@ -261,12 +291,14 @@ impl Engine {
             *into += (now - clock).as_secs_f64();
             clock = now;
         };
-        for (i, (f, rx)) in files.iter().zip(receivers).enumerate() {
+        for (i, f) in files.iter().enumerate() {
+            queues.make_up_to(i.saturating_add(gate.ahead));
             gate.applying(i);
+            let rx = queues.next();
             let id = self.open_stream(&f.job, &f.origin, f.hints.clone());
             let mut registered = None;
             let problem = loop {
-                let piece = rx.recv();
+                let piece = rx.as_ref().map_or(Err(RecvError), Receiver::recv);
                 lap(&mut report.wait_s);
                 match piece {
                     Ok(Piece::Lines {
