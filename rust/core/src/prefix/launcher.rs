@@ -93,7 +93,8 @@ pub(super) fn rank_or_tee(b: &[u8], m: &mut LineMeta, is_excepthook: &mut bool) 
     Some(after)
 }
 
-/// Open MPI `[job,rank]<stream>:` (optionally `[host:pid]` after the rank bracket).
+/// Open MPI `[job,rank]<stream>:` (optionally `[host:pid]` after the rank bracket), and
+/// horovodrun's `[rank]<stream>:`.
 #[inline]
 pub(super) fn openmpi(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     if b.first() != Some(&b'[') {
@@ -104,9 +105,9 @@ pub(super) fn openmpi(b: &[u8], m: &mut LineMeta) -> Option<usize> {
         return None;
     }
     let inner = &b[1..close];
-    let comma = position(inner, b',')?;
-    let (rank, n) = leading_number(&inner[comma + 1..], 9)?;
-    if comma + 1 + n != inner.len() {
+    let rank_at = position(inner, b',').map_or(0, |comma| comma + 1);
+    let (rank, n) = leading_number(&inner[rank_at..], 9)?;
+    if rank_at + n != inner.len() {
         return None;
     }
     let mut i = close + 1;

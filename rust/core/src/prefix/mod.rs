@@ -221,6 +221,15 @@ pub(super) fn quoted_whole(b: &[u8]) -> Option<(usize, usize)> {
     (!inner.is_empty() && anchor::opens_with_tag(inner)).then_some((open, close))
 }
 
+/// A Markdown block quote's `> ` (a log pasted into an issue as a quote): its length. Not
+/// Python's `>>> ` prompt.
+fn markdown_quote(b: &[u8]) -> Option<usize> {
+    if b.first() != Some(&b'>') || b.get(1) != Some(&b' ') {
+        return None;
+    }
+    Some(2)
+}
+
 /// What one peeling step found at the current position.
 enum Step {
     /// A launcher/transport layer of this many bytes; more may follow.
@@ -241,6 +250,9 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     if let Some((open, close)) = quoted_whole(rest) {
         m.msg_end -= close;
         return Step::Prefix(open);
+    }
+    if let Some(n) = markdown_quote(rest) {
+        return Step::Prefix(n);
     }
     // Also behind a launcher's label: a console export re-shipped by another pipeline.
     if let Some(n) = launcher::cloudwatch(rest, m) {

@@ -56,6 +56,31 @@ fn open_mpi_tag_with_and_without_timestamp() {
 }
 
 #[test]
+fn markdown_block_quote() {
+    // heldout 17: a log pasted into an issue as a quote
+    let p = peeled("> Failed, NCCL error /src/tensorrt_llm/cpp/tensorrt_llm/plugins/ncclPlugin/allreducePlugin.cpp:295 'internal error - please report this issue to the NCCL developers'");
+    assert!(p.msg.starts_with("Failed, NCCL error /src/"), "{}", p.msg);
+    let p = peeled("> > node-1:11:12 [3] NCCL INFO Using network IB");
+    assert_eq!((p.msg, p.host), ("Using network IB", Some("node-1")));
+    assert_eq!(peeled(">>> import torch").msg, ">>> import torch");
+}
+
+#[test]
+fn horovodrun_rank_and_stream_tag() {
+    // heldout 17: horovodrun (Gloo controller) tags a line with the rank alone
+    let p = peeled("[1]<stderr>:  what():  [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:3977: Connection reset by peer");
+    assert!(
+        p.msg.trim_start().starts_with("what():  [/pytorch"),
+        "{}",
+        p.msg
+    );
+    assert_eq!(p.m.grank, Some(1));
+    assert_eq!(peeled("[0]<stderr>:Killed").msg, "Killed");
+    // a bracketed number that is not a launcher tag stays
+    assert_eq!(peeled("[0]<not a stream>: x").m.grank, None);
+}
+
+#[test]
 fn tee_template_role_and_local_index() {
     let p = peeled("[trainer0|0]:[rank0]:[E410 01:50:33.889423318 ProcessGroupNCCL.cpp:1895] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure");
     assert!(p
