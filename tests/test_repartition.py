@@ -38,7 +38,8 @@ from daemon_fixtures import (
     write_config,
 )
 from rankwatch import Catalog
-from rankwatch.daemon.config import ConfigError, load_config
+from rankwatch.daemon.config import AUTO, ConfigError, DaemonConfig, TopicConfig, load_config
+from rankwatch.daemon.keying import Keying, count_unkeyed
 from rankwatch.daemon.repartition import SOURCE_HEADER, CopyFilter, Repartitioner, partition_for
 from rankwatch.daemon.replay import BatchSender, canonical_record, interleave, new_producer
 from rankwatch.engine import Decoder
@@ -438,10 +439,74 @@ def test_unkeyed_records_on_a_topic_read_as_keyed_are_warned_about(
     text = d.log_text()
     assert text.count("have no key") == 1, text[-3000:]
     assert "repartition = true" in text
+    assert d.metric(f'rankwatch_records_unkeyed_total{{topic="{logs}"}}') > 0
     assert d.stop() == 0
 
 
+def test_by_default_a_topic_that_holds_unkeyed_records_is_repartitioned(
+    tmp_path: Path,
+    daemon_kafka: str,
+    fresh_topics: Callable[..., str],
+    daemon_factory: Callable[..., Daemon],
+) -> None:
+    """Probe F23: without `repartition`, unkeyed input read by two daemons gave 3-4 ids per
+    incident, most with a wrong root cause. `repartition = auto` (the default) reads the last
+    records of each partition at start, sees them unkeyed and re-keys the topic."""
+    truths = make_fleet(
+        tmp_path / "fleet", [("cuda_error", 91, "per-rank"), ("ib_link_down", 92, "per-node")]
+    )
+    logs, out = fresh_topics("logs", 4), fresh_topics("diagnoses", 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    values = unkeyed_burst(tmp_path / "fleet", truths)
+    produce_unkeyed(daemon_kafka, logs, values)
+    daemons = [daemon_factory(name, **settings(logs, out, group)).start() for name in ("a", "b")]
+    wait_repartitioned(daemon_kafka, logs, group, daemons)
+    check_diagnoses(read_topic(daemon_kafka, out), truths)
+    for d in daemons:
+        assert "re-keying it by job through the repartition stage" in d.log_text()
+        assert d.stop() == 0
+
+
 # --- configuration and decoding (no broker) -----------------------------------------------------
+
+
+@dataclass
+class Sampled:
+    """A record as the sample reads it (aiokafka's ConsumerRecord has these fields)."""
+
+    value: bytes
+    key: bytes | None
+    partition: int
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+def test_the_sample_counts_records_not_partitioned_by_their_job() -> None:
+    topic = TopicConfig()
+    value = orjson.dumps({"job": "j1", "rank": 0, "line": "x"})
+    keyed = [Sampled(value, b"j1", 2), Sampled(value, b"j1", 2)]
+    assert count_unkeyed(keyed, topic)[:2] == (2, 0)
+    without_key = [Sampled(value, None, 1), Sampled(value, b"j1", 1)]
+    assert count_unkeyed(without_key, topic)[:2] == (2, 1)
+    # keyed by something else: the job shows on two partitions
+    by_host = [Sampled(value, b"node-1", 0), Sampled(value, b"node-2", 3)]
+    with_job, unkeyed, example = count_unkeyed(by_host, topic)
+    assert (with_job, unkeyed) == (2, 2) and "on 2 partitions" in example
+    assert count_unkeyed([Sampled(b"not json", None, 0)], topic)[:2] == (0, 0)
+
+
+def test_repartition_is_auto_unless_set() -> None:
+    def cfg(**env: str) -> DaemonConfig:
+        return load_config(environ={"RANKWATCH_TOPIC": "t", **env})
+
+    assert cfg().topic_config("t").repartition == AUTO
+    assert cfg(RANKWATCH_REPARTITION="auto").repartition == AUTO
+    assert cfg(RANKWATCH_REPARTITION="false").repartition is False
+    assert cfg().repartitioned_topics() == []  # undecided: read as it is
+    with pytest.raises(ConfigError, match='true or false or "auto"'):
+        load_config(overrides={"repartition": "sometimes", "topic": ["t"]}, environ={})
+    assert Keying("t", partitions=1, sampled=5, unkeyed=5).needs_repartition is False
+    assert Keying("t", partitions=4, sampled=5, unkeyed=1).needs_repartition is True
+    assert Keying("t", partitions=4).needs_repartition is False  # nothing to tell by yet
 
 
 def write(tmp_path: Path, text: str) -> Path:

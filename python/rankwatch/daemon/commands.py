@@ -10,12 +10,14 @@ import asyncio
 import gc
 import logging
 import sys
+from functools import partial
 from typing import Any
 
 import orjson
 
 from rankwatch.daemon.allocator import fix_thresholds, limit_arenas
 from rankwatch.daemon.config import (
+    AUTO_BOOL,
     BOOL,
     CHOICE,
     CONNECTION_KEYS,
@@ -31,6 +33,7 @@ from rankwatch.daemon.config import (
     load_catalog,
     load_config,
     parse_path,
+    parse_text,
 )
 from rankwatch.daemon.logs import quiet_kafka, setup_logging
 from rankwatch.inputs import InputError
@@ -57,6 +60,9 @@ def _add_option_flags(p: argparse.ArgumentParser, keys: list[str] | None = None)
             kw.update(type=int, metavar=meta["metavar"] or ("MS" if key.endswith("_ms") else "N"))
         elif kind == BOOL:
             kw["action"] = argparse.BooleanOptionalAction
+        elif kind == AUTO_BOOL:
+            kw.update(nargs="?", const=True, metavar="auto|true|false")
+            kw["type"] = partial(parse_text, key, where=flag_name(key))
         elif kind == LIST:
             kw["action"] = "append"
         elif kind == CHOICE:
@@ -92,9 +98,11 @@ def tune_gc() -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from rankwatch.daemon.keying import decide_repartition
     from rankwatch.daemon.service import Daemon, DaemonError
 
-    async def run(daemon: Daemon) -> None:
+    async def run() -> None:
+        daemon = Daemon(await decide_repartition(cfg), catalog)
         daemon.install_signal_handlers()
         await daemon.run()
 
@@ -109,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     limit_arenas()  # before the engine and event-loop threads allocate
     fix_thresholds()
     try:
-        asyncio.run(run(Daemon(cfg, catalog)))
+        asyncio.run(run())
     except DaemonError as e:
         return _error(str(e), EXIT_FAILURE)
     return EXIT_OK

@@ -66,7 +66,7 @@ class ConfigError(ValueError):
 
 
 # Kinds of values: how text (env, flags) is parsed and how values are checked.
-STR, OPT_STR, INT, BOOL, LIST, PATH, CHOICE, ADDR = (
+STR, OPT_STR, INT, BOOL, LIST, PATH, CHOICE, ADDR, AUTO_BOOL = (
     "str",
     "opt_str",
     "int",
@@ -75,7 +75,9 @@ STR, OPT_STR, INT, BOOL, LIST, PATH, CHOICE, ADDR = (
     "path",
     "choice",
     "addr",
+    "auto_bool",  # true, false, or "auto": decided at run time
 )
+AUTO = "auto"
 
 
 def _opt(
@@ -118,7 +120,8 @@ class TopicConfig:
     job_header: str = "job"
     max_record_bytes: int = 1 << 20
     key_format: str = "job"
-    repartition: bool = False  # not a decoder setting: where the records go first
+    # not a decoder setting: where the records go first (True, False, or AUTO until decided)
+    repartition: bool | str = AUTO
 
     def decoder(self, in_order: bool = True) -> Decoder:
         return Decoder(
@@ -257,12 +260,13 @@ class DaemonConfig:
         kind=CHOICE,
         choices=KEY_FORMATS,
     )
-    repartition: bool = _opt(
-        False,
-        "records are not partitioned by job (unkeyed, as Fluent Bit and Vector produce, or "
-        "keyed by something else): re-key them by their job through the internal topic "
-        "<group_id>-repartition-<topic> before analysis, so one daemon sees all of a job",
-        kind=BOOL,
+    repartition: bool | str = _opt(
+        AUTO,
+        "true: records are not partitioned by job (unkeyed, as Fluent Bit and Vector produce, "
+        "or keyed by something else): re-key them by their job through the internal topic "
+        "<group_id>-repartition-<topic> before analysis, so one daemon sees all of a job; "
+        "false: they are keyed by job; auto: decide at start from the topic's last records",
+        kind=AUTO_BOOL,
     )
     repartition_retention_ms: int = _opt(
         7 * 24 * 3_600_000,
@@ -372,8 +376,9 @@ class DaemonConfig:
         )
 
     def repartitioned_topics(self) -> list[str]:
-        """Input topics whose records go through the repartition stage first."""
-        return [t for t in self.input_topics() if self.topic_config(t).repartition]
+        """Input topics whose records go through the repartition stage first (`auto` ones
+        once decided: undecided, they are read as they are)."""
+        return [t for t in self.input_topics() if self.topic_config(t).repartition is True]
 
     def repartition_topic(self, topic: str) -> str:
         """The internal topic the records of `topic` are re-keyed into (Kafka Streams'
@@ -388,7 +393,7 @@ class DaemonConfig:
         """What the analysis stage consumes: keyed input topics as they are, the internal
         topic in place of each repartitioned one."""
         return [
-            self.repartition_topic(t) if self.topic_config(t).repartition else t
+            self.repartition_topic(t) if self.topic_config(t).repartition is True else t
             for t in self.input_topics()
         ]
 
@@ -474,7 +479,9 @@ def parse_text(
             return int(text.replace("_", ""))
         except ValueError:
             raise ConfigError(f"{where}: expected an integer, got {text!r}") from None
-    if kind == BOOL:
+    if kind == AUTO_BOOL and text.strip().lower() == AUTO:
+        return AUTO
+    if kind in (BOOL, AUTO_BOOL):
         low = text.strip().lower()
         if low in ("1", "true", "yes", "on"):
             return True
@@ -528,9 +535,12 @@ def _check_value(
         if minimum is not None and value < minimum:
             raise ConfigError(f"{where}: must be at least {minimum:,}, got {value:,}")
         return value
-    if kind == BOOL:
+    if kind == BOOL or (kind == AUTO_BOOL and value != AUTO):
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {_shown(key, value, options)}")
+            expected = "true or false" + (' or "auto"' if kind == AUTO_BOOL else "")
+            raise ConfigError(f"{where}: expected {expected}, got {_shown(key, value, options)}")
+        return value
+    if kind == AUTO_BOOL:
         return value
     if kind == LIST:
         if isinstance(value, str):

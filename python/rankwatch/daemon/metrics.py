@@ -197,6 +197,13 @@ class DaemonMetrics:
             "input records re-read to rebuild state after an assignment",
             registry=r,
         )
+        self.unkeyed = Counter(
+            "rankwatch_records_unkeyed",
+            "records without a key on an input topic read as keyed by job (repartition off or "
+            "decided off at start): with several daemons their jobs may be diagnosed apart",
+            ["topic"],
+            registry=r,
+        )
         self.rejected = Counter(
             "rankwatch_records_rejected",
             "input records rejected, by reason (replayed ones excluded)",

@@ -537,22 +537,28 @@ class Daemon:
                     self.metrics.dead_letter.inc()
         for reason, n in per_reason.items():
             self.metrics.rejected.labels(reason).inc(n)
-        self._warn_unkeyed(part.tp.topic, fed.keys)
+        if None in fed.keys:
+            self._unkeyed(part)
         self.pos.fed(tp, max(part.end, self._fetched_end.pop(tp, 0)))
 
-    def _warn_unkeyed(self, topic: str, keys: set[bytes | None]) -> None:
-        """Records without a key on a topic read as partitioned by job: with more than one
-        daemon the ranks of one job may be analysed apart. Said once per topic."""
-        if topic in self._unkeyed_warned or topic not in self.cfg.input_topics():
+    def _unkeyed(self, part: PartitionBatch) -> None:
+        """Records without a key on a topic read as partitioned by job: Kafka spreads them, so
+        with more than one daemon a job's ranks may be analysed apart. Counted; said once
+        per topic."""
+        topic = part.tp.topic
+        if topic not in self.cfg.input_topics():
+            return  # an internal repartition topic: its records are placed by job
+        self.metrics.unkeyed.labels(topic).inc(sum(1 for r in part.records if r.key is None))
+        if topic in self._unkeyed_warned:
             return
-        if None in keys:
-            self._unkeyed_warned.add(topic)
-            log.warning(
-                "records of topic %s have no key: Kafka spreads them over partitions, so with "
-                "more than one daemon a job's ranks may be diagnosed apart. Set "
-                "`repartition = true` for this topic (see the README, keying)",
-                topic,
-            )
+        self._unkeyed_warned.add(topic)
+        log.warning(
+            "records of topic %s have no key: Kafka spreads them over partitions, so with more "
+            "than one daemon a job's ranks may be diagnosed apart. Set `repartition = true` "
+            "for this topic, or restart: `repartition = auto` decides from the records at "
+            "start (counted in rankwatch_records_unkeyed_total; see the README, keying)",
+            topic,
+        )
 
     def _replaying(self, job: str) -> bool:
         return self.pos.replaying(self.jobmap.partitions_of(job))
