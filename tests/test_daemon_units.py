@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from daemon_fixtures import parse_metrics
 from rankwatch.daemon.commands import register
 from rankwatch.daemon.config import ConfigError, load_config, validate_config
-from rankwatch.daemon.http import HttpServer
+from rankwatch.daemon.http import HttpServer, http_url
 from rankwatch.daemon.jobs import JobMap, job_of_key, partition_of_origin
 from rankwatch.daemon.metrics import BoundedLabel, DaemonMetrics
 from rankwatch.daemon.published import PublishedIndex, content_hash
@@ -548,3 +548,10 @@ def test_jobs_named_only_in_values_are_mapped_to_their_partition(catalog: Any) -
         assert set(lost) == {"value-only-0", "value-only-1"}
     finally:
         worker.close()
+
+
+def test_urls_bracket_ipv6_hosts() -> None:
+    """Probe F24: the daemon logged `metrics on http://::1:29473/metrics`."""
+    assert http_url("::1", 29473, "/metrics") == "http://[::1]:29473/metrics"
+    assert http_url("[::1]", 80) == "http://[::1]:80"
+    assert http_url("10.0.0.1", 9464, "/metrics") == "http://10.0.0.1:9464/metrics"

@@ -32,7 +32,7 @@ from rankwatch.daemon.bounds import max_entries
 from rankwatch.daemon.config import DaemonConfig, load_catalog
 from rankwatch.daemon.engine_worker import EngineWorker
 from rankwatch.daemon.feeding import PartitionBatch, prepare
-from rankwatch.daemon.http import HttpServer
+from rankwatch.daemon.http import HttpServer, http_url
 from rankwatch.daemon.jobs import JobMap, partition_of_origin
 from rankwatch.daemon.metrics import DaemonMetrics
 from rankwatch.daemon.outbox import Outbox
@@ -177,7 +177,7 @@ class Daemon:
                 await self.http.start(*listen)
             except OSError as e:
                 raise DaemonError(f"metrics_addr {self.cfg.metrics_addr}: {e.strerror}") from None
-            log.info("metrics on http://%s:%d/metrics", *(self.http.address or listen))
+            log.info("metrics on %s", http_url(*(self.http.address or listen), "/metrics"))
         try:
             await self._start_clients()
             self.outbox.publisher = self.publisher
