@@ -155,3 +155,25 @@ def test_a_rank_the_shell_reports_killed_is_the_cause_of_its_peers_closed_socket
 def test_killed_as_a_word_in_a_sentence_is_no_crash(tmp_path: Path) -> None:
     text = "Killed 3 stale dataloader workers before resuming\nstep 10 loss 0.3\n"
     assert diagnose(tmp_path, text) == []
+
+
+def test_gdb_attached_to_a_rank_names_the_signal_and_the_first_frame_past_libc(
+    tmp_path: Path,
+) -> None:
+    """A user attached gdb to the hung rank and pasted its session: the signal gdb caught and
+    its backtrace come before the other ranks' timeouts."""
+    caught = 'Thread 12 "pt_main_thread" received signal SIGSEGV, Segmentation fault.'
+    text = (
+        "[New Thread 0x7ffe1bfff640 (LWP 31337)]\n"
+        f"{caught}\n"
+        "[Switching to Thread 0x7ffe1bfff640 (LWP 31337)]\n"
+        "(gdb) bt\n"
+        "#0  0x00007ffff7c969fc in __pthread_kill_implementation () from "
+        "/lib/x86_64-linux-gnu/libc.so.6\n"
+        "#1  0x00007fff2a10c4be in ncclProxyProgress (proxyState_=0x5555) at proxy.cc:912\n"
+        f"{PEER_TIMEOUT}"
+    )
+    diagnoses = diagnose(tmp_path, text)
+    assert root_line(diagnoses) == caught
+    assert signature(diagnoses) == "native_failure_signal"
+    assert diagnoses[0]["facts"]["crash_frame"] == "ncclProxyProgress at proxy.cc:912"

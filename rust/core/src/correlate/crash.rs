@@ -3,7 +3,8 @@
 //! the C++ runtime. Stacks come in many shapes: glibc/Open MPI `[ 2] /lib/libnccl.so.2(+0x2b1)`,
 //! UCX ` 1 0x00bde56 pncclReduceScatter()  ???:0` or ` 3  /lib/libnccl.so(+0x12) [0x7f..]`,
 //! absl and glog `PC: @ 0x7f.. (unknown) ncclLocalOpAppend()`, torch's `frame #3: <unknown
-//! function> + 0x2b7c (0x7f.. in /lib/libcuda.so.1)`, and Python's faulthandler
+//! function> + 0x2b7c (0x7f.. in /lib/libcuda.so.1)`, gdb's `#0  0x7f.. in ncclProxyProgress ()
+//! from /lib/libnccl.so.2` or `#2  0x7f.. in fn (a=1) at src/proxy.cc:812`, and Python's faulthandler
 //! `  File ".../site-packages/torch/distributed/distributed_c10d.py", line 3938 in barrier`
 //! (most recent call first; its current thread preferred, and a frame inside an installed
 //! package before the script's own).
@@ -19,6 +20,9 @@ const MACHINERY: &[&str] = &[
     "libgcc_s",
     "libstdc++",
     "libunwind",
+    // glibc's sources, as gdb names them (`at ./nptl/pthread_kill.c:44`)
+    "nptl/",
+    "sysdeps/",
 ];
 
 /// Functions of the crash machinery (signal handlers, abort, unwinding).
@@ -28,6 +32,7 @@ const MACHINERY_FUNCS: &[&str] = &[
     "__restore_rt",
     "raise",
     "abort",
+    "pthread_kill",
     "gsignal",
     "ucs_",
     "SignalHandler",
@@ -80,6 +85,36 @@ fn library_frame(line: &str) -> Option<String> {
         Some(d) => format!("{lib} ({d})"),
         None => lib.to_string(),
     })
+}
+
+/// A gdb frame, `#N  [0x.. in ]fn (args) [from lib | at file:line]`: `fn in lib`, `fn at
+/// file:line` or `fn`; None for the crash machinery or a frame gdb could not name (`??`).
+fn gdb_frame(line: &str) -> Option<String> {
+    let rest = line.trim_start().strip_prefix('#')?;
+    let (num, rest) = rest.split_once(char::is_whitespace)?;
+    if num.parse::<u32>().is_err() {
+        return None;
+    }
+    let rest = rest.trim_start();
+    let rest = match rest.split_once(" in ") {
+        Some((addr, call)) if addr.starts_with("0x") => call,
+        _ => rest,
+    };
+    let (func, tail) = rest.split_once(" (")?;
+    let func = func.trim();
+    if func.is_empty() || func == "??" || machinery(func) {
+        return None;
+    }
+    let place = |key: &str| tail.rsplit_once(key).map(|(_, v)| v.trim().to_string());
+    if let Some(lib) = place(" from ") {
+        let lib = lib.rsplit('/').next().unwrap_or(&lib).to_string();
+        return (!machinery(&lib)).then(|| format!("{func} in {lib}"));
+    }
+    match place(" at ") {
+        Some(at) if machinery(&at) => None,
+        Some(at) => Some(format!("{func} at {at}")),
+        None => Some(func.to_string()),
+    }
 }
 
 /// A symbol-only frame: UCX's ` 1 0x00000000000bde56 pncclReduceScatter()  ???:0`, absl's and
@@ -141,9 +176,12 @@ pub fn crash_frame(lines: &[String]) -> Option<String> {
     if first_py.is_some() {
         return first_py;
     }
-    lines
-        .iter()
-        .find_map(|l| library_frame(l).or_else(|| symbol_frame(l)))
+    lines.iter().find_map(|l| {
+        if l.trim_start().starts_with('#') {
+            return gdb_frame(l);
+        }
+        library_frame(l).or_else(|| symbol_frame(l))
+    })
 }
 
 #[cfg(test)]
@@ -186,6 +224,25 @@ mod tests {
             frame(text).as_deref(),
             Some("torch/distributed/distributed_c10d.py:2501 in all_reduce")
         );
+    }
+
+    #[test]
+    fn gdb_backtrace_past_libc_to_the_named_function() {
+        let text = "#0  __pthread_kill_implementation (no_tid=0, signo=6, threadid=1) at \
+            ./nptl/pthread_kill.c:44\n\
+            #1  0x00007ffff7c42476 in raise () from /lib/x86_64-linux-gnu/libc.so.6\n\
+            #2  0x00007fff2a10c4be in ncclProxyProgress (proxyState_=0x55) at proxy.cc:912\n";
+        assert_eq!(
+            frame(text).as_deref(),
+            Some("ncclProxyProgress at proxy.cc:912")
+        );
+        let from = "#0  0x00007f2a10c4be80 in ncclProxyProgress () from \
+            /usr/lib/x86_64-linux-gnu/libnccl.so.2\n";
+        assert_eq!(
+            frame(from).as_deref(),
+            Some("ncclProxyProgress in libnccl.so.2")
+        );
+        assert_eq!(frame("#0  0x0000000000000000 in ?? ()\n"), None);
     }
 
     #[test]
