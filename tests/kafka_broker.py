@@ -23,6 +23,7 @@ The broker is the single-node Apache Kafka 4.x of ``deploy/kafka/dev-broker`` (K
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import threading
 from collections.abc import Coroutine
@@ -43,7 +44,9 @@ class BrokerError(RuntimeError):
     """dev-broker failed; the message carries its stderr (and where the broker log is)."""
 
 
-def _dev_broker(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def _dev_broker(
+    *args: str, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(DEV_BROKER), *args],
         stdin=subprocess.DEVNULL,
@@ -51,6 +54,7 @@ def _dev_broker(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=timeout,
         check=False,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -107,10 +111,15 @@ def halt_broker(port: int = DEFAULT_PORT, *, timeout: float = 120.0) -> None:
         raise BrokerError(f"dev-broker stop --port {port} failed:\n{proc.stderr.strip()}")
 
 
-def resume_broker(port: int = DEFAULT_PORT, *, timeout: float = 300.0) -> str:
+def resume_broker(
+    port: int = DEFAULT_PORT, *, timeout: float = 300.0, extra_props: str = ""
+) -> str:
     """Start the broker on ``port`` again on the data it had (no ``--fresh``): topics,
-    committed offsets and groups survive, as after a real outage."""
-    proc = _dev_broker("start", "--port", str(port), timeout=timeout)
+    committed offsets and groups survive, as after a real outage. ``extra_props`` are server
+    properties for this start (``KAFKA_DEV_EXTRA_PROPS``, e.g. a setting that cannot change
+    while the broker runs); without them the broker runs with its defaults again."""
+    env = {"KAFKA_DEV_EXTRA_PROPS": extra_props} if extra_props else None
+    proc = _dev_broker("start", "--port", str(port), timeout=timeout, env=env)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         raise BrokerError(
@@ -179,6 +188,29 @@ async def create_topic_async(
             await asyncio.sleep(0.1)
     finally:
         await admin.close()
+
+
+async def delete_topic_async(bootstrap: str, name: str, *, timeout: float = 30.0) -> None:
+    """Delete topic ``name`` and wait until the broker no longer lists it."""
+    from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
+    await admin.start()
+    try:
+        await admin.delete_topics([name], timeout_ms=int(timeout * 1000))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while name in await admin.list_topics():
+            if loop.time() > deadline:
+                raise TimeoutError(f"topic {name!r} is still listed after its deletion")
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+
+
+def delete_topic(bootstrap: str, name: str, *, timeout: float = 30.0) -> None:
+    """Blocking wrapper of :func:`delete_topic_async`."""
+    _run(delete_topic_async(bootstrap, name, timeout=timeout))
 
 
 def create_topic(

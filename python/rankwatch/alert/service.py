@@ -31,6 +31,7 @@ from rankwatch.alert.delivery import RetryPolicy, Sink
 from rankwatch.alert.metrics import AlertMetrics
 from rankwatch.alert.server import HttpServer, make_app
 from rankwatch.alert.store import IncidentStore
+from rankwatch.daemon.broker_wait import start_when_reachable
 from rankwatch.daemon.kafka_clients import connection_kwargs, reader_consumer
 from rankwatch.daemon.tail import TopicTail
 from rankwatch.report import Diagnosis
@@ -70,6 +71,7 @@ class AlertService:
         self.pagerduty: Sink | None = None
         self.webhooks: list[tuple[str, Sink]] = []
         self.consumer: Any = None
+        self.connecting = False  # waiting for the broker at start
         self.stopping = asyncio.Event()
         self.assigned = False
         self.last_loop: float | None = None  # monotonic time of the consumer loop's last turn
@@ -91,7 +93,10 @@ class AlertService:
     # --- probes -------------------------------------------------------------------------------
 
     def live(self) -> tuple[bool, dict[str, Any]]:
-        """The consumer loop turned within LOOP_STALL_S (it turns every fetch, 0.5 s idle)."""
+        """The consumer loop turned within LOOP_STALL_S (it turns every fetch, 0.5 s idle), or
+        it waits for the broker at start (a restart would wait for the same broker)."""
+        if self.connecting:
+            return True, {"status": "waiting for the broker", "partitions_assigned": False}
         if self.last_loop is None:
             return False, {"status": "starting"}
         age = time.monotonic() - self.last_loop
@@ -140,7 +145,8 @@ class AlertService:
         await self.start_sinks()
         tasks: list[asyncio.Task[None]] = []
         try:
-            await self._start_consumer()
+            if not await self._start_consumer():
+                return  # stopped while waiting for the broker
             if self.alertmanagers:
                 tasks.append(asyncio.create_task(self._resend_loop(), name="alertmanager-resend"))
             if listen is not None or self.alertmanagers:
@@ -153,7 +159,30 @@ class AlertService:
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._close()
 
-    async def _start_consumer(self) -> None:
+    async def _start_consumer(self) -> bool:
+        """Joins the group, waiting for the broker while it cannot be reached (see
+        daemon/broker_wait.py); False if stopped first."""
+        where = f"the Kafka broker at {self.cfg.bootstrap_servers}"
+        self.connecting = True
+        try:
+            started = await start_when_reachable(
+                self._open_consumer, self._close_consumer, self.stopping, where, log
+            )
+        except KafkaError as e:
+            raise AlertError(f"cannot reach Kafka at {self.cfg.bootstrap_servers}: {e}") from None
+        finally:
+            self.connecting = False
+        if started:
+            log.info("reading %s as group %s", self.cfg.topic, self.cfg.group_id)
+        return started
+
+    async def _close_consumer(self) -> None:
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+
+    async def _open_consumer(self) -> None:
         cfg = self.cfg
         self.consumer = AIOKafkaConsumer(
             **connection_kwargs(cfg.kafka()),
@@ -165,12 +194,8 @@ class AlertService:
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
             check_crcs=cfg.check_crcs,
         )
-        try:
-            await self.consumer.start()
-            self.consumer.subscribe([cfg.topic])
-        except KafkaError as e:
-            raise AlertError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {e}") from None
-        log.info("reading %s as group %s", cfg.topic, cfg.group_id)
+        await self.consumer.start()
+        self.consumer.subscribe([cfg.topic])
 
     async def _close(self) -> None:
         for sink in self._sinks():

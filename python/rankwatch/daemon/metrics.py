@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from rankwatch.daemon.fleet import FleetLedger, Incident, suspects
+from rankwatch.daemon.published import SKIP_REASONS as UNPUBLISHED_REASONS
 
 # `_created` series double every counter's series count for a timestamp nobody here reads.
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -189,6 +190,17 @@ class DaemonMetrics:
         self.kafka_up = Gauge(
             "rankwatch_kafka_up", "1 when the last broker metadata request succeeded", registry=r
         )
+        self.output_topic_missing = Gauge(
+            "rankwatch_output_topic_missing",
+            "1 while the diagnoses topic, seen before, is missing (diagnoses are held)",
+            registry=r,
+        )
+        self.publish_held = Gauge(
+            "rankwatch_publish_held_records",
+            "diagnoses and dead-letter copies whose delivery failed with a retriable error, "
+            "held to be sent again (offsets are not committed past them)",
+            registry=r,
+        )
         self.records_in = Counter(
             "rankwatch_records_in", "input records read (replayed ones excluded)", registry=r
         )
@@ -239,7 +251,7 @@ class DaemonMetrics:
             ["reason"],
             registry=r,
         )
-        for reason in ("identical", "earlier", "replay", "overlap"):
+        for reason in UNPUBLISHED_REASONS:
             self.diagnoses_skipped.labels(reason)
         self.publish_trimmed = Counter(
             "rankwatch_publish_trimmed",

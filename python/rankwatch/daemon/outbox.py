@@ -25,7 +25,7 @@ import orjson
 
 from rankwatch.daemon.jobs import JobMap
 from rankwatch.daemon.metrics import DaemonMetrics
-from rankwatch.daemon.published import EARLIER, IDENTICAL, PublishedIndex
+from rankwatch.daemon.published import EARLIER, IDENTICAL, SETTLED, PublishedIndex
 from rankwatch.daemon.publisher import Publisher
 from rankwatch.engine import Diagnosis
 
@@ -85,6 +85,8 @@ class Outbox:
                     log.info("diagnosis %s: an earlier version, already published", did)
                 if skip in (IDENTICAL, EARLIER):
                     self._unhold(did)  # back to a version the topic carries
+                if skip == SETTLED:
+                    self.index.remember(d, chash)  # published before the topic lost it
                 continue
             if did in self.index:
                 self._unhold(did)

@@ -6,7 +6,19 @@ Every version an id had on the topic counts, not only the latest: a daemon resta
 SIGKILL re-feeds the records after its last commit, and its engine passes again through the
 versions the previous incarnation published (and got acknowledged, or had in flight) from those
 records before it died. Comparing with the latest version alone published each earlier one a
-second time (issue 9, the SIGKILL x20 test under load)."""
+second time (issue 9, the SIGKILL x20 test under load).
+
+The index is only as good as the topic it is read from. After the output topic was deleted and
+made again (or its records expired) a restarted daemon knows nothing, and every diagnosis its
+replay re-emits would look new (probe 2026-12-03, N7: 24 re-published, alerts paged again). A
+`final` version re-emitted during a replay is never published: the group committed the input
+that settled the incident, and offsets are committed only after the broker acknowledged every
+diagnosis of that input, so this version was published before (it is remembered, as if read
+from the topic). An `open` one that the index does not know is published, as before: it may
+be an incident that was still settling at the last commit (nothing of it published yet), and
+there is no telling the two apart without the topic. Its id is the one published before, so
+consumers that dedup on the id (PagerDuty's dedup_key, Alertmanager's labels) update the alert
+they have; and a recreated topic needs the state of every incident still open."""
 
 from __future__ import annotations
 
@@ -26,6 +38,8 @@ from rankwatch.daemon.bounds import oldest_not_kept
 VOLATILE_FIELDS: frozenset[str] = frozenset()
 
 IDENTICAL, EARLIER, REPLAY, OVERLAP = "identical", "earlier", "replay", "overlap"
+SETTLED = "settled"  # a final version re-emitted by a replay (module docstring)
+SKIP_REASONS = (IDENTICAL, EARLIER, REPLAY, OVERLAP, SETTLED)
 
 # Earlier versions remembered per id (the latest is `Entry.hash`), as 8-byte prefixes of their
 # content hash in one bytes object: 32 versions cost 256 bytes. A restart can only replay
@@ -125,7 +139,8 @@ class PublishedIndex:
         daemon re-reads input to rebuild state, the versions it already published came from at
         least as much input, so a known id is not re-published, and an unknown id whose
         incident overlaps a published one of the same job (the replay window cut the
-        incident, so it got another start) is suppressed for good."""
+        incident, so it got another start) is suppressed for good, and so is one whose
+        incident the replayed input already settled (`final`, see the module)."""
         did = str(diagnosis["id"])
         chash = content_hash(diagnosis)
         entry = self.entries.get(did)
@@ -139,6 +154,8 @@ class PublishedIndex:
             return None, chash
         if did in self.shadowed:
             return OVERLAP, chash
+        if replaying and diagnosis.get("status") == "final":
+            return SETTLED, chash
         if replaying and self._overlaps(diagnosis):
             self.shadowed.add(did)
             return OVERLAP, chash

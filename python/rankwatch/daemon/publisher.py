@@ -15,6 +15,13 @@ same transactional id under a new epoch) and what failed after the refused recor
 in a transaction, the transaction is aborted and everything else in it is sent again in a new
 one, so no other record is lost or written twice.
 
+A failure the broker may cure (it restarts and has no leader yet, or the output topic is
+missing: deleted, with auto-create off) holds delivery instead of stopping the daemon, as a
+broker outage does: the records are kept, `checkpoint` commits nothing and says so (False), and
+a later checkpoint, once a back-off passed and the topic is there again, sends them again with a
+new producer (the old one numbered its batches for partitions that may be gone). Meanwhile new
+records are kept without being sent (`holding`).
+
 The publisher counts the bytes it holds for records not yet released (`queued_bytes`): a
 value is kept until the broker acknowledged it (at-least-once; after that only a failure
 needs it again, and a failed one is sent again as a new record), or until the transaction
@@ -27,6 +34,7 @@ import asyncio
 import functools
 import hashlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,9 +46,11 @@ from aiokafka.errors import (
     MessageSizeTooLargeError,
     RecordListTooLargeError,
     RecordTooLargeError,
+    UnknownTopicOrPartitionError,
 )
 
 from rankwatch.daemon import kafka_clients
+from rankwatch.daemon.broker_wait import broker_unavailable
 from rankwatch.daemon.config import DaemonConfig
 from rankwatch.daemon.fitting import (
     VALUE_TRUNCATED_HEADER,
@@ -67,6 +77,9 @@ RECORD_ERRORS = (
 )
 REQUEST_MARGIN = 1024  # kept free below max_request_size for what the estimate may miss
 MAX_DIAGNOSIS_KEY_BYTES = 1024  # a longer job name is cut in the key, with its hash after it
+METADATA_WAIT_S = 5.0  # the most a send waits for a topic's partitions (aiokafka: 40 s)
+HOLD_BACKOFF_S = 1.0  # the first wait before held records are sent again (doubles)
+HOLD_BACKOFF_MAX_S = 30.0
 
 
 class PublishError(RuntimeError):
@@ -89,6 +102,16 @@ class Sent:
 
 def _is_refusal(outcome: object) -> bool:
     return isinstance(outcome, RECORD_ERRORS)
+
+
+def _failed_with(error: BaseException) -> asyncio.Future[Any]:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    future.set_exception(error)
+    return future
+
+
+def _undelivered(sent: Sent) -> bool:
+    return not sent.future.done() or sent.future.cancelled() or sent.future.exception() is not None
 
 
 def job_key(job: str) -> bytes:
@@ -136,6 +159,9 @@ class Publisher:
         self._pending: list[Sent] = []
         self._in_txn = False
         self.queued_bytes = 0  # values held for records not yet released (module docstring)
+        self.holding: BaseException | None = None  # why delivery is held (module docstring)
+        self._retry_at = 0.0
+        self._backoff_s = HOLD_BACKOFF_S
 
     async def start(self) -> None:
         await self.producer.start()
@@ -206,13 +232,20 @@ class Publisher:
         headers: list[tuple[str, bytes]],
         what: str,
     ) -> bool:
-        try:
-            fut = await self.producer.send(topic, value=value, key=key, headers=headers)
-        except RECORD_ERRORS as e:
-            self._skipped(what, "too_large", e)
-            return False
-        except KafkaError as e:
-            raise PublishError(f"cannot send to {topic}: {e!r}") from e
+        fut = None
+        if self.holding is None:
+            try:
+                await self._await_topic(topic)
+                fut = await self.producer.send(topic, value=value, key=key, headers=headers)
+            except RECORD_ERRORS as e:
+                self._skipped(what, "too_large", e)
+                return False
+            except KafkaError as e:
+                if not broker_unavailable(e):
+                    raise PublishError(f"cannot send to {topic}: {e!r}") from e
+                self._hold(e)
+        if fut is None:  # kept to be sent again once delivery resumes
+            fut = _failed_with(self.holding or PublishError("held"))
         size = len(value or b"") + len(key or b"")
         sent = Sent(topic, value, key, headers, what, fut, size)
         self._pending.append(sent)
@@ -220,6 +253,64 @@ class Publisher:
         if not self.transactional:
             fut.add_done_callback(functools.partial(self._answered, sent))
         return True
+
+    async def _await_topic(self, topic: str) -> None:
+        """Waits a little for the topic's partitions: aiokafka would wait request_timeout_ms
+        for a topic that is not there, holding the loop."""
+        wait_s = min(METADATA_WAIT_S, self.cfg.request_timeout_ms / 1000)
+        try:
+            await asyncio.wait_for(self.producer.partitions_for(topic), wait_s)
+        except TimeoutError:
+            raise UnknownTopicOrPartitionError(f"topic {topic} not found") from None
+
+    def _hold(self, error: BaseException) -> None:
+        if self.holding is None:
+            log.warning(
+                "cannot deliver to Kafka now (%r): holding diagnoses and offsets, trying again "
+                "with a back-off of up to %.0f s",
+                error,
+                HOLD_BACKOFF_MAX_S,
+            )
+        else:
+            self._backoff_s = min(2 * self._backoff_s, HOLD_BACKOFF_MAX_S)
+        self.holding = error
+        self._retry_at = time.monotonic() + self._backoff_s
+
+    def _resumed(self) -> None:
+        if self.holding is not None:
+            log.info("delivery resumed: the held records are acknowledged")
+        self.holding = None
+        self._backoff_s = HOLD_BACKOFF_S
+
+    @property
+    def held(self) -> int:
+        """Records kept to be sent again (0 unless delivery is held)."""
+        return sum(1 for r in self._pending if _undelivered(r)) if self.holding else 0
+
+    async def _resume(self) -> bool:
+        """Once the back-off passed: a new producer, the topics there, then sends the held
+        records again. False while delivery stays held."""
+        if time.monotonic() < self._retry_at:
+            return False
+        held = [r for r in self._pending if _undelivered(r)]
+        try:
+            await self._new_producer()
+            for topic in {r.topic for r in held}:
+                await self._await_topic(topic)
+        except KafkaError as e:
+            if not broker_unavailable(e):
+                raise PublishError(f"cannot resume delivery: {e!r}") from e
+            self._hold(e)
+            return False
+        self.holding = None
+        self._pending = []
+        for r in held:
+            self._release(r)  # counted anew when sent again
+        self._in_txn = False  # any transaction was the old producer's
+        if self.transactional:
+            await self._begin()
+        await self._send_again(held)
+        return self.holding is None
 
     def _answered(self, sent: Sent, fut: asyncio.Future[Any]) -> None:
         """At-least-once: the broker answered, so the value is no longer needed here (a failed
@@ -276,46 +367,63 @@ class Publisher:
 
     async def _renew_producer(self) -> None:
         """A new producer in place of one whose sequence numbers a refusal broke."""
-        old, self.producer = self.producer, kafka_clients.producer(self.cfg)
         try:
-            await old.stop()
-        except Exception as e:  # replaced anyway
-            log.warning("closing the producer after a refused record failed: %r", e)
-        try:
-            await self.producer.start()
+            await self._new_producer()
         except KafkaError as e:
             raise PublishError(f"cannot start a new producer: {e!r}") from e
         log.warning("producer renewed after a refused record")
 
-    async def flush(self) -> None:
-        """Waits until the broker acknowledged everything sent so far (not transactional).
-        Refused records are skipped; what failed after them is sent again by a new producer;
-        any other failure raises PublishError."""
+    async def _new_producer(self) -> None:
+        old, self.producer = self.producer, kafka_clients.producer(self.cfg)
+        try:
+            await old.stop()
+        except Exception as e:  # replaced anyway
+            log.warning("closing the old producer failed: %r", e)
+        await self.producer.start()
+
+    async def flush(self) -> bool:
+        """Waits until the broker acknowledged everything sent so far (not transactional):
+        True. Refused records are skipped; what failed after them is sent again by a new
+        producer. A failure the broker may cure holds delivery: False (module docstring).
+        Any other failure raises PublishError."""
+        if self.holding is not None and not await self._resume():
+            return False
         pending, self._pending = self._pending, []
         while pending:
             refused, failed, error = await self._outcomes(pending)
             if not failed:
-                return
+                break
             if not refused:
-                raise PublishError(f"{len(failed)} record(s) not delivered: {error!r}")
+                if not broker_unavailable(error):
+                    raise PublishError(f"{len(failed)} record(s) not delivered: {error!r}")
+                self._hold(error)
+                self._pending = failed + self._pending
+                return False
             await self._renew_producer()
             await self._send_again(failed)
             pending, self._pending = self._pending, []
+        self._resumed()
+        return True
 
-    async def checkpoint(self, offsets: Mapping[Any, int], consumer: Any) -> None:
+    async def checkpoint(self, offsets: Mapping[Any, int], consumer: Any) -> bool:
         """Makes everything sent so far durable, then commits `offsets` (next offset to read
-        per partition). Raises PublishError if a send failed; Kafka errors of the commit
-        propagate (e.g. CommitFailedError during a rebalance)."""
+        per partition): True. False while delivery is held (nothing committed). Raises
+        PublishError if a send failed for good; Kafka errors of the commit propagate (e.g.
+        CommitFailedError during a rebalance)."""
         if not self.transactional:
-            await self.flush()
+            if not await self.flush():
+                return False
             if offsets:
                 await consumer.commit(dict(offsets))
-            return
+            return True
+        if self.holding is not None and not await self._resume():
+            return False
         if not self._in_txn and not offsets:
-            return
+            return True
         await self._begin()
         try:
-            await self._settle_transaction()
+            if not await self._settle_transaction():
+                return False
             if offsets:
                 await self.producer.send_offsets_to_transaction(dict(offsets), self.cfg.group_id)
             await self.producer.commit_transaction()
@@ -324,22 +432,30 @@ class Publisher:
             raise
         self._in_txn = False
         self._release_all()
+        self._resumed()
+        return True
 
     def _release_all(self) -> None:
         for r in self._pending:
             self._release(r)
         self._pending.clear()
 
-    async def _settle_transaction(self) -> None:
-        """Waits for every record of the open transaction. After a refusal the transaction
-        is aborted and the rest of it sent again in a new one, until none is refused."""
+    async def _settle_transaction(self) -> bool:
+        """Waits for every record of the open transaction: True. After a refusal the
+        transaction is aborted and the rest of it sent again in a new one, until none is
+        refused. A failure the broker may cure aborts it and holds the rest: False."""
         while True:
             sent = list(self._pending)
             refused, failed, error = await self._outcomes(sent)
             if not refused and not failed:
-                return
+                return True
             if not refused:
-                raise PublishError(f"{len(failed)} record(s) not delivered: {error!r}")
+                if not broker_unavailable(error):
+                    raise PublishError(f"{len(failed)} record(s) not delivered: {error!r}")
+                await self._abort()
+                self._pending = sent  # all of it: the aborted transaction wrote none
+                self._hold(error)
+                return False
             gone = set(map(id, refused))
             rest = [r for r in sent if id(r) not in gone]
             await self._abort()

@@ -21,9 +21,9 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, KafkaTimeoutError
-from aiokafka.partitioner import murmur2
+from aiokafka.errors import KafkaError
 
+from rankwatch.daemon.batch_sender import BatchSender
 from rankwatch.inputs import LogFile
 from rankwatch.logread import PartialRead, read_lines
 
@@ -112,105 +112,6 @@ def interleave(
 def _report(on_error: Callable[[str], None] | None, message: str) -> None:
     if on_error is not None:
         on_error(message)
-
-
-class BatchSender:
-    """Produces records in per-partition batches (the partition of a key as the Java client
-    and aiokafka choose it), keeping the futures so that `flush` can check delivery."""
-
-    def __init__(
-        self,
-        producer: Any,
-        topic: str,
-        partitions: Sequence[int],
-        ack_timeout_s: float | None = None,
-    ) -> None:
-        self.producer = producer
-        # the client can wait for a broker that is gone without ever failing: bound each wait
-        self.ack_timeout_s = ack_timeout_s
-        self.topic = topic
-        self.partitions = sorted(partitions)
-        self._batches: dict[int, Any] = {}
-        self._first: dict[int, int] = {}  # partition -> number of its open batch's first record
-        self._futures: list[tuple[asyncio.Future[Any], int]] = []  # (delivery, first record)
-        self._key_partition: dict[bytes, int] = {}
-        self._rr = 0
-        self.records = 0
-        self.bytes = 0
-
-    def partition_of(self, key: bytes | None) -> int:
-        if key is None:
-            self._rr += 1
-            return self.partitions[self._rr % len(self.partitions)]
-        p = self._key_partition.get(key)
-        if p is None:
-            p = self.partitions[(murmur2(key) & 0x7FFFFFFF) % len(self.partitions)]
-            self._key_partition[key] = p
-        return p
-
-    async def add(
-        self,
-        key: bytes | None,
-        value: bytes,
-        *,
-        timestamp_ms: int | None = None,
-        headers: Sequence[tuple[str, bytes]] = (),
-    ) -> None:
-        p = self.partition_of(key)
-        batch = self._batches.get(p)
-        if batch is None:
-            batch = self._open(p)
-        hdrs = list(headers)
-        if batch.append(timestamp=timestamp_ms, key=key, value=value, headers=hdrs) is None:
-            await self._send(p)
-            batch = self._open(p)
-            if batch.append(timestamp=timestamp_ms, key=key, value=value, headers=hdrs) is None:
-                raise ValueError(f"record of {len(value)} bytes does not fit in a batch")
-        self.records += 1
-        self.bytes += len(value)
-
-    def _open(self, partition: int) -> Any:
-        self._first[partition] = self.records
-        batch = self._batches[partition] = self.producer.create_batch()
-        return batch
-
-    async def _send(self, partition: int) -> None:
-        batch = self._batches.pop(partition)
-        first = self._first.pop(partition)
-        batch.close()
-        fut = await self._bounded(self.producer.send_batch(batch, self.topic, partition=partition))
-        self._futures.append((fut, first))
-        if len(self._futures) > 64:
-            for f, _ in self._futures:
-                if f.done():
-                    f.result()  # a failure stays listed: `acknowledged` must not pass it
-            self._futures = [(f, i) for f, i in self._futures if not f.done()]
-
-    async def flush(self) -> None:
-        for p in list(self._batches):
-            await self._send(p)
-        for f, _ in self._futures:
-            await self._bounded(asyncio.shield(f))
-        self._futures = []
-
-    async def _bounded(self, aw: Any) -> Any:
-        try:
-            return await asyncio.wait_for(aw, self.ack_timeout_s)
-        except TimeoutError:
-            raise KafkaTimeoutError(
-                f"no answer from the broker in {self.ack_timeout_s:.0f} s"
-            ) from None
-
-    def acknowledged(self) -> int:
-        """How many records, counted from the first one added, the broker acknowledged
-        without a gap (every record belongs to one batch: open, in flight, failed or done)."""
-        waiting = list(self._first.values())
-        waiting += [i for f, i in self._futures if not _delivered(f)]
-        return min(waiting, default=self.records)
-
-
-def _delivered(f: asyncio.Future[Any]) -> bool:
-    return f.done() and not f.cancelled() and f.exception() is None
 
 
 def new_producer(connection: dict[str, Any]) -> Any:

@@ -1,5 +1,6 @@
 """systemd's notify protocol: one datagram per state change to the Unix socket named by
-$NOTIFY_SOCKET (`READY=1`, `WATCHDOG=1`, `STATUS=...`, `STOPPING=1`).
+$NOTIFY_SOCKET (`READY=1`, `WATCHDOG=1`, `EXTEND_TIMEOUT_USEC=...`, `STATUS=...`,
+`STOPPING=1`).
 
 A few lines over a datagram socket instead of a dependency: the protocol is one `sendto`, and
 the abstract-namespace form (`@name`) needs only the leading byte changed. Without
@@ -51,6 +52,15 @@ class Notifier:
         if now - self._last_ping >= self.watchdog_every_s:
             self._last_ping = now
             self.send("WATCHDOG=1")
+
+    def status(self, text: str) -> None:
+        self.send(f"STATUS={text}")
+
+    def extend_start(self, seconds: float) -> None:
+        """Before READY: the start is still under way, give it `seconds` more (systemd's
+        TimeoutStartSec counts from now)."""
+        if not self.ready_sent:
+            self.send(f"EXTEND_TIMEOUT_USEC={int(seconds * 1e6)}")
 
     def stopping(self) -> None:
         self.send("STOPPING=1", "STATUS=draining and closing")

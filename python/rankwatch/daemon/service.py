@@ -29,6 +29,7 @@ from rankwatch.catalog_loader import Catalog
 from rankwatch.daemon import kafka_clients, rawrecords
 from rankwatch.daemon.allocator import TRIM_AFTER_BYTES, release_free_heap
 from rankwatch.daemon.bounds import max_entries
+from rankwatch.daemon.broker_wait import start_when_reachable
 from rankwatch.daemon.config import DaemonConfig, load_catalog
 from rankwatch.daemon.engine_worker import EngineWorker
 from rankwatch.daemon.feeding import PartitionBatch, prepare
@@ -57,6 +58,8 @@ HOUSEKEEPING_S = 60.0
 FLEET_SYNC_S = 15.0  # how often the diagnoses topic is read on for the suspect-host metrics
 FLEET_SYNC_LIMIT_S = 10.0  # the most one such read may hold the loop
 KAFKA_PROBE_S = 5.0  # how often the broker is asked for metadata (rankwatch_kafka_up, /readyz)
+KAFKA_PROBE_STALE_S = 4 * KAFKA_PROBE_S  # an answer older than this says nothing about now
+KEEPALIVE_S = 5.0  # the longest gap between two sd_notify keep-alives
 
 
 class DaemonError(RuntimeError):
@@ -121,7 +124,12 @@ class Daemon:
         self.http = HttpServer(self.metrics.registry, self.health, self.readiness)
         self.notifier = Notifier()
         self.kafka_up = False
+        self.kafka_checked = 0.0  # monotonic time of the last metadata answer or failure
+        self.connecting = False  # waiting for the broker at start
+        self.output_seen = False  # the output topic existed once (so it may go missing)
+        self.output_missing = False
         self._kafka_probe: asyncio.Task[None] | None = None
+        self._keepalive: asyncio.Task[None] | None = None
         self.consumer: Any = None
         self.reader: Any = None
         self.publisher: Publisher | None = None
@@ -178,8 +186,10 @@ class Daemon:
             except OSError as e:
                 raise DaemonError(f"metrics_addr {self.cfg.metrics_addr}: {e.strerror}") from None
             log.info("metrics on %s", http_url(*(self.http.address or listen), "/metrics"))
+        self._keepalive = asyncio.create_task(self._keep_alive())
         try:
-            await self._start_clients()
+            if not await self._connect():
+                return  # stopped while waiting for the broker
             self.outbox.publisher = self.publisher
             self.started = True
             self._kafka_probe = asyncio.create_task(self._probe_kafka())
@@ -194,6 +204,21 @@ class Daemon:
             await self._close()
         if self.failure is not None:
             raise DaemonError(str(self.failure)) from self.failure
+
+    async def _connect(self) -> bool:
+        """Starts the Kafka clients, waiting for the broker while it cannot be reached (see
+        broker_wait.py); False if stopped first."""
+        where = f"the Kafka broker at {self.cfg.bootstrap_servers}"
+        self.connecting = True
+        self.notifier.status(f"waiting for {where}")
+        try:
+            return await start_when_reachable(
+                self._start_clients, self._stop_clients, self.stopping, where, log
+            )
+        except KafkaError as e:
+            raise DaemonError(f"cannot reach Kafka at {self.cfg.bootstrap_servers}: {e}") from None
+        finally:
+            self.connecting = False
 
     async def _start_clients(self) -> None:
         cfg = self.cfg
@@ -210,19 +235,18 @@ class Daemon:
             rawrecords.install(self.consumer)
             if self.repartitioner is not None:
                 await self.repartitioner.start()  # makes the internal topics subscribed below
+            topics = await self.reader.topics()
         except RepartitionError as e:
             raise DaemonError(str(e)) from None
-        except KafkaError as e:
-            raise DaemonError(f"cannot reach Kafka at {cfg.bootstrap_servers}: {e}") from None
         finally:
             kafka_log.setLevel(level)
         self.tail = TopicTail(self.reader, cfg.output_topic)
-        topics = await self.reader.topics()
         missing = [t for t in cfg.input_topics() if t not in topics]
         if missing:
             log.warning("input topic(s) %s do not exist (yet)", ", ".join(missing))
         if cfg.output_topic not in topics:
             log.warning("output topic %s does not exist (yet)", cfg.output_topic)
+        self.output_seen = cfg.output_topic in topics
         self.consumer.subscribe(cfg.analysis_topics(), listener=_Listener(self))
         log.info(
             "consuming %s as group %s from %s; diagnoses to %s%s%s",
@@ -282,30 +306,37 @@ class Daemon:
         with contextlib.suppress(Exception):  # its failure was reported by _repartition_done
             await self._repartition_task
 
-    async def _flush(self) -> None:
-        """Everything fed so far: diagnosed, published, acknowledged, offsets committed."""
+    async def _flush(self) -> bool:
+        """Everything fed so far: diagnosed, published, acknowledged, offsets committed
+        (False while delivery is held)."""
         await self._settle()
         await self._poll_and_publish()
-        await self._checkpoint()
+        return await self._checkpoint()
 
     async def _drain(self) -> None:
         async with self.lock:
             try:
-                await self._flush()
+                drained = await self._flush()
             except PublishError as e:
                 self._fail(e)
                 return
-        log.info("drained: offsets committed")
+        if drained:
+            log.info("drained: offsets committed")
+            return
+        assert self.publisher is not None
+        log.warning(
+            "stopping with %d record(s) not delivered (%r): their offsets are not committed, "
+            "so the next start reads their input again",
+            self.publisher.held,
+            self.publisher.holding,
+        )
 
     async def _close(self) -> None:
-        if self._fr_task is not None:
-            self._fr_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._fr_task
-        if self._kafka_probe is not None:
-            self._kafka_probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._kafka_probe
+        for task in (self._fr_task, self._kafka_probe, self._keepalive):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
         if self._inflight is not None:  # only after a failure: its outcome no longer matters
             with contextlib.suppress(Exception):
                 await self._inflight
@@ -313,21 +344,26 @@ class Daemon:
             self._repartition_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._repartition_task
+        await self._stop_clients()
+        await self.http.close()
+        self.engine.close()
+
+    async def _stop_clients(self) -> None:
+        """Closes the Kafka clients (also those of a start that failed part way)."""
         if self.repartitioner is not None:
             await self.repartitioner.close()
-        for name, client in (("consumer", self.consumer), ("reader", self.reader)):
+        clients = (
+            ("consumer", self.consumer),
+            ("reader", self.reader),
+            ("producer", self.publisher),
+        )
+        for name, client in clients:
             if client is not None:
                 try:
                     await client.stop()
                 except Exception as e:
                     log.warning("closing the %s failed: %s", name, e)
-        if self.publisher is not None:
-            try:
-                await self.publisher.stop()
-            except Exception as e:
-                log.warning("closing the producer failed: %s", e)
-        await self.http.close()
-        self.engine.close()
+        self.consumer = self.reader = self.publisher = None
 
     def _fail(self, error: BaseException) -> None:
         if self.failure is None:
@@ -341,14 +377,36 @@ class Daemon:
         age = time.monotonic() - self.last_alive
         return age, age < max(30.0, 4 * self.cfg.poll_interval_ms / 1000)
 
+    def waiting_on_kafka(self) -> str | None:
+        """Why the loop may stand still without being wedged: it waits for the broker (at
+        start, or unreachable at the last metadata request) or for the output topic. None
+        when Kafka answered a recent request and nothing is held (then a loop that stands
+        still is wedged). A probe that stopped answering is no excuse: the event loop itself
+        may be what is stuck."""
+        if self.connecting:
+            return "waiting for the broker"
+        if time.monotonic() - self.kafka_checked > KAFKA_PROBE_STALE_S:
+            return None
+        if not self.kafka_up:
+            return "broker unreachable"
+        if self.output_missing:
+            return f"output topic {self.cfg.output_topic} missing"
+        if self.publisher is not None and self.publisher.holding is not None:
+            return f"diagnoses held: {self.publisher.holding!r}"
+        return None
+
     def health(self) -> tuple[bool, bytes]:
-        """Live: started, not failed, and the loop moved recently."""
+        """Live: not failed, and the loop moved recently or waits for Kafka. A broker outage
+        or a missing output topic is no reason to restart the daemon (a new one would wait
+        for the same broker): that is readiness (/readyz, rankwatch_kafka_up)."""
         age, moving = self._loop_age_s()
-        ok = self.started and self.failure is None and moving
+        waiting = self.waiting_on_kafka()
+        ok = self.failure is None and (moving or waiting is not None)
         body = {
             "status": "ok" if ok else "unhealthy",
             "started": self.started,
             "stopping": self.stopping.is_set(),
+            "waiting": waiting,
             "partitions": len(self.pos.owned),
             "seconds_since_last_loop": round(age, 3),
             "failure": str(self.failure) if self.failure else None,
@@ -356,17 +414,22 @@ class Daemon:
         return ok, orjson.dumps(body) + b"\n"
 
     def readiness(self) -> tuple[bool, bytes]:
-        """Ready: live, the broker answered the last metadata request, and partitions are
-        assigned (a member without partitions does no work, so it is not ready)."""
+        """Ready: started, the broker answered the last metadata request, the output topic is
+        there and takes what is published, partitions are assigned (a member without
+        partitions does no work, so it is not ready) and the loop moves."""
         age, moving = self._loop_age_s()
         partitions = len(self.pos.owned)
+        holding = self.publisher.holding if self.publisher is not None else None
         reasons = [
             why
             for bad, why in (
-                (not self.started, "not started"),
+                (self.connecting, "waiting for the broker"),
+                (not self.started and not self.connecting, "not started"),
                 (self.failure is not None, "failed"),
                 (self.stopping.is_set(), "stopping"),
-                (not self.kafka_up, "broker unreachable"),
+                (self.started and not self.kafka_up, "broker unreachable"),
+                (self.output_missing, "output topic missing"),
+                (holding is not None, f"diagnoses held: {holding!r}"),
                 (self.rebalancing or partitions == 0, "no partitions assigned"),
                 (not moving, "loop stalled"),
             )
@@ -384,14 +447,16 @@ class Daemon:
         return not reasons, orjson.dumps(body) + b"\n"
 
     async def _probe_kafka(self) -> None:
-        """Asks the broker for cluster metadata every KAFKA_PROBE_S seconds."""
+        """Asks the broker for cluster metadata every KAFKA_PROBE_S seconds: is it there, and
+        is the output topic (once seen: a topic missing at start may be auto-created by the
+        first publish)."""
         timeout_s = min(KAFKA_PROBE_S, self.cfg.request_timeout_ms / 1000)
         while True:
             try:
-                await asyncio.wait_for(self.reader.topics(), timeout_s)
+                topics = await asyncio.wait_for(self.reader.topics(), timeout_s)
                 up = True
             except (KafkaError, TimeoutError, OSError):
-                up = False
+                topics, up = set(), False
             if up != self.kafka_up:
                 log.log(
                     logging.INFO if up else logging.WARNING,
@@ -399,8 +464,37 @@ class Daemon:
                     "reachable" if up else "unreachable",
                 )
             self.kafka_up = up
+            self.kafka_checked = time.monotonic()
             self.metrics.kafka_up.set(1 if up else 0)
+            if up:
+                self._note_output_topic(self.cfg.output_topic in topics)
             await asyncio.sleep(KAFKA_PROBE_S)
+
+    def _note_output_topic(self, there: bool) -> None:
+        missing = self.output_seen and not there
+        if missing != self.output_missing:
+            log.log(
+                logging.WARNING if missing else logging.INFO,
+                "output topic %s %s",
+                self.cfg.output_topic,
+                "is missing: diagnoses are held until it is back" if missing else "is back",
+            )
+        self.output_missing = missing
+        self.output_seen = self.output_seen or there
+        self.metrics.output_topic_missing.set(1 if missing else 0)
+
+    async def _keep_alive(self) -> None:
+        """Tells systemd the daemon lives for as long as /healthz says so: WATCHDOG=1 once
+        READY, and before it an extension of the start timeout (waiting for the broker at
+        start is not a failed start)."""
+        every_s = min(self.notifier.watchdog_every_s, KEEPALIVE_S)
+        while True:
+            if self.health()[0]:
+                if self.notifier.ready_sent:
+                    self.notifier.watchdog()
+                else:
+                    self.notifier.extend_start(3 * every_s)
+            await asyncio.sleep(every_s)
 
     # --- the loop -------------------------------------------------------------------------
     #
@@ -468,6 +562,7 @@ class Daemon:
                     # fetched before a seek of the last rebalance: read again from our position
                     self.consumer.seek(tp, expected)
                     continue
+            records = self._up_to_replay_end(tp, records)
             end = int(records[-1].offset) + 1
             if self.repartitioner is not None:
                 records = self._first_copies(tp, records)
@@ -481,6 +576,16 @@ class Daemon:
             parts.append(part)
             self.pos.accepted(tp, end)  # the next fetch continues after this batch
         return parts
+
+    def _up_to_replay_end(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
+        """A batch in which the replay ends is fed only up to that end (the rest is fetched
+        again): what the engine re-emits from replayed input must be judged as a replay
+        (`PublishedIndex.decide`), not as news because new records came in the same batch."""
+        replay_end = self.pos.replay_end_of(tp)
+        if not records[0].offset < replay_end <= records[-1].offset:
+            return records
+        self.consumer.seek(tp, replay_end)
+        return [r for r in records if r.offset < replay_end]
 
     def _first_copies(self, tp: TopicPartition, records: list[Any]) -> list[Any]:
         if self.cfg.source_topic(tp.topic) == tp.topic:
@@ -572,27 +677,39 @@ class Daemon:
         if polled >= TRIM_AFTER_BYTES:
             release_free_heap()  # the burst's pages, decoded and dropped (allocator.py)
 
-    async def _checkpoint(self) -> None:
+    async def _checkpoint(self) -> bool:
         """Waits for every publish to be acknowledged, then commits the offsets of what was
-        fed (in one transaction when transactional)."""
+        fed (in one transaction when transactional). False while delivery is held: nothing
+        is committed and the input is paused (only what is held waits for the broker)."""
         assert self.publisher is not None
         await self._settle()
         await self.outbox.send_held()
         offsets = self.pos.to_commit(self._assigned())
         try:
-            await self.publisher.checkpoint(offsets, self.consumer)
+            delivered = await self.publisher.checkpoint(offsets, self.consumer)
         except CommitFailedError as e:
             log.info("commit deferred, the group is rebalancing: %s", e)
-            return
+            return False
         except KafkaError as e:
             if self.cfg.transactional_id:
                 raise PublishError(f"transaction failed: {e!r}") from e
             log.warning("commit failed, retrying later: %r", e)
-            return
+            return False
+        self._pause_input(not delivered)
+        if not delivered:
+            return False
         self.last_commit = time.monotonic()
         if offsets:
             self.metrics.commits.inc()
         self.pos.committed(offsets)
+        return True
+
+    def _pause_input(self, pause: bool) -> None:
+        assigned = self._assigned()
+        if pause:
+            self.consumer.pause(*assigned)
+        elif self.consumer.paused():
+            self.consumer.resume(*self.consumer.paused())
 
     async def _refresh_gauges(self) -> None:
         for tp in self._assigned():
@@ -606,6 +723,7 @@ class Daemon:
         self.metrics.incidents_pending.set(max(0, held - self.engine.diagnosed_count()))
         if self.publisher is not None:
             self.metrics.unacknowledged.set(self.publisher.unacknowledged)
+            self.metrics.publish_held.set(self.publisher.held)
         self.metrics.held.set(len(self.outbox.held))
         self.metrics.outbox_bytes.set(self.outbox.bytes)
         self.metrics.outbox_peak.set(self.outbox.peak_queued)

@@ -45,6 +45,7 @@ class TopicTail:
         offset when reading committed). Returns False if the end was not reached in time."""
         tps = await topic_partitions(self.consumer, self.topic)
         if not tps:
+            self.positions.clear()  # gone: a topic made again starts its offsets over
             return True
         fresh = [tp for tp in tps if tp not in self.positions]
         if fresh:
@@ -56,6 +57,10 @@ class TopicTail:
                 starts = {tp: (found[tp].offset if found[tp] else ends[tp]) for tp in fresh}
             self.positions.update(starts)
         ends = await self.consumer.end_offsets(tps)
+        ahead = [tp for tp in tps if self.positions[tp] > ends[tp]]
+        if ahead:  # deleted and made again between two reads: its offsets started over
+            log.info("%s was made again: reading it from its start", self.topic)
+            self.positions.update(await self.consumer.beginning_offsets(ahead))
         todo = [tp for tp in tps if self.positions[tp] < ends[tp]]
         if not todo:
             return True
