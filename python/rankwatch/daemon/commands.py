@@ -98,11 +98,9 @@ def tune_gc() -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from rankwatch.daemon.keying import decide_repartition
     from rankwatch.daemon.service import Daemon, DaemonError
 
-    async def run() -> None:
-        daemon = Daemon(await decide_repartition(cfg), catalog)
+    async def run(daemon: Daemon) -> None:
         daemon.install_signal_handlers()
         await daemon.run()
 
@@ -117,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     limit_arenas()  # before the engine and event-loop threads allocate
     fix_thresholds()
     try:
-        asyncio.run(run())
+        asyncio.run(run(Daemon(cfg, catalog)))
     except DaemonError as e:
         return _error(str(e), EXIT_FAILURE)
     return EXIT_OK

@@ -5,7 +5,10 @@ records carry no key, or a key other than their job (Fluent Bit and Vector send 
 unless told otherwise), goes through the repartition stage; a topic whose records are keyed
 by job, or that holds nothing yet, is read as it is. Unkeyed records that arrive later on a
 topic read as it is are counted and reported (`service.Daemon`), since their jobs may then be
-diagnosed apart by several daemons."""
+diagnosed apart by several daemons.
+
+The decision is taken once, when the daemon first reaches the broker; until then it waits as
+it waits to start (broker_wait.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaError
 
 from rankwatch.daemon.config import AUTO, DaemonConfig, TopicConfig
 from rankwatch.daemon.feeding import header
@@ -107,21 +109,12 @@ async def _tail_records(consumer: Any, tps: list[TopicPartition]) -> list[Any]:
 
 
 async def decide_repartition(cfg: DaemonConfig) -> DaemonConfig:
-    """`cfg` with its `auto` topics decided; undecided (read as they are) when the broker
-    cannot be read now."""
-    if all(cfg.topic_config(t).repartition != AUTO for t in cfg.input_topics()):
-        return cfg
+    """`cfg` with its `auto` topics decided from their records. Raises what the broker
+    raises when it cannot be read (the daemon waits for it and tries again)."""
     consumer = reader_consumer(cfg)
     try:
         await consumer.start()
         return await resolve_auto(cfg, consumer)
-    except KafkaError as e:
-        log.warning(
-            "cannot read the input topics to decide repartition = auto (%s): they are read "
-            "as they are, and records without a key are reported",
-            e,
-        )
-        return cfg
     finally:
         await consumer.stop()
 

@@ -30,11 +30,12 @@ from rankwatch.daemon import kafka_clients, rawrecords
 from rankwatch.daemon.allocator import TRIM_AFTER_BYTES, release_free_heap
 from rankwatch.daemon.bounds import max_entries
 from rankwatch.daemon.broker_wait import start_when_reachable
-from rankwatch.daemon.config import DaemonConfig, load_catalog
+from rankwatch.daemon.config import AUTO, DaemonConfig, load_catalog
 from rankwatch.daemon.engine_worker import EngineWorker
 from rankwatch.daemon.feeding import PartitionBatch, prepare
 from rankwatch.daemon.http import HttpServer, http_url
 from rankwatch.daemon.jobs import JobMap, partition_of_origin
+from rankwatch.daemon.keying import decide_repartition
 from rankwatch.daemon.metrics import DaemonMetrics
 from rankwatch.daemon.outbox import Outbox
 from rankwatch.daemon.positions import Positions
@@ -94,24 +95,11 @@ class Daemon:
         self.cfg = cfg
         catalog = catalog if catalog is not None else load_catalog(cfg)
         self.engine = EngineWorker(Engine(catalog, cfg.engine_config()))
-        # keyed by the topic the analysis reads: an input topic, or the repartition topic
-        # of one (decoded as its input topic is)
-        self.decoders: dict[str, tuple[Decoder, str]] = {}
-        for topic, analysed in zip(cfg.input_topics(), cfg.analysis_topics(), strict=True):
-            tc = cfg.topic_config(topic)
-            # A repartitioned topic's records were spread over partitions and merged again:
-            # a file's lines no longer arrive in order.
-            in_order = analysed == topic
-            self.decoders[analysed] = (tc.decoder(in_order), tc.job_header)
         self.metrics = DaemonMetrics(REJECT_REASONS, __version__, cfg.suspect_window_ms / 1000)
+        self.decoders: dict[str, tuple[Decoder, str]] = {}
         self.repartitioner: Repartitioner | None = None
         self._repartition_task: asyncio.Task[None] | None = None
-        if cfg.repartitioned_topics():
-            self.repartitioner = Repartitioner(
-                cfg,
-                self.metrics.registry,
-                {t: self.decoders[cfg.repartition_topic(t)][0] for t in cfg.repartitioned_topics()},
-            )
+        self._set_topics(cfg)
         self._unkeyed_warned: set[str] = set()
         self.copies = CopyFilter()  # second copies the repartition stage sent after a crash
         self._fetched_end: dict[TopicPartition, int] = {}
@@ -205,6 +193,36 @@ class Daemon:
         if self.failure is not None:
             raise DaemonError(str(self.failure)) from self.failure
 
+    def _set_topics(self, cfg: DaemonConfig) -> None:
+        """The decoders of the topics the analysis reads: an input topic, or the repartition
+        topic of one, decoded as its input topic is."""
+        self.cfg = cfg
+        self.decoders = {}
+        for topic, analysed in zip(cfg.input_topics(), cfg.analysis_topics(), strict=True):
+            tc = cfg.topic_config(topic)
+            # A repartitioned topic's records were spread over partitions and merged again:
+            # a file's lines no longer arrive in order.
+            in_order = analysed == topic
+            self.decoders[analysed] = (tc.decoder(in_order), tc.job_header)
+
+    async def _decide_then_start(self) -> None:
+        """Decides the `repartition = auto` topics from their records (keying.py), makes the
+        repartition stage if a topic needs one, then starts the clients; all of it waits for
+        the broker together."""
+        cfg = self.cfg
+        if any(cfg.topic_config(t).repartition == AUTO for t in cfg.input_topics()):
+            self._set_topics(await decide_repartition(cfg))
+        if self.repartitioner is None and self.cfg.repartitioned_topics():
+            self.repartitioner = Repartitioner(
+                self.cfg,
+                self.metrics.registry,
+                {
+                    t: self.decoders[self.cfg.repartition_topic(t)][0]
+                    for t in self.cfg.repartitioned_topics()
+                },
+            )
+        await self._start_clients()
+
     async def _connect(self) -> bool:
         """Starts the Kafka clients, waiting for the broker while it cannot be reached (see
         broker_wait.py); False if stopped first."""
@@ -213,7 +231,7 @@ class Daemon:
         self.notifier.status(f"waiting for {where}")
         try:
             return await start_when_reachable(
-                self._start_clients, self._stop_clients, self.stopping, where, log
+                self._decide_then_start, self._stop_clients, self.stopping, where, log
             )
         except KafkaError as e:
             raise DaemonError(f"cannot reach Kafka at {self.cfg.bootstrap_servers}: {e}") from None
