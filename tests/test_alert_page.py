@@ -57,7 +57,7 @@ def test_pages_serve_html_and_json_and_404(diagnosis: dict[str, Any]) -> None:
         status, ctype, body = fetch(f"{server.url}/incidents/{did}")
         assert status == 200 and ctype.startswith("text/html")
         html = body.decode()
-        assert html.index("Root cause") < html.index("Preceding lines") < html.index("Fix")
+        assert html.index("Root cause") < html.index("Fix") < html.index("Preceding lines")
         assert diagnosis["collateral_ranks"] in html
 
         status, ctype, body = fetch(f"{server.url}/incidents/{did}?format=json")

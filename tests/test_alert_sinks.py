@@ -80,7 +80,7 @@ def test_pagerduty_retries_429_and_500_then_is_accepted(diagnoses: list[dict[str
         settings = {
             "pagerduty_url": f"{server.url}/v2/enqueue",
             "pagerduty_routing_key": ROUTING_KEY,
-            "external_url": "https://rankwatch.example/",
+            "page_url": "https://rankwatch.example/",
         }
         result, m, _ = run_service(settings, lambda s: deliver(s, d))
     assert result == [True]
@@ -187,7 +187,8 @@ def test_webhook_json_is_signed_and_slack_mode_sends_text(
         assert result == [True]
     assert len(hook.received) == 2  # 503, then accepted
     last = hook.received[-1]
-    assert orjson.loads(last.body) == d
+    sent = orjson.loads(last.body)
+    assert sent.pop("incident_page").endswith(f"/incidents/{d['id']}") and sent == d
     want = "sha256=" + hmac.new(WEBHOOK_SECRET.encode(), last.body, hashlib.sha256).hexdigest()
     assert last.headers["X-Rankwatch-Signature"] == want
     assert m['rankwatch_alert_retried_total{sink="webhook-1"}'] == 1

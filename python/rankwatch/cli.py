@@ -254,9 +254,28 @@ def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
         metavar="N",
         help="preceding lines to print per incident (JSON always has all)",
     )
-    a.add_argument("--ring-lines", type=COUNT, default=256, metavar="N")
-    a.add_argument("--memory-budget-bytes", type=MEMORY_BYTES, default=1 << 30, metavar="BYTES")
-    a.add_argument("--incident-horizon-ms", type=SPAN_MS, default=20 * 60_000, metavar="MS")
+    a.add_argument(
+        "--ring-lines",
+        type=COUNT,
+        default=256,
+        metavar="N",
+        help="lines kept per process for the preceding-lines context (default 256)",
+    )
+    a.add_argument(
+        "--memory-budget-bytes",
+        type=MEMORY_BYTES,
+        default=1 << 30,
+        metavar="BYTES",
+        help="memory the analysis may hold, in bytes (default 1073741824: 1 GiB)",
+    )
+    a.add_argument(
+        "--incident-horizon-ms",
+        type=SPAN_MS,
+        default=20 * 60_000,
+        metavar="MS",
+        help="failure lines this close in time, in milliseconds, belong to one incident "
+        "(default 1,200,000: 20 min)",
+    )
     a.add_argument(
         "--threads",
         type=THREADS,
@@ -271,7 +290,13 @@ def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
     add_catalog_parser(sub, cmd_catalog)
 
     v = sub.add_parser("validate", help="validate the catalog (and config)")
-    v.add_argument("--catalog", action="append", default=[], metavar="PATH")
+    v.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="extra catalog file or folder to validate with the shipped one (repeatable)",
+    )
     v.add_argument("--config", metavar="FILE", help="daemon config (TOML) to check")
     v.set_defaults(func=cmd_validate)
 
@@ -292,8 +317,20 @@ def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
         "source checkout",
     )
     d.add_argument("--port", type=int, default=19192, help="dev broker port")
-    d.add_argument("--settle-ms", type=int, default=3000)
-    d.add_argument("--timeout-s", type=float, default=180.0)
+    d.add_argument(
+        "--settle-ms",
+        type=int,
+        default=3000,
+        metavar="MS",
+        help="the daemon's settle window, in milliseconds of log time (default 3000)",
+    )
+    d.add_argument(
+        "--timeout-s",
+        type=float,
+        default=180.0,
+        metavar="S",
+        help="give up when no diagnosis came within this many seconds (default 180)",
+    )
     d.set_defaults(func=cmd_demo)
     return p
 

@@ -70,7 +70,9 @@ def add_catalog_parser(
         metavar="PATH",
         help="extra catalog file or folder (repeatable)",
     )
-    late.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
+    late.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON (show, test)"
+    )
     actions = c.add_subparsers(dest="action", required=True, metavar="{list,show,test}")
     actions.add_parser("list", parents=[late], help="every signature, one a line")
     show = actions.add_parser("show", parents=[late], help="one signature as JSON")

@@ -178,15 +178,31 @@ def _sources_over_cap(d: Diagnosis, st: Style) -> list[str]:
     ]
 
 
+def counted(lines: Sequence[str]) -> list[str]:
+    """Each distinct line once, in first-seen order, with how often it came when more than once
+    (processes told apart by nothing the line shows)."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        counts[line] = counts.get(line, 0) + 1
+    return [line if n == 1 else f"{line}  (x{n})" for line, n in counts.items()]
+
+
 def _suspects(d: Diagnosis, st: Style) -> list[str]:
     suspects = d.get("suspects") or []
     if len(suspects) <= 1:
         return []
-    out = [st.bold("Other suspects")]
-    for s in suspects[1:5]:
-        reasons = "; ".join(s.get("reasons", [])[:2]) or "-"
-        out.append(f"  {_who(s)}  score {s.get('score')}: {reasons}")
-    return out
+    lines = counted([suspect_text(s) for s in suspects[1:5]])
+    return [st.bold("Other suspects"), *("  " + line for line in lines)]
+
+
+def suspect_text(s: dict[str, Any]) -> str:
+    reasons = "; ".join(s.get("reasons", [])[:2]) or "-"
+    return f"{_who(s)}  score {s.get('score')}: {reasons}"
+
+
+def alternative_text(a: dict[str, Any]) -> str:
+    sig = f" [{a['signature']}]" if a.get("signature") else ""
+    return f"{_who(a)}{sig}: {a.get('why_not')}"
 
 
 def _preceding(d: Diagnosis, st: Style, context_lines: int) -> list[str]:
@@ -214,7 +230,7 @@ def _advice(d: Diagnosis, st: Style) -> list[str]:
     alts = d.get("alternatives") or []
     if alts:
         out.append(st.bold("Alternatives considered"))
-        out.extend(f"  {_who(a)} [{a.get('signature')}]: {a.get('why_not')}" for a in alts[:4])
+        out.extend("  " + line for line in counted([alternative_text(a) for a in alts[:4]]))
     return out
 
 

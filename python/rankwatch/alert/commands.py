@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any
 
-from rankwatch.alert.config import OPTIONS, env_name, load_alert_config
+from rankwatch.alert.config import ALIASES, OPTIONS, env_name, load_alert_config
 from rankwatch.daemon.config import BOOL, CHOICE, INT, LIST, ConfigError, flag_help, flag_name
 from rankwatch.daemon.logs import setup_logging
 
@@ -35,7 +35,8 @@ def _add_flags(p: argparse.ArgumentParser) -> None:
             kw["action"] = "append"
         elif meta["kind"] == CHOICE:
             kw["choices"] = meta["choices"]
-        p.add_argument(flag_name(key), **kw)
+        aliases = [flag_name(old) for old, new in ALIASES.items() if new == key]
+        p.add_argument(flag_name(key), *aliases, **kw)
 
 
 def cmd_alert(args: argparse.Namespace) -> int:

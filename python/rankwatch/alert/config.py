@@ -77,9 +77,11 @@ class AlertConfig:
     http_addr: str = _opt(
         "127.0.0.1:9465", "host:port of /incidents, /metrics and /healthz ('off')", kind=ADDR
     )
-    external_url: str | None = _opt(
+    page_url: str | None = _opt(
         None,
-        "base URL people reach the incident pages at (default: http://<http_addr>)",
+        "base URL people reach the incident pages at, e.g. behind an ingress; every alert "
+        "links to <URL>/incidents/<id> (default: http://<http_addr>; no link when http_addr "
+        "is off)",
         kind=OPT_STR,
         metavar="URL",
     )
@@ -145,11 +147,14 @@ class AlertConfig:
         host, _, port = self.http_addr.rpartition(":")
         return host.strip("[]") or "127.0.0.1", int(port)
 
-    def page_base(self, bound: tuple[str, int] | None = None) -> str:
-        """Base URL of the incident pages (no trailing slash)."""
-        if self.external_url:
-            return self.external_url.rstrip("/")
-        host, port = bound or self.http_listen() or ("127.0.0.1", 9465)
+    def page_base(self, bound: tuple[str, int] | None = None) -> str | None:
+        """Base URL of the incident pages (no trailing slash); None when nothing serves them."""
+        if self.page_url:
+            return self.page_url.rstrip("/")
+        listen = bound or self.http_listen()
+        if listen is None:
+            return None
+        host, port = listen
         if host in ("0.0.0.0", "::", ""):  # every interface: name the machine instead
             host = socket.getfqdn()
         return http_url(host, port)
@@ -179,6 +184,8 @@ class AlertConfig:
 
 OPTIONS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(AlertConfig)}
 OWN_ENV_KEYS = ("topic", "group_id", "client_id")
+# Earlier names of keys, still read from files, the environment and flags.
+ALIASES = {"external_url": "page_url"}
 
 
 def env_name(key: str) -> str:
@@ -197,6 +204,12 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{host}{rest}"
 
 
+def _env_names() -> list[tuple[str, str]]:
+    """(key, variable) for every key, an alias's variable before the key's own (which wins)."""
+    old = [(key, env_name(alias)) for alias, key in ALIASES.items()]
+    return old + [(key, env_name(key)) for key in OPTIONS]
+
+
 def load_alert_config(
     path: str | Path | None = None,
     *,
@@ -207,17 +220,18 @@ def load_alert_config(
     from flags). Raises ConfigError naming the source of a bad value."""
     values: dict[str, Any] = {}
     if path is not None:
-        for key, value in read_toml(path).items():
+        for name, value in read_toml(path).items():
+            key = ALIASES.get(name, name)
             if key not in OPTIONS:
                 raise ConfigError(f"{path}: unknown key {key!r}{_suggest(key, list(OPTIONS))}")
             values[key] = _check_value(key, value, f"{path}: {key}", OPTIONS)
     env = os.environ if environ is None else environ
-    for key in OPTIONS:
-        name = env_name(key)
+    for key, name in _env_names():
         if name in env:
             text = parse_text(key, env[name], name, OPTIONS)
             values[key] = _check_value(key, text, name, OPTIONS)
-    for key, value in (overrides or {}).items():
+    for name, value in (overrides or {}).items():
+        key = ALIASES.get(name, name)
         if key not in OPTIONS:
             raise ConfigError(f"unknown option {key!r}")
         values[key] = _check_value(key, value, flag_name(key), OPTIONS)
@@ -246,8 +260,8 @@ def check_alert_config(cfg: AlertConfig) -> None:
     for url in cfg.webhook_url:
         _check_url(url, "webhook_url")
     _check_url(cfg.pagerduty_url, "pagerduty_url")
-    if cfg.external_url is not None:
-        _check_url(cfg.external_url, "external_url")
+    if cfg.page_url is not None:
+        _check_url(cfg.page_url, "page_url")
     if cfg.heartbeat_interval_ms >= cfg.session_timeout_ms:
         raise ConfigError("heartbeat_interval_ms must be below session_timeout_ms")
     if cfg.sink_backoff_max_ms < cfg.sink_backoff_ms:

@@ -116,7 +116,7 @@ def slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def slack_text(d: Diagnosis, link: str) -> str:
+def slack_text(d: Diagnosis, link: str | None) -> str:
     lines = [f"*{slack_escape(clip(summary(d), 300))}*"]
     line = root_line(d)
     if line:
@@ -124,6 +124,7 @@ def slack_text(d: Diagnosis, link: str) -> str:
     lines.append(f"Collateral: {slack_escape(collateral_text(d))}")
     if d.get("fix"):
         lines.append(f"Fix: {slack_escape(clip(str(d['fix']), 1000))}")
-    label = slack_escape(f"Incident {d['id']}").replace("|", "/")
-    lines.append(f"<{link.replace('|', '%7C')}|{label}>")
+    if link:
+        label = slack_escape(f"Incident {d['id']}").replace("|", "/")
+        lines.append(f"<{link.replace('|', '%7C')}|{label}>")
     return "\n".join(lines)

@@ -9,14 +9,14 @@ from html import escape
 from urllib.parse import quote
 
 from rankwatch.alert import content
-from rankwatch.report import Diagnosis
+from rankwatch.report import Diagnosis, alternative_text, counted, suspect_text
 from rankwatch.report import _who as who
 
 PRECEDING_SHOWN = 100
 
 STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:70em;padding:0 1em;
-color:#1b1b1b;background:#fff}
+color:#1b1b1b;background:#fff;overflow-wrap:anywhere}
 h1{font-size:1.3em;margin:.2em 0}h2{font-size:1.05em;margin:1.2em 0 .3em}
 .meta,.dim{color:#666}.root{border-left:5px solid #c62828;padding:.4em .9em;background:#fff5f5}
 .root .who{font-weight:600}pre{background:#f4f4f4;padding:.5em .7em;overflow-x:auto;
@@ -144,20 +144,17 @@ def _suspects_and_alternatives(d: Diagnosis) -> list[str]:
     out: list[str] = []
     suspects = d.get("suspects") or []
     if len(suspects) > 1:
-        items = "".join(
-            f"<li>{_e(who(s))} score {_e(s.get('score'))}: "
-            f"{_e('; '.join(s.get('reasons', [])[:2]) or '-')}</li>"
-            for s in suspects[1:5]
-        )
+        items = _items(counted([suspect_text(s) for s in suspects[1:5]]))
         out.append(f"<h2>Other suspects</h2><ul>{items}</ul>")
     alts = d.get("alternatives") or []
     if alts:
-        items = "".join(
-            f"<li>{_e(who(a))} [{_e(a.get('signature'))}]: {_e(a.get('why_not'))}</li>"
-            for a in alts[:4]
-        )
+        items = _items(counted([alternative_text(a) for a in alts[:4]]))
         out.append(f"<h2>Alternatives considered</h2><ul>{items}</ul>")
     return out
+
+
+def _items(lines: Iterable[str]) -> str:
+    return "".join(f"<li>{_e(line)}</li>" for line in lines)
 
 
 def _copyable(title: str, ident: str, text: object) -> list[str]:
@@ -180,16 +177,22 @@ def render_incident(d: Diagnosis) -> str:
         f"<p class=meta>job {_e(d.get('job'))} · confidence {conf:.2f}{tie} · "
         f"status {_e(d.get('status') or 'open')}</p>",
         *_root_cause(d),
+        *_advice(d),
         *_preceding(d),
         *_evidence(d),
         *_collateral(d),
+        *_suspects_and_alternatives(d),
     ]
-    if d.get("cause"):
-        body.append(f"<h2>Cause</h2><p>{_e(d['cause'])}</p>")
-    body += _copyable("Fix", "fix", d.get("fix"))
-    body += _copyable("Verify", "verify", d.get("verify"))
-    body += _suspects_and_alternatives(d)
     return _page(f"rankwatch: {content.summary(d)}", body)
+
+
+def _advice(d: Diagnosis) -> list[str]:
+    """Cause, fix and verify, right under the root cause: what to do comes before the long
+    evidence (preceding lines, collateral)."""
+    out = [f"<h2>Cause</h2><p id=cause>{_e(d['cause'])}</p>"] if d.get("cause") else []
+    return (
+        out + _copyable("Fix", "fix", d.get("fix")) + _copyable("Verify", "verify", d.get("verify"))
+    )
 
 
 def render_index(diagnoses: Sequence[Diagnosis]) -> str:

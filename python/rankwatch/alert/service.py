@@ -107,7 +107,10 @@ class AlertService:
     def owns_partitions(self) -> tuple[bool, dict[str, Any]]:
         return self.assigned, {"status": "ready" if self.assigned else "no partitions assigned"}
 
-    def link(self, did: str) -> str:
+    def link(self, did: str) -> str | None:
+        """The incident's page, if one is served or a page URL is configured."""
+        if self.base_url is None:
+            return None
         return f"{self.base_url}/incidents/{quote(did, safe='')}"
 
     def _sinks(self) -> list[Sink]:
@@ -139,8 +142,7 @@ class AlertService:
                 await self.http.start(*listen)
             except OSError as e:
                 raise AlertError(f"http_addr {self.cfg.http_addr}: {e.strerror}") from None
-            if self.cfg.external_url is None:
-                self.base_url = self.cfg.page_base(self.http.address)
+            self.base_url = self.cfg.page_base(self.http.address)
             log.info("incident pages on %s/incidents", self.base_url)
         await self.start_sinks()
         tasks: list[asyncio.Task[None]] = []

@@ -53,19 +53,21 @@ class Firing:
     """An incident Alertmanager is told about until it expires."""
 
     diagnosis: Diagnosis
-    link: str
+    link: str | None
     starts_at: str
     updated: float  # time.time() of the last version seen
 
 
 def alertmanager_alert(f: Firing, ends_at: float) -> dict[str, Any]:
-    return {
+    alert = {
         "labels": content.alert_labels(f.diagnosis),
         "annotations": content.alert_annotations(f.diagnosis),
         "startsAt": f.starts_at,
         "endsAt": iso(ends_at),
-        "generatorURL": f.link,
     }
+    if f.link:
+        alert["generatorURL"] = f.link
+    return alert
 
 
 def alertmanager_request(url: str, alerts: list[dict[str, Any]]) -> Request:
@@ -85,7 +87,9 @@ class FiringSet:
         self.limit = limit
         self.firing: dict[str, Firing] = {}
 
-    def restore(self, d: Diagnosis, link: str, updated: float, now: float | None = None) -> bool:
+    def restore(
+        self, d: Diagnosis, link: str | None, updated: float, now: float | None = None
+    ) -> bool:
         """Takes back an incident a restart forgot (read again from the topic, last updated
         at `updated`), if still fresh and not known: it is re-sent from the next round on, and
         nothing is sent now. True when taken."""
@@ -102,7 +106,9 @@ class FiringSet:
             log.warning("firing set full (%d): %s is no longer re-sent", self.limit, oldest)
             del self.firing[oldest]
 
-    def update(self, d: Diagnosis, link: str, now: float | None = None) -> list[dict[str, Any]]:
+    def update(
+        self, d: Diagnosis, link: str | None, now: float | None = None
+    ) -> list[dict[str, Any]]:
         """Records a new version of a diagnosis; returns the alerts to send now: the firing
         one, preceded by the previous version resolved if the update changed its labels (a
         new root cause is another Alertmanager alert; the old one must not linger)."""
@@ -139,7 +145,7 @@ class FiringSet:
 # --- PagerDuty --------------------------------------------------------------------------------
 
 
-def pagerduty_event(d: Diagnosis, routing_key: str, link: str) -> dict[str, Any]:
+def pagerduty_event(d: Diagnosis, routing_key: str, link: str | None) -> dict[str, Any]:
     """A `trigger` event; `dedup_key` is the diagnosis id, so an update of the diagnosis
     updates the same PagerDuty alert instead of opening another."""
     rc, sig = content.part(d, "root_cause"), content.part(d, "signature")
@@ -170,18 +176,20 @@ def pagerduty_event(d: Diagnosis, routing_key: str, link: str) -> dict[str, Any]
     start = started_at(d, 0.0)
     if not start.startswith("1970"):
         payload["timestamp"] = start
-    return {
+    event = {
         "routing_key": routing_key,
         "event_action": "trigger",
         "dedup_key": d["id"],
         "payload": payload,
-        "links": [{"href": link, "text": f"rankwatch incident {d['id']}"}],
         "client": "rankwatch",
-        "client_url": link,
     }
+    if link:
+        event["links"] = [{"href": link, "text": f"rankwatch incident {d['id']}"}]
+        event["client_url"] = link
+    return event
 
 
-def pagerduty_request(url: str, d: Diagnosis, routing_key: str, link: str) -> Request:
+def pagerduty_request(url: str, d: Diagnosis, routing_key: str, link: str | None) -> Request:
     event = orjson.dumps(pagerduty_event(d, routing_key, link))
     return Request(url, event, JSON, secrets=(routing_key,))
 
@@ -194,14 +202,14 @@ def sign(body: bytes, secret: str) -> str:
 
 
 def webhook_request(
-    url: str, d: Diagnosis, link: str, *, secret: str | None, fmt: str = "json"
+    url: str, d: Diagnosis, link: str | None, *, secret: str | None, fmt: str = "json"
 ) -> Request:
-    """The diagnosis JSON (or `{"text": ...}` for Slack-compatible receivers), signed with
-    HMAC-SHA256 of the body when a secret is set."""
+    """The diagnosis JSON with its page's URL as `incident_page` (or `{"text": ...}` for
+    Slack-compatible receivers), signed with HMAC-SHA256 of the body when a secret is set."""
     if fmt == "slack":
         body = orjson.dumps({"text": content.slack_text(d, link)})
     else:
-        body = orjson.dumps(d)
+        body = orjson.dumps({**d, "incident_page": link} if link else d)
     headers = dict(JSON)
     if secret:
         headers[SIGNATURE_HEADER] = sign(body, secret)

@@ -14,6 +14,20 @@ from rankwatch.simulate.fleetgen import LAYOUTS, SCENARIOS, Truth, generate
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
+ABOUT = {
+    "wrong_iface": "one host's NCCL bootstraps on docker0, a bridge other hosts cannot reach",
+    "ib_link_down": "an InfiniBand port goes down on one host; its peers' transfers fail",
+    "cuda_error": "one rank hits an illegal memory access (CUDA error); the rest time out",
+    "oom_kill": "the kernel's OOM killer kills one worker; torchrun tears the job down",
+    "desync": "one rank never joins a collective the others wait in",
+    "version_mismatch": "one host runs another NCCL version than the rest of the job",
+    "shm_full": "/dev/shm is too small on one host: NCCL cannot extend a shared segment",
+    "cuda_oom": "one rank runs out of GPU memory (torch.OutOfMemoryError)",
+    "xid79": "a GPU falls off the bus (Xid 79 in the kernel log); its rank stalls",
+    "healthy": "a run that trains to the end; no failure injected",
+    "healthy_noisy": "a healthy run with the scary but harmless lines real jobs print",
+}
+
 
 def _error(message: str, code: int) -> int:
     print(f"rankwatch: {message}", file=sys.stderr)
@@ -71,7 +85,8 @@ def _replay(args: argparse.Namespace, folder: Path, job: str) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     if args.list:
-        print("\n".join(SCENARIOS))
+        width = max(map(len, SCENARIOS))
+        print("\n".join(f"{name:<{width}}  {ABOUT[name]}" for name in SCENARIOS))
         return EXIT_OK
     if args.scenario is None:
         return _error("simulate needs a SCENARIO (see --list)", EXIT_USAGE)
@@ -111,16 +126,39 @@ def register(subparsers: Any) -> None:
         ),
     )
     s.add_argument("scenario", nargs="?", choices=SCENARIOS, metavar="SCENARIO")
-    s.add_argument("--list", action="store_true", help="list the scenarios")
+    s.add_argument("--list", action="store_true", help="list the scenarios, what each injects")
     s.add_argument("--out", metavar="DIR", help="write the logs into this (empty) folder")
     s.add_argument("--topic", help="replay the logs into this Kafka topic instead")
     s.add_argument("--job", help="job name (default sim-SCENARIO)")
-    s.add_argument("--ranks", type=int, default=64)
-    s.add_argument("--gpus-per-node", type=int, default=8)
-    s.add_argument("--layout", choices=LAYOUTS, default="per-node")
-    s.add_argument("--skew-s", type=float, default=5.0, help="host clock skew bound")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--steps", type=int, default=20, help="training steps before the failure")
+    s.add_argument(
+        "--ranks", type=int, default=64, metavar="N", help="ranks in the job (default 64)"
+    )
+    s.add_argument(
+        "--gpus-per-node", type=int, default=8, metavar="N", help="ranks per host (default 8)"
+    )
+    s.add_argument(
+        "--layout",
+        choices=LAYOUTS,
+        default="per-node",
+        help="one log file per rank, one per host, or torchrun's --log-dir tree (default per-node)",
+    )
+    s.add_argument(
+        "--skew-s",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="host clocks are off by up to this many seconds (default 5)",
+    )
+    s.add_argument(
+        "--seed", type=int, default=0, help="the same seed gives the same logs (default 0)"
+    )
+    s.add_argument(
+        "--steps",
+        type=int,
+        default=20,
+        metavar="N",
+        help="training steps before the failure, or in all for a healthy run (default 20)",
+    )
     s.add_argument("--config", metavar="FILE", help="TOML config file (connection settings)")
     _add_option_flags(s, CONNECTION_KEYS)
     s.set_defaults(func=cmd_simulate)

@@ -280,6 +280,8 @@ pub struct Incident {
     /// `start_ms`/`min_ms` are records' times (no line of the job had printed one yet): the
     /// first printed time replaces them.
     pub record_times: bool,
+    /// `start_ms` is the time of a hit that shows a failure (not only a benign warning).
+    pub anchored_on_failure: bool,
     pub opened_wall_ms: i64,
     pub hits: Vec<u32>,
     pub published_hash: Option<u64>,

@@ -41,6 +41,12 @@ pub struct Diagnosis {
 }
 
 /// Puts a new hit into an incident of its job, opening one if none is near in time.
+///
+/// An incident lies within `incident_horizon_ms` of its anchor: its first hit that shows a
+/// failure, or its first hit while it has none. A benign warning (a launcher's banner, a
+/// barrier notice at start-up) does not hold the anchor once a failure joins: anchored there,
+/// a run longer than the horizon split the failure's evidence in two (the ranks whose lines
+/// came first, with the start-up warnings, became an incident of their own).
 pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms: i64) {
     let horizon = cfg.incident_horizon_ms;
     // A record's time is on another clock than the times lines print: where lines print
@@ -65,9 +71,10 @@ pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms
                     (inc.start_ms, inc.min_ms, inc.record_times) = (None, None, false);
                 }
                 inc.min_ms = Some(inc.min_ms.map_or(t, |m| m.min(t)));
-                if inc.start_ms.is_none() {
+                if inc.start_ms.is_none() || !inc.anchored_on_failure && !hit.warn_only {
                     inc.start_ms = Some(t);
                     inc.record_times = from_record;
+                    inc.anchored_on_failure = !hit.warn_only;
                 }
             }
             return;
@@ -83,6 +90,7 @@ pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms
         start_ms: ts,
         min_ms: ts,
         record_times: ts.is_some() && from_record,
+        anchored_on_failure: ts.is_some() && !hit.warn_only,
         opened_wall_ms: wall_ms,
         hits: vec![idx],
         published_hash: None,

@@ -154,9 +154,14 @@ impl<'a> View<'a> {
             .iter()
             .map(|e| json!({"rule": e.rule, "weight": e.weight, "why": e.why}))
             .collect();
+        // Processes of one host with no known rank differ only by their pid.
+        let pid = self
+            .sources_of_who(c.who)
+            .iter()
+            .find_map(|&s| self.job.sources[s as usize].pid);
         json!({
-            "rank": c.rank(), "host": host, "score": c.score(), "signature": sig, "line": line,
-            "reasons": c.reasons(), "evidence": evidence,
+            "rank": c.rank(), "host": host, "pid": pid, "score": c.score(), "signature": sig,
+            "line": line, "reasons": c.reasons(), "evidence": evidence,
         })
     }
 
@@ -468,6 +473,10 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
     let first_warning_json = first_warning.map(|i| {
         let mut j = v.hit_json(i);
         let h = v.hit(i);
+        // One process, one GPU: the root cause's, not another reading of another line.
+        if v.sources_of_who(top.who).contains(&h.source) && !root.json["device"].is_null() {
+            j["device"] = root.json["device"].clone();
+        }
         j["preceding_lines"] = json!(v.lines_before(&[h.source], Some((h.seq, h.source, h.ts_ms))));
         j
     });
@@ -652,8 +661,9 @@ fn first_warning(v: &View, inc: &Incident, top: &Cand, root_text: &str) -> Optio
         .filter(|&i| v.hit(i).text != root_text)
 }
 
-/// Collateral of one signature: its ranks, its lines, and whether the root cause explains it.
-type Group = (BTreeSet<u32>, usize, bool);
+/// Collateral of one signature: its ranks, its lines, whether the root cause explains it, and
+/// whether it is only benign warnings (every line a warning that alone shows no failure).
+type Group = (BTreeSet<u32>, usize, bool, bool);
 
 /// Every other rank's hits grouped by signature, and the set of those ranks.
 fn collateral(
@@ -676,17 +686,21 @@ fn collateral(
             Some(s) => s.id.clone(),
             None => format!("unclassified\t{}", v.unclassified_template(h)),
         };
-        let e = coll.entry(key).or_default();
+        let e = coll
+            .entry(key)
+            .or_insert_with(|| (BTreeSet::new(), 0, false, true));
         e.0.insert(r);
         e.1 += 1;
         e.2 |= h.sig.is_some_and(|s| explains.contains(&s));
+        e.3 &= h.warn_only;
         all.insert(r);
     }
     let mut list: Vec<(String, Group)> = coll.into_iter().collect();
-    list.sort_by(|a, b| b.1 .0.len().cmp(&a.1 .0.len()).then(a.0.cmp(&b.0)));
+    // Benign warnings come last however many ranks printed them: healthy runs print them too.
+    list.sort_by(|a, b| (a.1 .3, b.1 .0.len(), &a.0).cmp(&(b.1 .3, a.1 .0.len(), &b.0)));
     let out = list
         .into_iter()
-        .map(|(key, (ranks, n, explained))| {
+        .map(|(key, (ranks, n, explained, _))| {
             let (id, template) = key.split_once('\t').unwrap_or((key.as_str(), ""));
             let title = v
                 .cat
