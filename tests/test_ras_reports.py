@@ -68,7 +68,7 @@ def gpu_tail(rank: int) -> str:
 
 def job(tmp_path: Path, ras: str, name: str = "ras-report.txt") -> Path:
     d = tmp_path / "job"
-    d.mkdir()
+    d.mkdir(parents=True)
     for r in range(RANKS):
         (d / f"rank-{r}.log").write_text(rank_log(r))
     (d / name).write_text(ras)
@@ -198,3 +198,187 @@ def test_a_report_pasted_into_a_log_is_read_too(tmp_path: Path, catalog: Catalog
     assert d["cause_signature"]["id"] == "ras_rank_status"
     assert d["root_cause"]["rank"] == 1
     assert "still initializing" in d["cause"]
+
+
+# --- The JSON form (`ncclras -f json`, NCCL 2.28.7+), in the layout rasDumpCommsToJSON prints ---
+
+COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
+
+
+def ip(rank: int) -> str:
+    """The address RAS prints for a rank's process (the one its NCCL init line names)."""
+    return f"10.40.{rank // 4}.5"
+
+
+def json_rank(rank: int, allreduce: int, init_state: int = 0, async_error: int = 0) -> str:
+    counts = ",\n".join(
+        f'            "{c}": {allreduce if c == "AllReduce" else 0}' for c in COLLECTIVES
+    )
+    return (
+        "        {\n"
+        f'          "rank": {rank},\n'
+        f'          "host": "{ip(rank)}",\n'
+        f'          "pid": {pid(rank)},\n'
+        f'          "cuda_dev": {rank % 4},\n'
+        f'          "nvml_dev": {rank % 4},\n'
+        '          "status": {\n'
+        f'            "init_state": {init_state},\n'
+        f'            "async_error": {async_error},\n'
+        '            "finalize_called": false,\n'
+        '            "destroy_flag": false,\n'
+        '            "abort_flag": false\n'
+        "          },\n"
+        '          "collective_counts": {\n'
+        f"{counts}\n"
+        "          }\n"
+        "        }"
+    )
+
+
+def json_missing(rank: int, dead: bool, comma: bool = True) -> str:
+    """A missing rank; `comma=False` is 2.28.7/2.28.9's layout (no comma after nvml_dev)."""
+    return (
+        "        {\n"
+        f'          "rank": {rank},\n'
+        f'          "host": "{ip(rank)}",\n'
+        f'          "pid": {pid(rank)},\n'
+        f'          "cuda_dev": {rank % 4},\n'
+        f'          "nvml_dev": {rank % 4}{"," if comma else ""}\n'
+        '          "status": {\n'
+        '            "unresponsive": true,\n'
+        f'            "considered_dead": {"true" if dead else "false"}\n'
+        "          }\n"
+        "        }"
+    )
+
+
+def ras_json(ranks: list[str], missing: list[str] | None = None, version: str = "2.29.2") -> str:
+    missing = missing or []
+    return (
+        "{\n"
+        f'  "nccl_version": "{version}",\n'
+        '  "cuda_runtime_version": 12080,\n'
+        '  "cuda_driver_version": 12080,\n'
+        '  "timestamp": "2026-03-02 09:14:07",\n'
+        '  "communicators_count": 1,\n'
+        '  "communicators": [\n'
+        "    {\n"
+        '      "hash": "0x3be0917c55a2d64f",\n'
+        '      "secondary_hash": "0x91c2e07d11aa4b30:0x5e7f0c21d9b84a16",\n'
+        f'      "size": {RANKS},\n'
+        f'      "ranks_count": {len(ranks)},\n'
+        f'      "missing_ranks_count": {len(missing)},\n'
+        '      "ranks": [\n' + ",\n".join(ranks) + "\n      ],\n"
+        '      "missing_ranks": [\n' + ",\n".join(missing) + "\n      ]\n"
+        "    }\n"
+        "  ],\n"
+        '  "ras": {\n'
+        '    "collection_time_sec": 0.006,\n'
+        '    "timeouts_count": 0\n'
+        "  }\n"
+        "}\n"
+    )
+
+
+def hang(behind: int) -> str:
+    return ras_json([json_rank(r, 9315 if r == behind else 9316) for r in range(RANKS)])
+
+
+def test_a_json_report_is_found_by_its_content(tmp_path: Path) -> None:
+    d = job(tmp_path, hang(6), name="ras-query.json")
+    (d / "config.json").write_text('{"nccl_version": "2.29.2", "lr": 0.1}\n')
+    files, _ = discover([d])
+    names = {f.path.name for f in files}
+    assert "ras-query.json" in names and "config.json" not in names
+
+
+def test_a_healthy_json_report_makes_no_diagnosis(tmp_path: Path, catalog: Catalog) -> None:
+    assert analyze(job(tmp_path, hang(99), name="ras.json"), catalog) == []
+
+
+def test_a_hang_only_the_json_report_shows_names_the_rank_behind(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    [d] = analyze(job(tmp_path, hang(6), name="ras.json"), catalog)
+    root = d["root_cause"]
+    assert root["rank"] == 6 and root["host"] == "trn-a08"
+    assert root["line"].strip() == '"rank": 6,'
+    assert d["cause_signature"]["id"] == "ras_rank_behind"
+    assert "py-spy dump --pid 51206 on trn-a08" in d["fix"]
+    assert "9316" in d["cause"] and "AllReduce" in d["cause"]
+
+
+def test_the_text_and_the_json_report_of_one_hang_name_the_same_rank(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    body = (
+        "Warnings\n========\n\n#0-0 (3be0917c55a2d64f) MISMATCH\n"
+        "  Communicator ranks have different AllReduce operation counts\n"
+        "  7 ranks have launched up to operation 9316\n"
+        f"  Rank 6 has launched up to operation 9315 -- GPU 2 managed by process {pid(6)} "
+        f"on node {ip(6)}\n"
+    )
+    [t] = analyze(job(tmp_path / "t", report("RUNNING", "MISMATCH", body)), catalog)
+    [j] = analyze(job(tmp_path / "j", hang(6), name="ras.json"), catalog)
+    for k in ("rank", "host"):
+        assert t["root_cause"][k] == j["root_cause"][k]
+    assert t["cause_signature"]["id"] == j["cause_signature"]["id"] == "ras_rank_behind"
+    assert t["facts"]["lagging_ranks"] == j["facts"]["lagging_ranks"] == "6"
+
+
+def test_a_dead_process_in_the_2_28_json_is_the_root(tmp_path: Path, catalog: Catalog) -> None:
+    # 2.28.7/2.28.9 print no comma after a missing rank's nvml_dev: repaired, not refused.
+    ranks = [json_rank(r, 410) for r in range(RANKS) if r != 5]
+    text = ras_json(ranks, [json_missing(5, dead=True, comma=False)], version="2.28.9")
+    [d] = analyze(job(tmp_path, text, name="ras.json"), catalog)
+    assert d["cause_signature"]["id"] == "ras_process_dead"
+    assert d["root_cause"]["rank"] == 5 and d["root_cause"]["host"] == "trn-a08"
+
+
+def test_a_rank_with_its_own_error_in_the_json_is_the_root(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    ranks = [json_rank(r, 77, async_error=1 if r == 3 else 6) for r in range(RANKS)]
+    [d] = analyze(job(tmp_path, ras_json(ranks), name="ras.json"), catalog)
+    assert d["cause_signature"]["id"] == "ras_rank_error"
+    assert d["root_cause"]["rank"] == 3
+    assert "Unhandled CUDA error" in d["cause"]
+
+
+def test_hostile_json_reports_are_skipped_without_a_crash(tmp_path: Path, catalog: Catalog) -> None:
+    good = hang(6)
+    big = ras_json([json_rank(r, 5) for r in range(RANKS)] * 40)
+    hostile = {
+        "cut": good[: len(good) // 2],
+        "types": good.replace('"AllReduce": 9315', '"AllReduce": "9315"', 1),
+        "negative": good.replace('"rank": 6,', '"rank": -6,', 1),
+        "overflow": good.replace('"AllReduce": 9315', '"AllReduce": 1' + "0" * 30, 1),
+        "nested": good.replace('"ranks": [', '"ranks": ' + "[" * 5000, 1),
+        "nul": good.replace('"host": "10.40.1.5"', '"host": "10.40\x00.1.5"', 1),
+        "big": big,
+    }
+    for name, text in hostile.items():
+        d = job(tmp_path / name, text, name="ras.json")
+        assert analyze(d, catalog) == [], name
+    # Not UTF-8 at all.
+    d = job(tmp_path / "bytes", "", name="ras.json")
+    (d / "ras.json").write_bytes(
+        b'{\n  "nccl_version": "2.29.2",\n  "communicators_count": 1,\n\xff\xfe\n'
+    )
+    assert analyze(d, catalog) == []
+
+
+def test_a_json_report_too_large_to_keep_is_noted_beside_another_failure(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    big = ras_json([json_rank(r, 5 + (r == 0)) for r in range(RANKS)] * 40)
+    d = job(tmp_path, big, name="ras.json")
+    crash = (
+        f"\n{host(2)}:{pid(2)}:{pid(2) + 9} [2] enqueue.cc:1404 NCCL WARN Cuda failure "
+        "'an illegal memory access was encountered'\n"
+    )
+    (d / "rank-2.log").write_text(rank_log(2, crash))
+    [diag] = analyze(d, catalog)
+    assert diag["cause_signature"]["id"] != "ras_rank_behind"
+    notes = [o for o in diag.get("odd_context") or [] if o["field"] == "ncclras JSON report"]
+    assert notes and "beginning" in notes[0]["problem"]

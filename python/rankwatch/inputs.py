@@ -19,6 +19,23 @@ from rankwatch.flight_recorder import is_dump
 from rankwatch.safe_text import printable
 
 SKIP_SUFFIXES = {".json", ".toml", ".yaml", ".yml", ".py", ".pyc", ".so", ".png", ".jpg", ".pt"}
+# The head of an `ncclras -f json` report (NCCL 2.28.7+): `{`, then its first keys.
+_RAS_JSON_HEAD = re.compile(
+    rb'^\s*\{\s*"nccl_version"\s*:\s*"[^"]*"\s*,.*?"communicators', re.DOTALL
+)
+
+
+def is_ras_json(path: Path) -> bool:
+    """Whether a file is an `ncclras -f json` report, by its content: a JSON object whose
+    first key is `nccl_version` and which lists `communicators` (only the first 4 KiB are
+    read). Such a file is read as a log: the engine's RAS rule reads the report."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return _RAS_JSON_HEAD.match(head) is not None
+
 
 # Per-rank names: rank-3.log, rank_3.out, rank3.txt, rank-3.log.gz, Open MPI rank.3/stdout.
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)(?:\.[a-z]+){0,2}$", re.IGNORECASE)
@@ -165,7 +182,8 @@ def _entry_file(
     if stat.S_ISDIR(st.st_mode):
         return None  # a linked folder inside the root: its files are read where they are
     if path.suffix.lower() in SKIP_SUFFIXES and not (
-        path.suffix.lower() == ".json" and is_dump(path)  # a Flight Recorder dump as JSON
+        path.suffix.lower() == ".json"
+        and (is_dump(path) or is_ras_json(path))  # a Flight Recorder dump, an ncclras report
     ):
         return None
     if not stat.S_ISREG(st.st_mode):

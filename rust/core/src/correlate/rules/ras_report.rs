@@ -1,5 +1,6 @@
-//! NCCL RAS reports (the `ncclras` client's text output, NCCL 2.24 and later), saved into the
-//! job's folder or pasted into a log. A report line means something only with the lines around
+//! NCCL RAS reports (the `ncclras` client's text output, NCCL 2.24 and later, and its JSON
+//! output, `ncclras -f json`, NCCL 2.28.7 and later, read by [`json`] into the same report),
+//! saved into the job's folder or pasted into a log. A report line means something only with the lines around
 //! it: a `Rank 12 -- GPU 4 managed by process ...` line belongs to the group line above it, and
 //! which group of an operation-count mismatch is behind depends on the other groups. So this
 //! rule reads back the last report of each source whose report lines are in the incident (from
@@ -22,7 +23,10 @@ use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::Scope;
 use crate::correlate::util::{parse_rank_list, rank_ranges};
 use crate::correlate::view::{View, Who};
+use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
+
+mod json;
 
 const W_DEAD: i32 = 50;
 const W_MISSING: i32 = 35;
@@ -640,6 +644,17 @@ fn behind(cx: &Ctx, c: &Comm, size: Option<u32>, coll: &str, groups: &[Group], b
     }
 }
 
+/// The source's last report, text or JSON (whichever starts later); `Err` says why a JSON
+/// report in it could not be read.
+fn last_report(lines: &[(u64, String)]) -> Result<Report, String> {
+    let text_start = lines.iter().rposition(|(_, m)| m.trim() == "Job summary");
+    match json::locate(lines) {
+        Ok(Some(j)) if text_start.is_none_or(|t| t < j) => json::read(&lines[j..]),
+        Err(e) if text_start.is_none() => Err(e),
+        _ => Ok(parse(lines)),
+    }
+}
+
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let srcs: BTreeSet<u32> = scope
         .hits
@@ -650,7 +665,19 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         .collect();
     for src in srcs {
         let lines = report_lines(v, scope, src);
-        let report = parse(&lines);
+        let report = match last_report(&lines) {
+            Ok(r) => r,
+            Err(why) => {
+                // Reported beside the diagnosis, and skipped: no finding from part of a report.
+                scope.notes.borrow_mut().push(json!({
+                    "field": "ncclras JSON report",
+                    "host": v.job.sources[src as usize].origin.as_ref(),
+                    "value": "not read",
+                    "problem": why,
+                }));
+                continue;
+            }
+        };
         let hits = scope
             .hits
             .iter()
@@ -737,6 +764,155 @@ mod tests {
         let d = diagnose(&text);
         assert_eq!(d[0].json["cause_signature"]["id"], "ras_process_dead");
         assert!(root_line(&d).contains("Process 9120 on node gpu-b2"));
+    }
+
+    mod json_form {
+        use super::super::json::sample::{doc, missing, rank};
+        use super::report;
+        use crate::correlate::testkit::{diagnose, root_line};
+
+        /// Four ranks on one node; `lag` launched one AllReduce fewer than the rest.
+        fn ranks(lag: u32) -> Vec<String> {
+            (0..4)
+                .map(|r| {
+                    let n = if r == lag { 2209 } else { 2210 };
+                    rank(
+                        r,
+                        "10.7.0.2",
+                        7740 + r as i64,
+                        [0, 0, 12, 0, n],
+                        (0, 0, false),
+                    )
+                })
+                .collect()
+        }
+
+        #[test]
+        fn the_rank_behind_is_named_from_its_entry() {
+            let d = diagnose(&doc(&ranks(1), &[]));
+            assert_eq!(d.len(), 1, "{d:?}");
+            assert_eq!(d[0].json["cause_signature"]["id"], "ras_rank_behind");
+            assert_eq!(d[0].json["root_cause"]["rank"], 1);
+            assert_eq!(root_line(&d).trim(), "\"rank\": 1,");
+            assert_eq!(d[0].json["facts"]["ops_launched"], "2209");
+            assert_eq!(d[0].json["facts"]["ops_ahead"], "2210");
+            assert_eq!(d[0].json["facts"]["coll_op"], "AllReduce");
+            assert!(d[0].json["fix"].as_str().unwrap().contains("7741"));
+        }
+
+        #[test]
+        fn a_healthy_report_is_no_diagnosis() {
+            assert!(diagnose(&doc(&ranks(9), &[])).is_empty());
+        }
+
+        #[test]
+        fn a_dead_process_is_named_also_from_2_28_s_invalid_json() {
+            for comma in [true, false] {
+                let dead = missing(3, "10.7.0.3", 7743, true, comma);
+                let d = diagnose(&doc(&ranks(9)[..3], &[dead]));
+                assert_eq!(
+                    d[0].json["cause_signature"]["id"], "ras_process_dead",
+                    "{comma}"
+                );
+                assert!(d[0].json["cause"].as_str().unwrap().contains("7743"));
+            }
+        }
+
+        #[test]
+        fn the_text_and_the_json_report_of_one_hang_agree() {
+            let text = report(
+                "MISMATCH",
+                "Warnings\n========\n\n#0-0 (05d1e00a2b4d3f95) MISMATCH\n  \
+                 Communicator ranks have different AllReduce operation counts\n  \
+                 3 ranks have launched up to operation 2210\n  \
+                 Rank 1 has launched up to operation 2209 -- GPU 1 managed by process 7741 on node 10.7.0.2\n",
+            )
+            .replace("        16        16   RUNNING", "         4         4   RUNNING");
+            let (t, j) = (diagnose(&text), diagnose(&doc(&ranks(1), &[])));
+            for k in ["rank", "host"] {
+                assert_eq!(
+                    t[0].json["root_cause"][k], j[0].json["root_cause"][k],
+                    "{k}"
+                );
+            }
+            assert_eq!(t[0].json["cause_signature"], j[0].json["cause_signature"]);
+            for k in [
+                "comm_hash",
+                "lagging_ranks",
+                "ops_launched",
+                "ops_ahead",
+                "pid",
+            ] {
+                assert_eq!(t[0].json["facts"][k], j[0].json["facts"][k], "{k}");
+            }
+            // The text lists the many ranks ahead only by number; the JSON lists every rank.
+            assert_eq!(t[0].json["facts"]["ahead_ranks"], "3 ranks");
+            assert_eq!(j[0].json["facts"]["ahead_ranks"], "0,2-3");
+        }
+
+        #[test]
+        fn a_report_larger_than_memory_keeps_is_noted_not_guessed_at() {
+            // 16 ranks: more lines than the 256 a process keeps.
+            let all: Vec<String> = (0..16)
+                .map(|r| {
+                    rank(
+                        r,
+                        "10.7.0.2",
+                        7740 + r as i64,
+                        [0, 0, 0, 0, 5 + u64::from(r == 0)],
+                        (0, 0, false),
+                    )
+                })
+                .collect();
+            let failing = format!(
+                "{}gpu-b2:7741:7790 [1] NCCL WARN Cuda failure 'an illegal memory access was encountered'\n",
+                doc(&all, &[])
+            );
+            let d = diagnose(&failing);
+            assert_ne!(d[0].json["cause_signature"]["id"], "ras_rank_behind");
+            let notes = d[0].json["odd_context"].to_string();
+            assert!(
+                notes.contains("ncclras JSON report") && notes.contains("beginning"),
+                "{notes}"
+            );
+        }
+
+        #[test]
+        fn a_malformed_report_is_noted_and_skipped() {
+            let bad =
+                doc(&ranks(1), &[]).replacen("\"AllReduce\": 2209", "\"AllReduce\": \"x\"", 1);
+            let failing = format!(
+                "{bad}gpu-b2:7741:7790 [1] NCCL WARN Cuda failure 'an illegal memory access was encountered'\n"
+            );
+            let d = diagnose(&failing);
+            assert_ne!(d[0].json["cause_signature"]["id"], "ras_rank_behind");
+            assert!(d[0].json["odd_context"]
+                .to_string()
+                .contains("not the JSON NCCL prints"));
+            assert!(diagnose(&bad).is_empty());
+        }
+
+        #[test]
+        fn a_report_in_one_record_on_the_topic_is_read() {
+            use crate::records::{DecoderConfig, Format};
+            use crate::{Config, Engine};
+            use std::sync::Arc;
+            let cfg = DecoderConfig::preset(Format::Canonical);
+            let value =
+                serde_json::json!({"job": "j", "host": "ops-1", "line": doc(&ranks(2), &[])})
+                    .to_string()
+                    .into_bytes();
+            let mut e = Engine::new(
+                Arc::new(crate::correlate::testkit::shipped_catalog()),
+                Config::default(),
+            );
+            let rejected =
+                e.feed_records(&cfg, "t/0", &[(value.as_slice(), None, None, Some(1_000))]);
+            assert!(rejected.is_empty());
+            let d = e.finish();
+            assert_eq!(d[0].json["cause_signature"]["id"], "ras_rank_behind");
+            assert_eq!(d[0].json["root_cause"]["rank"], 2);
+        }
     }
 
     #[test]

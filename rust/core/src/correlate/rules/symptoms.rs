@@ -1,5 +1,6 @@
 //! A process that only printed symptoms (its line: the most telling one) (or, in an incident no signature recognised, only
-//! unclassified errors) is a weak suspect: a quarter of the symptom's weight.
+//! unclassified errors) is a weak suspect: a quarter of the symptom's weight. A symptom of
+//! weight 0 is only a marker for an evidence rule and makes no suspect.
 //!
 //! The most telling symptom is the one with the highest weight, except that the text after
 //! `Last error:` in PyTorch's NCCL error block comes first: it is NCCL's own account of the
@@ -14,6 +15,9 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     for &i in scope.hits {
         let h = v.hit(i);
         let weight = match v.sig(h) {
+            // Weight 0: a marker that tells an evidence rule where to look (an ncclras JSON
+            // report, which lists healthy and failing ranks alike), no suspect by itself.
+            Some(s) if s.role == Role::Symptom && s.weight == 0 => continue,
             Some(s) if s.role == Role::Symptom => s.weight,
             Some(_) => continue,
             None if !scope.classified => 0,
