@@ -4,6 +4,7 @@
 mod apply;
 mod files;
 mod lines;
+mod local_routes;
 
 pub use files::{FileInput, FilesReport};
 
@@ -113,7 +114,18 @@ struct RouteCache {
     key_src: Option<u32>,
     local: Vec<(u16, u32)>,
     host: Option<(String, crate::job::HostId)>,
-    host_noted: bool,
+    /// The hosts the stream's NCCL (or libfabric) lines named.
+    named_hosts: NamedHosts,
+}
+
+/// The hosts a stream's lines named so far: none, one (the stream's host, for its lines that
+/// name none), or several (a mixed stream: its lines that name none have no host).
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum NamedHosts {
+    #[default]
+    None,
+    One(crate::job::HostId),
+    Several,
 }
 
 struct Stream {
