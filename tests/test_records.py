@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from conftest import analyze_dir
-from rankwatch import Catalog, Decoder, Engine
+from rankwatch import Catalog, Decoder, Engine, EngineConfig
 
 CAUSE = (
     "node-07:40213:40377 [5] misc/socket.cc:484 NCCL WARN socketStartConnect: "
@@ -182,3 +182,13 @@ def test_records_that_name_no_source_go_to_the_process_each_line_names(
     values = [orjson.dumps({"job": "j", "host": "node-1", "line": x}) for x in (STEP, CUDA_ERROR)]
     assert feed(e, Decoder("canonical"), values, [None, None]) == []
     assert root_of(e.finish()) == (3, "node-1")
+
+
+def test_a_line_beyond_the_source_cap_keeps_the_rank_it_states(catalog: Catalog) -> None:
+    lines = [f"[rank{r}]: step 1" for r in range(12)] + [CUDA_ERROR.replace("rank3", "rank11")]
+    e = Engine(catalog, EngineConfig(max_sources_per_job=4))
+    assert feed(e, Decoder("text"), [x.encode() for x in lines], [b"wide"] * len(lines)) == []
+    assert e.stats()["sources_capped"] > 0
+    d = only_diagnosis(e)
+    assert d["root_cause"]["rank"] == 11  # type: ignore[index]
+    assert str(d["summary"]).startswith("rank 11:")

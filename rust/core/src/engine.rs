@@ -1461,6 +1461,28 @@ mod tests {
     }
 
     #[test]
+    fn a_line_beyond_the_source_cap_keeps_the_rank_and_host_it_states() {
+        use crate::records::Format;
+        let cfg = || Config {
+            max_sources_per_job: 4,
+            ..Config::default()
+        };
+        let mut lines: Vec<String> = (0..10).map(|r| format!("[rank{r}]: step 1")).collect();
+        lines.push(CUDA.replace("rank3", "rank8"));
+        let text = record_root(Format::Text, &lines, Some(b"wide"), cfg());
+        assert_eq!(text, (Some(8), None));
+        // Records past the cap share one stream; an NCCL line names its host.
+        let mut values: Vec<String> = (0..10)
+            .map(|r| serde_json::json!({"job": "j", "rank": r, "line": "step 1"}).to_string())
+            .collect();
+        let warn = "[rank8]:node-9:4321:4390 [1] misc/socket.cc:484 NCCL WARN \
+            socketStartConnect: Connect to 10.0.0.1<39275> failed : No route to host";
+        values.push(serde_json::json!({"job": "j", "rank": 8, "line": warn}).to_string());
+        let canonical = record_root(Format::Canonical, &values, None, cfg());
+        assert_eq!(canonical, (Some(8), Some("node-9".to_string())));
+    }
+
+    #[test]
     fn zero_keeps_jobs_and_a_busy_job_is_kept() {
         let mut e = engine(0);
         short_job(&mut e, "a", 1_000);

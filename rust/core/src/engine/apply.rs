@@ -9,8 +9,8 @@ use crate::correlate;
 use crate::fieldre::FieldSpan;
 use crate::filetext::TextAt;
 use crate::job::{
-    CollCall, ContextObs, Hit, HostId, Job, SourceKey, Stack, StackFrame, SyncObs, CONTEXT_FIELDS,
-    STACK_FRAMES_KEPT,
+    CollCall, ContextObs, Hit, HostId, Job, LineIdentity, SourceKey, Stack, StackFrame, SyncObs,
+    CONTEXT_FIELDS, STACK_FRAMES_KEPT,
 };
 use crate::memsize;
 use crate::prefix::{Level, Producer};
@@ -209,10 +209,16 @@ impl Engine {
             self.route(job, SourceKey::Stream(st.origin.clone()), &st.origin)
         };
         st.last_source = Some(src);
-        let capped = self.stats.sources_capped != capped_before;
+        // A continuation of an over-the-cap line is not routed, but is over the cap too.
+        let capped = self.stats.sources_capped != capped_before
+            || (job.lines_over_source_cap > 0 && job.is_overflow(src));
 
         // Learn identity (not from a line whose process was over the cap: its source is the
-        // stream's, shared by every process beyond the cap).
+        // stream's, shared by every process beyond the cap). Its hits keep what it says.
+        let beyond_cap = capped.then_some(LineIdentity {
+            rank: meta.grank.or(st.hints.rank),
+            host,
+        });
         if !capped {
             let needs_index;
             {
@@ -386,6 +392,7 @@ impl Engine {
                             },
                         ),
                         last_error_text: d.last_error_text,
+                        beyond_cap,
                     };
                     st.open_hit = Some(self.add_hit(job, hit, spec.role == Role::Cause));
                 }
@@ -416,6 +423,7 @@ impl Engine {
                         SYMPTOM_RECORD_LINES,
                     ),
                     last_error_text: d.last_error_text,
+                    beyond_cap,
                 };
                 st.open_hit = Some(self.add_hit(job, hit, false));
             }
