@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from rankwatch import Catalog, Engine, EngineConfig
+from rankwatch import Catalog, Decoder, Engine, EngineConfig
 from rankwatch.local import LogFile, Progress, _feed_files, analyze_files, discover
 from rankwatch.logread import PartialRead, read_chunks
 from rankwatch.simulate import fleetgen
@@ -122,3 +122,34 @@ def test_the_summary_counts_files_read_and_lines_cut(tmp_path: Path, catalog: Ca
     assert len(skipped) == 1 and "rank-2.log" in skipped[0]
     assert result.files == 2
     assert result.stats["truncated_lines"] == 1
+
+
+@pytest.mark.parametrize("scenario", ["cuda_error", "oom_kill", "xid79"])
+def test_per_node_files_concatenated_into_one_give_the_same_root_cause(
+    tmp_path: Path, catalog: Catalog, scenario: str
+) -> None:
+    """torchrun's `[defaultN]:` names a process only within its node: in one file of all nodes'
+    consoles the lines' global ranks and NCCL pids tell the processes apart, and an agent's
+    line that names a pid is read on the node that ran it. Lines of the same file sent as text
+    records of the job (no source) give the same root cause."""
+    out = tmp_path / "job"
+    truth = fleetgen.generate(scenario, out, ranks=32, layout="per-node", seed=1, steps=8)
+    assert truth.root_cause is not None
+    want = (truth.root_cause["rank"], truth.root_cause["host"])
+    logs = sorted(p for p in out.iterdir() if p.suffix == ".log")
+    assert len(logs) > 1
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "all.log").write_bytes(b"".join(p.read_bytes() for p in logs))
+
+    def root(diagnoses: list[dict[str, Any]]) -> tuple[object, object]:
+        return diagnoses[0]["root_cause"]["rank"], diagnoses[0]["root_cause"]["host"]
+
+    files, _ = discover([str(one)], job="j")
+    assert root(analyze_files(Engine(catalog), files).diagnoses) == want
+    lines = (one / "all.log").read_bytes().splitlines()
+    engine = Engine(catalog)
+    n = len(lines)
+    keys: list[bytes | None] = [b"j"] * n
+    assert engine.feed_records(Decoder("text"), "t/0", lines, keys, [None] * n, [None] * n) == []
+    assert root(engine.finish()) == want

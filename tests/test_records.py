@@ -3,10 +3,14 @@ shapes log shippers really write, and the reasons bad records are rejected."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import orjson
 import pytest
 
-from rankwatch import Catalog, Decoder, Engine
+from conftest import analyze_dir
+from rankwatch import Catalog, Decoder, Engine, EngineConfig
 
 CAUSE = (
     "node-07:40213:40377 [5] misc/socket.cc:484 NCCL WARN socketStartConnect: "
@@ -153,3 +157,38 @@ def test_bad_records_are_rejected_with_a_reason(
     stats = e.stats()
     assert stats["records"] == 2 and stats["rejected"] == {reason: 1}
     assert stats["lines"] == 1, "the good record after the bad one is still processed"
+
+
+STEP = "[rank0]: step 1"
+CUDA_ERROR = "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def root_of(diagnoses: list[dict[str, Any]]) -> tuple[object, object]:
+    rc = diagnoses[0]["root_cause"]
+    return rc["rank"], rc["host"]
+
+
+def test_records_that_name_no_source_go_to_the_process_each_line_names(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    """Text records keyed by job, and canonical records without a source, may hold many
+    processes' lines: they are routed by their prefixes, as `analyze` routes a file's."""
+    (tmp_path / "all.log").write_text(f"{STEP}\n{CUDA_ERROR}\n")
+    assert root_of(analyze_dir(tmp_path, catalog)[0]) == (3, None)
+    e = Engine(catalog)
+    assert feed(e, Decoder("text"), [STEP.encode(), CUDA_ERROR.encode()], [b"sweep/4"] * 2) == []
+    assert root_of(e.finish()) == (3, None)
+    e = Engine(catalog)
+    values = [orjson.dumps({"job": "j", "host": "node-1", "line": x}) for x in (STEP, CUDA_ERROR)]
+    assert feed(e, Decoder("canonical"), values, [None, None]) == []
+    assert root_of(e.finish()) == (3, "node-1")
+
+
+def test_a_line_beyond_the_source_cap_keeps_the_rank_it_states(catalog: Catalog) -> None:
+    lines = [f"[rank{r}]: step 1" for r in range(12)] + [CUDA_ERROR.replace("rank3", "rank11")]
+    e = Engine(catalog, EngineConfig(max_sources_per_job=4))
+    assert feed(e, Decoder("text"), [x.encode() for x in lines], [b"wide"] * len(lines)) == []
+    assert e.stats()["sources_capped"] > 0
+    d = only_diagnosis(e)
+    assert d["root_cause"]["rank"] == 11  # type: ignore[index]
+    assert str(d["summary"]).startswith("rank 11:")

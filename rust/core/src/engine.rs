@@ -4,6 +4,7 @@
 mod apply;
 mod files;
 mod lines;
+mod local_routes;
 
 pub use files::{FileInput, FilesReport};
 
@@ -113,7 +114,18 @@ struct RouteCache {
     key_src: Option<u32>,
     local: Vec<(u16, u32)>,
     host: Option<(String, crate::job::HostId)>,
-    host_noted: bool,
+    /// The hosts the stream's NCCL (or libfabric) lines named.
+    named_hosts: NamedHosts,
+}
+
+/// The hosts a stream's lines named so far: none, one (the stream's host, for its lines that
+/// name none), or several (a mixed stream: its lines that name none have no host).
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum NamedHosts {
+    #[default]
+    None,
+    One(crate::job::HostId),
+    Several,
 }
 
 struct Stream {
@@ -616,13 +628,7 @@ impl Engine {
                 self.feed_record(&mut current, origin, &d, t, cfg.in_order);
                 continue;
             }
-            let id = self.record_stream(
-                origin,
-                &d.job,
-                &d.source,
-                (d.rank, d.host.as_deref()),
-                cfg.in_order,
-            );
+            let id = self.record_stream(origin, &d, cfg.in_order);
             self.decode_record(&mut seg, id, i, &d, t);
             if seg.text.len() >= PIECE_BYTES {
                 self.apply_segment(&mut seg, &mut current, &decoder, origin, records);
@@ -718,8 +724,7 @@ impl Engine {
         t: Times,
         in_order: bool,
     ) {
-        let at = (d.rank, d.host.as_deref());
-        let id = self.record_stream(origin, &d.job, &d.source, at, in_order);
+        let id = self.record_stream(origin, d, in_order);
         let Some(mut st) = self.streams.remove(&id) else {
             return;
         };
@@ -750,17 +755,11 @@ impl Engine {
         }
     }
 
-    /// The stream that feeds the records of `source` in `job`, opened if new. A job's sources
-    /// beyond its cap share one overflow stream (and source), so that a shipper that puts a
-    /// pid or a pod hash in the rank field cannot grow the engine without bound.
-    fn record_stream(
-        &mut self,
-        origin: &str,
-        job: &str,
-        source: &str,
-        (rank, host): (Option<u32>, Option<&str>),
-        in_order: bool,
-    ) -> u64 {
+    /// The stream that feeds the records of `d`'s source in its job, opened if new. A job's
+    /// sources beyond its cap share one overflow stream (and source), so that a shipper that
+    /// puts a pid or a pod hash in the rank field cannot grow the engine without bound.
+    fn record_stream(&mut self, origin: &str, d: &Decoded<'_>, in_order: bool) -> u64 {
+        let (job, source) = (d.job.as_ref(), d.source.as_ref());
         let index = self.record_streams.get(job);
         let known = index
             .and_then(|m| m.get(source))
@@ -784,11 +783,14 @@ impl Engine {
             };
             (OVERFLOW_SOURCE, hints)
         } else {
+            // A stream the record did not name holds many processes' lines, perhaps: without
+            // a source key its lines are routed by their own prefixes, as a file's whose name
+            // names no rank.
             let hints = StreamHints {
-                source_key: Some(source.to_string()),
-                rank,
+                source_key: d.source_named.then(|| source.to_string()),
+                rank: d.rank,
                 local_rank: None,
-                host: host.map(str::to_string),
+                host: d.host.as_deref().map(str::to_string),
             };
             (source, hints)
         };
@@ -1402,6 +1404,82 @@ mod tests {
         assert_eq!(job.sources.len(), 11);
         assert_eq!(job.lines_over_source_cap, 90);
         assert_eq!(e.stats.sources_capped, 90);
+    }
+
+    const STEP: &str = "[rank0]: step 1";
+    const CUDA: &str =
+        "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered";
+
+    /// The root cause's (rank, host) after feeding `values` as records of one batch.
+    fn record_root(
+        format: crate::records::Format,
+        values: &[String],
+        key: Option<&[u8]>,
+        cfg: Config,
+    ) -> (Option<u64>, Option<String>) {
+        let catalog = crate::correlate::testkit::shipped_catalog();
+        let mut e = Engine::new(Arc::new(catalog), cfg);
+        let records: Vec<RawRecord<'_>> = values
+            .iter()
+            .map(|v| (v.as_bytes(), key, None, None))
+            .collect();
+        let dec = crate::records::DecoderConfig::preset(format);
+        assert!(e.feed_records(&dec, "t/0", &records).is_empty());
+        let d = e.finish();
+        let rc = &d[0].json["root_cause"];
+        (rc["rank"].as_u64(), rc["host"].as_str().map(str::to_string))
+    }
+
+    #[test]
+    fn records_that_name_no_source_are_routed_by_what_their_lines_say() {
+        use crate::records::Format;
+        let lines = [STEP.to_string(), CUDA.to_string()];
+        let file = crate::correlate::testkit::diagnose(&format!("{STEP}\n{CUDA}\n"));
+        assert_eq!(file[0].json["root_cause"]["rank"], 3);
+        let text = record_root(Format::Text, &lines, Some(b"sweep/4"), Config::default());
+        assert_eq!(text, (Some(3), None));
+        let canonical: Vec<String> = lines
+            .iter()
+            .map(|l| serde_json::json!({"job": "j", "host": "node-1", "line": l}).to_string())
+            .collect();
+        let by_host = record_root(Format::Canonical, &canonical, None, Config::default());
+        assert_eq!(by_host, (Some(3), Some("node-1".to_string())));
+    }
+
+    #[test]
+    fn a_record_that_names_its_source_keeps_its_lines_together() {
+        // A named stream is one producer's, as a per-rank file is: its rank decides.
+        let values: Vec<String> = [STEP, CUDA]
+            .iter()
+            .map(|l| serde_json::json!({"job": "j", "rank": 0, "line": l}).to_string())
+            .collect();
+        let format = crate::records::Format::Canonical;
+        assert_eq!(
+            record_root(format, &values, None, Config::default()).0,
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn a_line_beyond_the_source_cap_keeps_the_rank_and_host_it_states() {
+        use crate::records::Format;
+        let cfg = || Config {
+            max_sources_per_job: 4,
+            ..Config::default()
+        };
+        let mut lines: Vec<String> = (0..10).map(|r| format!("[rank{r}]: step 1")).collect();
+        lines.push(CUDA.replace("rank3", "rank8"));
+        let text = record_root(Format::Text, &lines, Some(b"wide"), cfg());
+        assert_eq!(text, (Some(8), None));
+        // Records past the cap share one stream; an NCCL line names its host.
+        let mut values: Vec<String> = (0..10)
+            .map(|r| serde_json::json!({"job": "j", "rank": r, "line": "step 1"}).to_string())
+            .collect();
+        let warn = "[rank8]:node-9:4321:4390 [1] misc/socket.cc:484 NCCL WARN \
+            socketStartConnect: Connect to 10.0.0.1<39275> failed : No route to host";
+        values.push(serde_json::json!({"job": "j", "rank": 8, "line": warn}).to_string());
+        let canonical = record_root(Format::Canonical, &values, None, cfg());
+        assert_eq!(canonical, (Some(8), Some("node-9".to_string())));
     }
 
     #[test]

@@ -211,6 +211,16 @@ pub struct Hit {
     pub record: Vec<String>,
     /// The line follows `Last error:` (see `Decoded::last_error_text`).
     pub last_error_text: bool,
+    /// Who the line says printed it, for a line of a process beyond the job's source cap:
+    /// such lines share one source, which knows no rank or host of its own.
+    pub beyond_cap: Option<LineIdentity>,
+}
+
+/// The rank and host a line states about its process (its prefixes, or its stream's host).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LineIdentity {
+    pub rank: Option<u32>,
+    pub host: Option<HostId>,
 }
 
 impl Hit {
@@ -479,6 +489,11 @@ impl Job {
         self.source_keys.insert(key, i);
         self.tables_dirty = true;
         i
+    }
+
+    /// The source shared by the processes beyond the job's source cap.
+    pub fn is_overflow(&self, src: u32) -> bool {
+        self.source_keys.get(&SourceKey::Overflow) == Some(&src)
     }
 
     /// The host a source runs on: its own, or the host seen elsewhere in its stream, or for a

@@ -150,6 +150,11 @@ pub struct Decoded<'a> {
     pub host: Option<Cow<'a, str>>,
     /// Identity of the producing stream within the job (pod, rank, host), for multi-line state.
     pub source: Cow<'a, str>,
+    /// The record named its stream (a `source` or a rank): the stream is one producer's, as a
+    /// per-rank file is. Otherwise `source` stands for all the job's (or its host's) lines,
+    /// which may be many processes': the engine routes them by what each line says about its
+    /// process, as it does a file whose name names no rank.
+    pub source_named: bool,
     pub event_ms: Option<i64>,
     pub text: Cow<'a, str>,
     /// The text is a chunk that may end mid-line (docker/Fluent Bit keep the `\n`).
@@ -310,6 +315,7 @@ fn text_record<'a>(value: &'a [u8], env: Envelope<'a>) -> Result<Decoded<'a>, &'
         rank: env.key_rank,
         host: None,
         source: rank_source(env.key_rank).unwrap_or(Cow::Borrowed("-")),
+        source_named: env.key_rank.is_some(),
         event_ms: None,
         text: Cow::Borrowed(text),
         chunked: false,
@@ -378,15 +384,15 @@ fn json_record<'a>(
         .ok_or("no_job")?;
     let rank = scalar_rank(&fields[RANK]).or(env.key_rank);
     let host = scalar_text(&fields[HOST]);
-    let source = scalar_text(&fields[SOURCE])
-        .or_else(|| rank_source(rank))
-        .or_else(|| host.clone())
-        .unwrap_or(Cow::Borrowed("-"));
+    let named = scalar_text(&fields[SOURCE]).or_else(|| rank_source(rank));
+    let source_named = named.is_some();
+    let source = named.or_else(|| host.clone()).unwrap_or(Cow::Borrowed("-"));
     Ok(Decoded {
         job,
         rank,
         host,
         source,
+        source_named,
         event_ms: scalar_time_ms(&fields[TS]),
         text,
         chunked: matches!(cfg.format, Format::Docker | Format::FluentBit),
@@ -483,6 +489,25 @@ mod tests {
         assert_eq!(d.rank, Some(13));
         assert_eq!(d.source, "rank:13");
         assert_eq!(d.event_ms.map(|t| t % 1000), Some(412));
+    }
+
+    #[test]
+    fn a_record_names_its_source_by_a_source_or_a_rank_only() {
+        let c = DecoderConfig::preset(Format::Canonical);
+        let named = |v: &[u8]| decode(&c, v, None, None).unwrap().source_named;
+        assert!(named(br#"{"job":"j","source":"node-1.log","line":"x"}"#));
+        assert!(named(br#"{"job":"j","rank":3,"line":"x"}"#));
+        // The host's or the job's lines together: perhaps many processes'.
+        assert!(!named(br#"{"job":"j","host":"node-1","line":"x"}"#));
+        assert!(!named(br#"{"job":"j","line":"x"}"#));
+        let mut t = DecoderConfig::preset(Format::Text);
+        assert!(
+            !decode(&t, b"x", Some(b"sweep/4"), None)
+                .unwrap()
+                .source_named
+        );
+        t.key_format = KeyFormat::JobRank;
+        assert!(decode(&t, b"x", Some(b"job/4"), None).unwrap().source_named);
     }
 
     #[test]

@@ -265,6 +265,7 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
             fields: Vec::new(),
             record: vec![text],
             last_error_text: false,
+            beyond_cap: None,
         };
         push_hit(job, hit, cfg, 0);
         job.failure_seen = true;

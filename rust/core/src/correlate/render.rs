@@ -76,11 +76,11 @@ impl<'a> View<'a> {
 
     fn hit_json(&self, i: usize) -> Value {
         let h = self.hit(i);
-        let host = self.host_of(h.source).map(|x| self.host_name(x));
+        let host = self.hit_host(h).map(|x| self.host_name(x));
         let s = &self.job.sources[h.source as usize];
         let device = self.line_device(&h.text).or(s.cuda_dev).or(s.local_rank);
         json!({
-            "rank": self.rank_of(h.source), "host": host, "device": device,
+            "rank": self.hit_rank(h), "host": host, "device": device,
             "pid": s.pid, "ts": h.ts_ms.map(iso_ms), "ts_corrected": self.hit_time(h).map(iso_ms),
             "line": h.text, "origin": format!("{}:{}", h.origin, h.line_no),
             "signature": self.sig(h).map(|s| s.id.clone()),
@@ -190,13 +190,13 @@ impl<'a> View<'a> {
                 if h.sig.is_none() {
                     v["template"] = json!(self.unclassified_template(h));
                 }
-                let own_line = srcs.contains(&h.source);
+                let own_line = srcs.contains(&h.source) || self.printer(h) == top.who;
                 if let (true, Some(d)) = (own_line, self.line_device(&h.text)) {
                     v["device"] = json!(d);
                 }
                 if !own_line {
-                    let by = self.host_of(h.source).map(|x| self.host_name(x));
-                    v["reported_by"] = json!({"rank": self.rank_of(h.source), "host": by});
+                    let by = self.hit_host(h).map(|x| self.host_name(x));
+                    v["reported_by"] = json!({"rank": self.hit_rank(h), "host": by});
                 }
                 RootLine {
                     json: v,

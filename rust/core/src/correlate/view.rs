@@ -24,6 +24,8 @@ pub struct View<'a> {
     ranks: Vec<Option<u32>>,
     hosts: Vec<Option<HostId>>,
     by_rank: HashMap<u32, Vec<u32>>,
+    /// The hosts of ranks known only from their lines beyond the source cap.
+    beyond_cap_hosts: HashMap<u32, HostId>,
 }
 
 impl<'a> View<'a> {
@@ -45,7 +47,22 @@ impl<'a> View<'a> {
             ranks,
             hosts,
             by_rank,
+            beyond_cap_hosts: beyond_cap_hosts(job),
         }
+    }
+
+    /// The rank of a hit's printer: its source's, or what a line beyond the cap says.
+    pub fn hit_rank(&self, h: &Hit) -> Option<u32> {
+        h.beyond_cap
+            .and_then(|i| i.rank)
+            .or_else(|| self.rank_of(h.source))
+    }
+
+    /// The host of a hit's printer: its source's, or what a line beyond the cap says.
+    pub fn hit_host(&self, h: &Hit) -> Option<HostId> {
+        h.beyond_cap
+            .and_then(|i| i.host)
+            .or_else(|| self.host_of(h.source))
     }
 
     pub fn rank_of(&self, src: u32) -> Option<u32> {
@@ -121,7 +138,7 @@ impl<'a> View<'a> {
     }
 
     pub fn printer(&self, h: &Hit) -> Who {
-        match self.rank_of(h.source) {
+        match self.hit_rank(h) {
             Some(r) => Who::Rank(r),
             None => Who::Source(h.source),
         }
@@ -142,14 +159,15 @@ impl<'a> View<'a> {
             Who::Rank(r) => self
                 .by_rank
                 .get(&r)
-                .and_then(|v| v.iter().find_map(|&s| self.host_of(s))),
+                .and_then(|v| v.iter().find_map(|&s| self.host_of(s)))
+                .or_else(|| self.beyond_cap_hosts.get(&r).copied()),
         }
     }
 
     /// The process a cause line is about: for launcher/kernel lines the named pid, rank or
     /// GPU; otherwise the printer.
     pub fn subject(&self, h: &Hit) -> Who {
-        let printer_host = self.host_of(h.source);
+        let printer_host = self.hit_host(h);
         if let Some(r) = h.field("subject_rank").and_then(|v| v.parse().ok()) {
             return Who::Rank(r);
         }
@@ -177,7 +195,7 @@ impl<'a> View<'a> {
         }
         if h.field("pid").is_some() || h.field("bdf").is_some() {
             if let Some(hh) = host {
-                if printer_host != Some(hh) || self.rank_of(h.source).is_none() {
+                if printer_host != Some(hh) || self.hit_rank(h).is_none() {
                     return Who::Host(hh);
                 }
             }
@@ -217,6 +235,19 @@ impl<'a> View<'a> {
                 .map_or(0, |m| m + 1),
         )
     }
+}
+
+/// Rank -> host as the lines of processes beyond the source cap state them (their shared
+/// source has neither).
+fn beyond_cap_hosts(job: &Job) -> HashMap<u32, HostId> {
+    if job.lines_over_source_cap == 0 {
+        return HashMap::new();
+    }
+    job.hits
+        .iter()
+        .filter_map(|h| h.beyond_cap)
+        .filter_map(|i| Some((i.rank?, i.host?)))
+        .collect()
 }
 
 #[cfg(test)]

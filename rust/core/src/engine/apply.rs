@@ -2,15 +2,15 @@
 //! ring, signature hits and what they teach).
 
 use super::lines::{Batch, Decoded, LineCounts, SigHit};
-use super::{Engine, RouteCache, Stream, CAUSE_RECORD_LINES, SYMPTOM_RECORD_LINES};
+use super::{Engine, NamedHosts, RouteCache, Stream, CAUSE_RECORD_LINES, SYMPTOM_RECORD_LINES};
 use crate::catalog::Catalog;
 use crate::catalog::{Role, Sync};
 use crate::correlate;
 use crate::fieldre::FieldSpan;
 use crate::filetext::TextAt;
 use crate::job::{
-    CollCall, ContextObs, Hit, Job, SourceKey, Stack, StackFrame, SyncObs, CONTEXT_FIELDS,
-    STACK_FRAMES_KEPT,
+    CollCall, ContextObs, Hit, HostId, Job, LineIdentity, SourceKey, Stack, StackFrame, SyncObs,
+    CONTEXT_FIELDS, STACK_FRAMES_KEPT,
 };
 use crate::memsize;
 use crate::prefix::{Level, Producer};
@@ -172,26 +172,14 @@ impl Engine {
                 }
             },
         };
-        if let (Some(h), Some(_), false) = (host, meta.host, st.cache.host_noted) {
+        if let (Some(h), Some(_)) = (host, meta.host) {
             if matches!(meta.producer, Producer::Nccl | Producer::Libfabric) {
-                job.stream_hosts.entry(st.origin.clone()).or_insert(h);
-                job.tables_dirty = true;
-                st.cache.host_noted = true;
+                note_stream_host(job, st, h);
             }
         }
         let capped_before = self.stats.sources_capped;
         let src = if let Some(l) = meta.local_rank {
-            match st.cache.local.iter().find(|(x, _)| *x == l) {
-                Some((_, s)) => *s,
-                None => {
-                    let key = SourceKey::StreamLocal(st.origin.clone(), l);
-                    let s = self.route(job, key, &st.origin);
-                    if self.stats.sources_capped == capped_before {
-                        st.cache.local.push((l, s));
-                    }
-                    s
-                }
-            }
+            self.route_local(job, st, l, (meta, host))
         } else if let Some(k) = &st.key {
             match st.cache.key_src {
                 Some(s) => s,
@@ -221,10 +209,16 @@ impl Engine {
             self.route(job, SourceKey::Stream(st.origin.clone()), &st.origin)
         };
         st.last_source = Some(src);
-        let capped = self.stats.sources_capped != capped_before;
+        // A continuation of an over-the-cap line is not routed, but is over the cap too.
+        let capped = self.stats.sources_capped != capped_before
+            || (job.lines_over_source_cap > 0 && job.is_overflow(src));
 
         // Learn identity (not from a line whose process was over the cap: its source is the
-        // stream's, shared by every process beyond the cap).
+        // stream's, shared by every process beyond the cap). Its hits keep what it says.
+        let beyond_cap = capped.then_some(LineIdentity {
+            rank: meta.grank.or(st.hints.rank),
+            host,
+        });
         if !capped {
             let needs_index;
             {
@@ -398,6 +392,7 @@ impl Engine {
                             },
                         ),
                         last_error_text: d.last_error_text,
+                        beyond_cap,
                     };
                     st.open_hit = Some(self.add_hit(job, hit, spec.role == Role::Cause));
                 }
@@ -428,6 +423,7 @@ impl Engine {
                         SYMPTOM_RECORD_LINES,
                     ),
                     last_error_text: d.last_error_text,
+                    beyond_cap,
                 };
                 st.open_hit = Some(self.add_hit(job, hit, false));
             }
@@ -714,6 +710,24 @@ impl Engine {
     }
 }
 
+/// Notes a host that a line of `st` named. The first is the stream's host; a second one
+/// makes it a mixed stream (per-node files concatenated), which has no host of its own.
+fn note_stream_host(job: &mut Job, st: &mut Stream, h: HostId) {
+    let named = match st.cache.named_hosts {
+        NamedHosts::None => {
+            job.stream_hosts.entry(st.origin.clone()).or_insert(h);
+            NamedHosts::One(h)
+        }
+        NamedHosts::One(x) if x != h => {
+            job.stream_hosts.remove(&st.origin);
+            NamedHosts::Several
+        }
+        NamedHosts::One(_) | NamedHosts::Several => return,
+    };
+    st.cache.named_hosts = named;
+    job.tables_dirty = true;
+}
+
 /// The lines of a hit's record (its first line at `start`, the hit's line at `seq`): the
 /// hit's line alone when it starts its record, without reading it back from the ring (where
 /// it may be kept by reference).
@@ -752,6 +766,31 @@ mod tests {
 
     fn root(d: &[crate::Diagnosis]) -> (&str, usize) {
         (d[0].json["root_cause"]["line"].as_str().unwrap(), d.len())
+    }
+
+    #[test]
+    fn a_stream_whose_nccl_lines_name_two_hosts_has_no_host_of_its_own() {
+        // Two nodes' consoles in one file. The second node's agent names its killed worker by
+        // pid: that pid is looked up on the node that ran it, not on the file's first host.
+        let node = |host: &str, rank: u32, pid: u32| {
+            format!(
+                "[default0]:{host}:{pid}:{pid} [0] NCCL INFO cudaDriverVersion 12080\n\
+                 [default0]:[rank{rank}]: step 1 loss 2.5\n"
+            )
+        };
+        let killed = "E1130 12:00:43.438000 39028 torch/distributed/elastic/multiprocessing/\
+            api.py:869] failed (exitcode: -9) local_rank: 0 (pid: 4200) of binary: /usr/bin/python3";
+        let text = format!(
+            "{}{}{killed}\n",
+            node("node-1", 0, 4000),
+            node("node-2", 1, 4200)
+        );
+        let d = diagnose_untimed(&text);
+        let rc = &d[0].json["root_cause"];
+        assert_eq!(
+            (rc["rank"].as_u64(), rc["host"].as_str()),
+            (Some(1), Some("node-2"))
+        );
     }
 
     #[test]
