@@ -1,7 +1,7 @@
 """rankwatch as users install it: the wheel and the sdist built as the README's "Build the
 wheel" says, the wheel installed into a clean venv and run outside the source tree. The
-extension carries Hyperscan (no libhs among its dependencies); `simulate` + `analyze` find the
-injected root cause, and `demo` runs end to end against a real broker, printing one diagnosis
+extension carries Hyperscan (no libhs among its dependencies, and it runs with the system's
+libhs hidden); `simulate` + `analyze` find the injected root cause, and `demo` runs end to end against a real broker, printing one diagnosis
 and later versions as one-liners."""
 
 from __future__ import annotations
@@ -133,6 +133,52 @@ def test_the_installed_extension_resolves_no_system_hyperscan(installed: Path) -
     assert ldd.returncode == 0, ldd.stderr
     assert "libhs" not in ldd.stdout and "libstdc++" not in ldd.stdout, ldd.stdout
     assert "not found" not in ldd.stdout, ldd.stdout
+
+
+def _system_hyperscan() -> list[Path]:
+    """The system's libhs shared objects (the real files, not their links)."""
+    found = {
+        f.resolve()
+        for d in (
+            "/lib",
+            "/usr/lib",
+            "/usr/lib64",
+            "/usr/local/lib",
+            f"/usr/lib/{platform.machine()}-linux-gnu",
+        )
+        for f in Path(d).glob("libhs.so*")
+    }
+    return sorted(found)
+
+
+def test_installed_wheel_runs_with_the_system_hyperscan_hidden(
+    installed: Path, tmp_path: Path
+) -> None:
+    """As on a machine without Hyperscan: in a private mount namespace (root, where one can be
+    made) every libhs.so on the system reads as an empty file, and the installed rankwatch
+    still simulates and analyzes. The check that loading libhs fails there proves the hiding."""
+    libs = _system_hyperscan()
+    script = (
+        'set -e; rw=$1; py=$2; shift 2; for lib in "$@"; do mount --bind /dev/null "$lib"; done\n'
+        "if $py -c 'import ctypes; ctypes.CDLL(\"libhs.so.5\")' 2>/dev/null; then\n"
+        "  echo 'libhs.so.5 still loads' >&2; exit 3; fi\n"
+        "$rw --version\n"
+        "$rw simulate ib_link_down --ranks 32 --seed 5 --out job >/dev/null\n"
+        "$rw analyze job --json\n"
+    )
+    cmd = ["sh", "-c", script, "sh", str(installed / "rankwatch"), str(installed / "python")]
+    cmd += map(str, libs)
+    if libs:
+        probe = _run(["unshare", "--mount", "true"], cwd=tmp_path)
+        if probe.returncode != 0:
+            pytest.skip(f"no private mount namespace here to hide {libs}: {probe.stderr.strip()}")
+        cmd = ["unshare", "--mount", *cmd]
+    out = _run(cmd, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    truth = orjson.loads((tmp_path / "job" / "truth.json").read_bytes())["root_cause"]
+    (d,) = orjson.loads(out.stdout.split("\n", 1)[1])["diagnoses"]
+    got = d["root_cause"]
+    assert (got["rank"], got["host"], got["line"]) == (truth["rank"], truth["host"], truth["line"])
 
 
 def test_installed_version(installed: Path, tmp_path: Path) -> None:
