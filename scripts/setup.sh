@@ -12,7 +12,8 @@ as_root() {
 }
 
 need_pkgs=()
-for p in pkg-config; do dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p"); done
+# g++ brings libstdc++.a: the extension links Hyperscan and the C++ runtime statically.
+for p in pkg-config g++; do dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p"); done
 if ! dpkg -s libvectorscan-dev >/dev/null 2>&1 && ! dpkg -s libhyperscan-dev >/dev/null 2>&1; then
     need_pkgs+=("libvectorscan-dev")
 fi

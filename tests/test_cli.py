@@ -155,3 +155,20 @@ verify = "systemctl is-active nvidia-fabricmanager"
     assert r.returncode == 2
     assert str(bad) in r.stderr and "site_fabric_manager_down" in r.stderr and "nope" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_version_is_the_packages() -> None:
+    import tomllib
+
+    import rankwatch
+
+    root = Path(__file__).resolve().parent.parent
+    version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    assert rankwatch.__version__ == version, "rankwatch.__version__ and pyproject.toml disagree"
+    r = rw("--version")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"rankwatch {version} (Hyperscan "), r.stdout
+    assert rankwatch.hyperscan_version().strip() in r.stdout
+    assert r.stdout.count("\n") == 1 and not r.stderr
+    helped = rw("--help")
+    assert "--version" in helped.stdout

@@ -184,6 +184,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
 
 
+def package_version() -> str:
+    """The installed distribution's version (the wheel's metadata), else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rankwatch")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        from rankwatch import __version__
+
+        return __version__
+
+
+class _VersionAction(argparse.Action):
+    """`--version`: looked up only when asked, so that other commands do not pay for it."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS)
+        self.help = "print rankwatch's version (and its Hyperscan's) and exit"
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from rankwatch import hyperscan_version
+
+        print(f"rankwatch {package_version()} (Hyperscan {hyperscan_version().strip()})")
+        parser.exit()
+
+
 def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
     from rankwatch.cli_parsing import (
         CONTEXT_LINES,
@@ -201,6 +227,7 @@ def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
             "Find the rank, host, GPU and line that started a distributed-training failure."
         ),
     )
+    p.add_argument("--version", action=_VersionAction)
     sub = p.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="analyze local log files or folders (no upload)")
@@ -336,8 +363,9 @@ def build_parser(with_daemon: bool = True) -> argparse.ArgumentParser:
 
 
 def _local_command(argv: Sequence[str]) -> bool:
-    """True when the first word is a local command (the top level has no options but -h)."""
-    return bool(argv) and argv[0] in LOCAL_COMMANDS
+    """True when the first word is a local command or --version (the top level has no other
+    options but -h)."""
+    return bool(argv) and (argv[0] in LOCAL_COMMANDS or argv[0] == "--version")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

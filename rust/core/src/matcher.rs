@@ -36,7 +36,27 @@ type MatchHandler = unsafe extern "C" fn(
     ctx: *mut c_void,
 ) -> c_int;
 
-#[link(name = "hs")]
+// Debian's libhs.a is compiled as position-independent *executable* code (-fPIE), not -fPIC:
+// it reads glibc's `__libc_single_threaded` (which GCC's inlined shared_ptr and atomic helpers
+// check to skip atomics while a process has one thread) with a direct PC-relative load, which
+// a shared object such as the Python extension cannot resolve against libc.so ("relocation
+// R_X86_64_PC32 cannot be used against symbol '__libc_single_threaded'"). This definition,
+// hidden so that it binds inside the extension, is what those loads read. It is always 0
+// ("more than one thread"), so that code always takes its atomic path: correct in any process,
+// for the cost of an uncontended atomic where a single-threaded process would have skipped it.
+#[cfg(all(hs_static, target_os = "linux"))]
+std::arch::global_asm!(
+    ".pushsection .data.rankwatch_libc_single_threaded,\"aw\"",
+    ".globl __libc_single_threaded",
+    ".hidden __libc_single_threaded",
+    ".type __libc_single_threaded, %object",
+    ".size __libc_single_threaded, 1",
+    "__libc_single_threaded:",
+    ".byte 0",
+    ".popsection",
+);
+
+// Linked by build.rs: libhs.a (with the C++ runtime) when available, else libhs.so.
 extern "C" {
     fn hs_compile_multi(
         expressions: *const *const c_char,
