@@ -1,8 +1,8 @@
 """rankwatch as users install it: the wheel and the sdist built as the README's "Build the
 wheel" says, the wheel installed into a clean venv and run outside the source tree. The
 extension carries Hyperscan (no libhs among its dependencies, and it runs with the system's
-libhs hidden); `simulate` + `analyze` find the injected root cause, and `demo` runs end to end against a real broker, printing one diagnosis
-and later versions as one-liners."""
+libhs hidden); `simulate` + `analyze` find the injected root cause, and `demo` runs end to
+end against a real broker, printing one diagnosis and later versions as one-liners."""
 
 from __future__ import annotations
 
