@@ -32,7 +32,7 @@ from rankwatch.alert.metrics import AlertMetrics
 from rankwatch.alert.server import HttpServer, make_app
 from rankwatch.alert.store import IncidentStore
 from rankwatch.daemon.broker_wait import start_when_reachable
-from rankwatch.daemon.kafka_clients import connection_kwargs, reader_consumer
+from rankwatch.daemon.kafka_clients import METADATA_REFRESH_MS, connection_kwargs, reader_consumer
 from rankwatch.daemon.tail import TopicTail
 from rankwatch.report import Diagnosis
 
@@ -195,9 +195,16 @@ class AlertService:
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
             check_crcs=cfg.check_crcs,
+            metadata_max_age_ms=METADATA_REFRESH_MS,
         )
         await self.consumer.start()
         self.consumer.subscribe([cfg.topic])
+
+    def _note_assignment(self) -> None:
+        partitions = self.consumer.assignment()
+        if partitions and not self.assigned:
+            log.info("topic %s: reading %d partition(s)", self.cfg.topic, len(partitions))
+        self.assigned = bool(partitions)
 
     async def _close(self) -> None:
         for sink in self._sinks():
@@ -229,7 +236,7 @@ class AlertService:
             except KafkaError as e:
                 log.warning("fetch failed: %s", e)
                 continue
-            self.assigned = bool(self.consumer.assignment())
+            self._note_assignment()
             if batch:
                 await self._handle_batch(batch)
             else:

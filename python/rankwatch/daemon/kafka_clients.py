@@ -10,6 +10,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from rankwatch.daemon.config import DaemonConfig
 
+# How often a consumer refreshes topic metadata. aiokafka's default is five minutes, and a
+# subscription to a topic that does not exist yet (an input topic a pipeline creates on first
+# write; the diagnoses topic `rankwatch run` creates with its first diagnosis) is only assigned
+# at the refresh after the topic appears: this keeps that within seconds.
+METADATA_REFRESH_MS = 5_000
+
 
 def connection_kwargs(cfg: DaemonConfig) -> dict[str, Any]:
     """bootstrap, client id, timeouts and security: what every client needs."""
@@ -50,9 +56,7 @@ def input_consumer(cfg: DaemonConfig) -> Any:
         fetch_max_wait_ms=cfg.fetch_max_wait_ms,
         fetch_min_bytes=cfg.fetch_min_bytes,
         check_crcs=cfg.check_crcs,
-        # Input topics that do not exist yet (a pipeline that creates them on first write)
-        # join the subscription at the next metadata refresh: keep that within seconds.
-        metadata_max_age_ms=10_000,
+        metadata_max_age_ms=METADATA_REFRESH_MS,
     )
 
 

@@ -5,6 +5,7 @@ the short-lived commands, whose failures are reported as one line by the command
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -58,6 +59,68 @@ class SafeMessage(logging.Filter):
         return True
 
 
+class ExpectedStates(logging.Filter):
+    """aiokafka reports, at ERROR and WARNING, states that are normal while a broker or a topic
+    is new: no group coordinator elected yet, a topic not created yet or without partition
+    leaders yet. Each becomes one INFO line saying what is awaited (again only after
+    `interval_s`); the client retries on its own, so these are not failures."""
+
+    # (pattern of aiokafka's message template, what is awaited; %s is the template's topic)
+    STATES = (
+        (re.compile(r"Group Coordinator Request failed|Marking the coordinator dead"), ""),
+        (re.compile(r"Topic %s (not found in cluster metadata|is not available during)"), "%s"),
+        (re.compile(r"No partition metadata for topic"), "%s"),
+    )
+
+    def __init__(self, level: int, interval_s: float = 300.0) -> None:
+        super().__init__()
+        self.level = level  # the daemon's own: at WARNING and above, these lines are dropped
+        self.interval_s = interval_s
+        self.said: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == AWAITING.name:  # said by rankwatch itself: aiokafka need not repeat it
+            self.said[record.getMessage()] = time.monotonic()
+            return True
+        if not record.name.startswith("aiokafka") or not isinstance(record.msg, str):
+            return True
+        awaited = self._awaited(record)
+        if awaited is None:
+            return True
+        if self.level > logging.INFO:
+            return False
+        now = time.monotonic()
+        if now - self.said.get(awaited, -self.interval_s) < self.interval_s:
+            return False
+        self.said[awaited] = now
+        record.name, record.msg, record.args = AWAITING.name, awaited, None
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+    def _awaited(self, record: logging.LogRecord) -> str | None:
+        for pattern, topic_arg in self.STATES:
+            if not pattern.search(record.msg):
+                continue
+            if not topic_arg:
+                return "waiting for the broker to elect the group coordinator"
+            args = record.args if isinstance(record.args, tuple) else ()
+            return _awaiting_topic(args[0] if args else "?")
+        return None
+
+
+AWAITING = logging.getLogger("rankwatch.kafka")
+
+
+def _awaiting_topic(topic: object) -> str:
+    return f"waiting for topic {topic} to be created"
+
+
+def awaiting(topic: str) -> None:
+    """Says, once, that `topic` does not exist yet and is waited for (a normal start-up state:
+    pipelines and `rankwatch run` create topics on first write)."""
+    AWAITING.info(_awaiting_topic(topic))
+
+
 def _safe_value(value: object) -> object:
     return printable(value, limit=MAX_LOGGED_VALUE_CHARS) if isinstance(value, str) else value
 
@@ -65,8 +128,9 @@ def _safe_value(value: object) -> object:
 def setup_logging(level: str) -> None:
     """For `rankwatch run`: the daemon's own logs at `level`; aiokafka's warnings and errors,
     rate-limited (all of it at debug)."""
+    own_level = getattr(logging, level.upper())
     logging.basicConfig(
-        level=getattr(logging, level.upper()),
+        level=own_level,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
         force=True,
@@ -77,8 +141,9 @@ def setup_logging(level: str) -> None:
         kafka.setLevel(logging.DEBUG)
     else:
         kafka.setLevel(logging.WARNING)
-        limit = RateLimit("aiokafka")
+        expected, limit = ExpectedStates(own_level), RateLimit("aiokafka")
         for handler in handlers:
+            handler.addFilter(expected)
             handler.addFilter(limit)
     safe = SafeMessage()
     for handler in handlers:

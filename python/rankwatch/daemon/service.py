@@ -36,6 +36,7 @@ from rankwatch.daemon.feeding import PartitionBatch, prepare
 from rankwatch.daemon.http import HttpServer, http_url
 from rankwatch.daemon.jobs import JobMap, partition_of_origin
 from rankwatch.daemon.keying import decide_repartition
+from rankwatch.daemon.logs import awaiting
 from rankwatch.daemon.metrics import DaemonMetrics
 from rankwatch.daemon.outbox import Outbox
 from rankwatch.daemon.positions import Positions
@@ -259,11 +260,9 @@ class Daemon:
         finally:
             kafka_log.setLevel(level)
         self.tail = TopicTail(self.reader, cfg.output_topic)
-        missing = [t for t in cfg.input_topics() if t not in topics]
-        if missing:
-            log.warning("input topic(s) %s do not exist (yet)", ", ".join(missing))
-        if cfg.output_topic not in topics:
-            log.warning("output topic %s does not exist (yet)", cfg.output_topic)
+        for topic in [*cfg.input_topics(), cfg.output_topic]:
+            if topic not in topics:
+                awaiting(topic)
         self.output_seen = cfg.output_topic in topics
         self.consumer.subscribe(cfg.analysis_topics(), listener=_Listener(self))
         log.info(
