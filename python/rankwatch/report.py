@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rankwatch import diagnosis as rd
+
+# A diagnosis as parsed JSON, as the alert sinks still read it (rankwatch.diagnosis has the
+# typed one).
 Diagnosis = dict[str, Any]
+# What the renderers take: a typed diagnosis, or its JSON as parsed (decoded here).
+AnyDiagnosis = rd.Diagnosis | Mapping[str, Any]
+# The parts that name a process.
+Who = rd.RootCause | rd.FirstWarning | rd.Suspect | rd.ReportedBy
 
 
 class Style:
@@ -32,20 +40,34 @@ class Style:
         return self._wrap("36", s)
 
 
-def _who(d: dict[str, Any]) -> str:
+def who_text(
+    rank: int | None, host: str | None, device: int | None = None, pid: int | None = None
+) -> str:
+    """`rank 3 on node-1 (GPU 2, pid 4242)`, with what is known."""
     parts = []
-    if d.get("rank") is not None:
-        parts.append(f"rank {d['rank']}")
-    if d.get("host"):
-        parts.append(f"on {d['host']}")
+    if rank is not None:
+        parts.append(f"rank {rank}")
+    if host:
+        parts.append(f"on {host}")
     extra = []
-    if d.get("device") is not None:
-        extra.append(f"GPU {d['device']}")
-    if d.get("pid") is not None:
-        extra.append(f"pid {d['pid']}")
+    if device is not None:
+        extra.append(f"GPU {device}")
+    if pid is not None:
+        extra.append(f"pid {pid}")
     if extra:
         parts.append("(" + ", ".join(extra) + ")")
     return " ".join(parts) or "unknown process"
+
+
+def _who(d: Who | Mapping[str, Any]) -> str:
+    """The process a part names. The incident page still passes parsed JSON (a dict)."""
+    if isinstance(d, Mapping):
+        return who_text(d.get("rank"), d.get("host"), d.get("device"), d.get("pid"))
+    if isinstance(d, rd.ReportedBy):
+        return who_text(d.rank, d.host)
+    if isinstance(d, rd.Suspect):
+        return who_text(d.rank, d.host, None, d.pid)
+    return who_text(d.rank, d.host, d.device, d.pid)
 
 
 def _para(label: str, text: str, st: Style, indent: int = 2) -> list[str]:
@@ -54,68 +76,63 @@ def _para(label: str, text: str, st: Style, indent: int = 2) -> list[str]:
     return [st.bold(label), body]
 
 
-def _header(d: Diagnosis, st: Style) -> list[str]:
-    rc = d.get("root_cause") or {}
-    sig = d.get("signature") or {}
-    conf = float(d.get("confidence", 0.0))
-    tie = "  (tie: see alternatives)" if d.get("tie") else ""
+def _header(d: rd.Diagnosis, st: Style) -> list[str]:
+    sig = d.signature
+    tie = "  (tie: see alternatives)" if d.tie else ""
     out = [
-        st.bold(f"Incident {d.get('id')}")
-        + st.dim(f"  job {d.get('job')}  confidence {conf:.2f}{tie}"),
+        st.bold(f"Incident {d.id}") + st.dim(f"  job {d.job}  confidence {d.confidence:.2f}{tie}"),
         st.red("ROOT CAUSE  ")
-        + st.bold(_who(rc))
-        + f"  {sig.get('title', '')} "
-        + st.dim(f"[{sig.get('id')}]"),
+        + st.bold(_who(d.root_cause))
+        + f"  {sig.title} "
+        + st.dim(f"[{sig.id}]"),
     ]
-    cs = d.get("cause_signature") or {}
-    if cs.get("id") and cs.get("id") != sig.get("id"):
-        out.append(f"  because: {cs.get('title')} " + st.dim(f"[{cs.get('id')}]"))
+    cs = d.cause_signature
+    if cs is not None and cs.id and cs.id != sig.id:
+        out.append(f"  because: {cs.title} " + st.dim(f"[{cs.id}]"))
     return out
 
 
-def _root_line(d: Diagnosis, st: Style) -> list[str]:
-    rc = d.get("root_cause") or {}
-    when = rc.get("ts_corrected") or rc.get("ts") or "time unknown"
-    out = [st.dim(f"  {when}  {rc.get('origin') or ''}")]
-    by = rc.get("reported_by")
-    if by:
-        out.append(st.dim(f"  reported by {_who(by)}"))
-    if rc.get("line") is not None:
-        out.append("  > " + st.cyan(str(rc["line"])))
-        record = [x for x in (rc.get("record") or []) if x != rc["line"]]
-        out.extend("    " + st.dim(str(extra)) for extra in record[:8])
-    top = (d.get("suspects") or [{}])[0]
-    out.extend(st.dim(f"  - {reason}") for reason in top.get("reasons", [])[:6])
+def _root_line(d: rd.Diagnosis, st: Style) -> list[str]:
+    rc = d.root_cause
+    when = rc.ts_corrected or rc.ts or "time unknown"
+    out = [st.dim(f"  {when}  {rc.origin or ''}")]
+    if rc.reported_by is not None:
+        out.append(st.dim(f"  reported by {_who(rc.reported_by)}"))
+    if rc.line is not None:
+        out.append("  > " + st.cyan(rc.line))
+        record = [x for x in rc.record if x != rc.line]
+        out.extend("    " + st.dim(extra) for extra in record[:8])
+    reasons = d.suspects[0].reasons if d.suspects else []
+    out.extend(st.dim(f"  - {reason}") for reason in reasons[:6])
     return out
 
 
-def _first_warning(d: Diagnosis, st: Style, context_lines: int) -> list[str]:
-    fw = d.get("first_warning")
-    if not fw:
+def _first_warning(d: rd.Diagnosis, st: Style, context_lines: int) -> list[str]:
+    fw = d.first_warning
+    if fw is None:
         return []
-    when = fw.get("ts_corrected") or fw.get("ts") or ""
-    out = [st.yellow("First warning  ") + _who(fw) + st.dim(f"  [{fw.get('signature')}]  {when}")]
-    pre = fw.get("preceding_lines") or []
+    when = fw.ts_corrected or fw.ts or ""
+    out = [st.yellow("First warning  ") + _who(fw) + st.dim(f"  [{fw.signature}]  {when}")]
+    pre = fw.preceding_lines
     shown = pre[-min(context_lines, 5) :] if context_lines > 0 else []
     if shown:
         out.append(st.dim(f"  (last {len(shown)} of the {len(pre)} lines kept before it)"))
         out.extend("  | " + line for line in shown)
-    out.append("  > " + str(fw.get("line")))
+    out.append("  > " + str(fw.line))
     return out
 
 
-def _context(d: Diagnosis, st: Style) -> list[str]:
+def _context(d: rd.Diagnosis, st: Style) -> list[str]:
     out = []
-    bd = d.get("baseline_diff")
-    if bd:
-        where = "the root-cause line itself" if bd.get("is_root_cause") else "before the root cause"
+    bd = d.baseline_diff
+    if bd is not None:
+        where = "the root-cause line itself" if bd.is_root_cause else "before the root cause"
         out.append(st.yellow("First line a healthy run never printed  ") + st.dim(f"({where})"))
-        out.append("  > " + str(bd.get("line")))
-    for odd in d.get("odd_context") or []:
-        what = odd.get("problem") or "the rest of the job differs"
+        out.append("  > " + bd.line)
+    for odd in d.odd_context:
+        what = odd.problem or "the rest of the job differs"
         out.append(
-            st.yellow("Odd one out  ")
-            + f"{odd['host']} has {odd['field']} = {odd['value']} ({what})"
+            st.yellow("Odd one out  ") + f"{odd.host} has {odd.field} = {odd.value} ({what})"
         )
     return out
 
@@ -130,50 +147,44 @@ _COLLECTIVE_COLUMNS = (
 )
 
 
-def _collectives(d: Diagnosis, st: Style) -> list[str]:
+def _collectives(d: rd.Diagnosis, st: Style) -> list[str]:
     """What the ranks stated at a collective where they disagree, one row per group of
     ranks, side by side (only the columns some row states)."""
     out: list[str] = []
-    for table in d.get("collectives") or []:
-        rows = table.get("rows") or []
-        cols = [(k, h) for k, h in _COLLECTIVE_COLUMNS if any(r.get(k) is not None for r in rows)]
+    for table in d.collectives:
+        rows = [{k: getattr(r, k) for k, _ in _COLLECTIVE_COLUMNS} for r in table.rows]
+        cols = [(k, h) for k, h in _COLLECTIVE_COLUMNS if any(r[k] is not None for r in rows)]
         cells = [[h for _, h in cols]]
-        cells += [["" if r.get(k) is None else str(r[k]) for k, _ in cols] for r in rows]
+        cells += [["" if r[k] is None else str(r[k]) for k, _ in cols] for r in rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
-        out.append(
-            st.yellow("Collectives differ  ")
-            + f"{table.get('group')} #{table.get('seq')} ({table.get('kind')})"
-        )
+        out.append(st.yellow("Collectives differ  ") + f"{table.group} #{table.seq} ({table.kind})")
         for n, row in enumerate(cells):
             line = "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
             out.append(st.dim(line) if n == 0 else line.rstrip())
     return out
 
 
-def _collateral(d: Diagnosis, st: Style) -> list[str]:
-    coll = d.get("collateral") or []
+def _collateral(d: rd.Diagnosis, st: Style) -> list[str]:
+    coll = d.collateral
     if not coll:
         return []
-    out = [
-        st.bold("Collateral  ")
-        + f"{d.get('collateral_rank_count', 0)} ranks: {d.get('collateral_ranks', '')}"
-    ]
+    out = [st.bold("Collateral  ") + f"{d.collateral_rank_count} ranks: {d.collateral_ranks}"]
     for c in coll[:6]:
-        tag = " (explained by the root cause)" if c.get("explained_by_root_cause") else ""
-        name = f'{c["signature"]} "{c["template"]}"' if c.get("template") else c["signature"]
-        out.append(f"  {name}: ranks {c['ranks']}  ({c['lines']} lines){tag}")
+        tag = " (explained by the root cause)" if c.explained_by_root_cause else ""
+        name = f'{c.signature} "{c.template}"' if c.template else c.signature
+        out.append(f"  {name}: ranks {c.ranks}  ({c.lines} lines){tag}")
     if len(coll) > 6:
         out.append(st.dim(f"  ... {len(coll) - 6} more signatures"))
     return out
 
 
-def _sources_over_cap(d: Diagnosis, st: Style) -> list[str]:
-    over = d.get("sources_over_cap")
-    if not over:
+def _sources_over_cap(d: rd.Diagnosis, st: Style) -> list[str]:
+    over = d.sources_over_cap
+    if over is None:
         return []
     return [
         st.yellow("Untracked   ")
-        + f"{over['lines']} lines came from processes beyond the {over['sources_tracked']} "
+        + f"{over.lines} lines came from processes beyond the {over.sources_tracked} "
         "this job tracks (memory cap); they share one source and no rank"
     ]
 
@@ -187,26 +198,30 @@ def counted(lines: Sequence[str]) -> list[str]:
     return [line if n == 1 else f"{line}  (x{n})" for line, n in counts.items()]
 
 
-def _suspects(d: Diagnosis, st: Style) -> list[str]:
-    suspects = d.get("suspects") or []
+def _suspects(d: rd.Diagnosis, st: Style) -> list[str]:
+    suspects = d.suspects
     if len(suspects) <= 1:
         return []
     lines = counted([suspect_text(s) for s in suspects[1:5]])
     return [st.bold("Other suspects"), *("  " + line for line in lines)]
 
 
-def suspect_text(s: dict[str, Any]) -> str:
-    reasons = "; ".join(s.get("reasons", [])[:2]) or "-"
-    return f"{_who(s)}  score {s.get('score')}: {reasons}"
+def suspect_text(s: rd.Suspect | Mapping[str, Any]) -> str:
+    if isinstance(s, Mapping):
+        s = rd.from_part(s, rd.Suspect)
+    reasons = "; ".join(s.reasons[:2]) or "-"
+    return f"{_who(s)}  score {s.score}: {reasons}"
 
 
-def alternative_text(a: dict[str, Any]) -> str:
-    sig = f" [{a['signature']}]" if a.get("signature") else ""
-    return f"{_who(a)}{sig}: {a.get('why_not')}"
+def alternative_text(a: rd.Alternative | Mapping[str, Any]) -> str:
+    if isinstance(a, Mapping):
+        a = rd.from_part(a, rd.Alternative)
+    sig = f" [{a.signature}]" if a.signature else ""
+    return f"{_who(a)}{sig}: {a.why_not}"
 
 
-def _preceding(d: Diagnosis, st: Style, context_lines: int) -> list[str]:
-    pre = d.get("preceding_lines") or []
+def _preceding(d: rd.Diagnosis, st: Style, context_lines: int) -> list[str]:
+    pre = d.preceding_lines
     if not pre or context_lines <= 0:
         return []
     shown = pre[-context_lines:]
@@ -217,24 +232,26 @@ def _preceding(d: Diagnosis, st: Style, context_lines: int) -> list[str]:
     ]
 
 
-def _advice(d: Diagnosis, st: Style) -> list[str]:
+def _advice(d: rd.Diagnosis, st: Style) -> list[str]:
     out = []
-    for key, label in (("cause", "Cause"), ("fix", "Fix"), ("verify", "Verify")):
-        if d.get(key):
-            out.extend(_para(label, str(d[key]), st))
-    hyps = d.get("hypotheses") or []
-    if hyps:
+    for text, label in ((d.cause, "Cause"), (d.fix, "Fix"), (d.verify, "Verify")):
+        if text:
+            out.extend(_para(label, text, st))
+    if d.hypotheses:
         out.append(st.bold("Competing explanations"))
-        for h in hyps:
-            out.extend(_para(f"  - {h['cause']}", f"tell apart: {h['separate_by']}", st, 6))
-    alts = d.get("alternatives") or []
+        for h in d.hypotheses:
+            out.extend(_para(f"  - {h.cause}", f"tell apart: {h.separate_by}", st, 6))
+    alts = d.alternatives
     if alts:
         out.append(st.bold("Alternatives considered"))
         out.extend("  " + line for line in counted([alternative_text(a) for a in alts[:4]]))
     return out
 
 
-def render_diagnosis(d: Diagnosis, st: Style, context_lines: int = 20) -> str:
+def render_diagnosis(d: AnyDiagnosis, st: Style, context_lines: int = 20) -> str:
+    """One diagnosis as text. A dict (parsed JSON) is decoded first (BadDiagnosis if it is
+    not a diagnosis)."""
+    d = rd.from_dict(d)
     parts = [
         _header(d, st),
         _root_line(d, st),
@@ -251,7 +268,7 @@ def render_diagnosis(d: Diagnosis, st: Style, context_lines: int = 20) -> str:
 
 
 def render_report(
-    diagnoses: Sequence[Diagnosis],
+    diagnoses: Sequence[AnyDiagnosis],
     st: Style,
     header: str,
     context_lines: int = 20,

@@ -29,6 +29,7 @@ pub mod matcher;
 pub mod memsize;
 pub mod prefix;
 pub mod records;
+pub mod report;
 pub mod ring;
 pub mod scandb;
 pub mod timefmt;

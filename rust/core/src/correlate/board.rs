@@ -127,7 +127,7 @@ pub struct Board {
     pub cands: BTreeMap<Who, Cand>,
     /// Side-by-side tables of what ranks ran (the collective rules' findings), as shown in
     /// the diagnosis's `collectives`.
-    pub collectives: Vec<serde_json::Value>,
+    pub collectives: Vec<crate::report::CollectiveTable>,
 }
 
 impl Board {

@@ -9,7 +9,7 @@ use super::board::LineRef;
 use super::util::rank_ranges;
 use super::view::{View, Who};
 use crate::job::CollCall;
-use serde_json::{json, Value};
+use crate::report::{CollectiveRow, CollectiveTable};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const COLL_TRACE_SIGNATURE: &str = "nccl_coll_trace";
@@ -273,25 +273,35 @@ pub fn who_list(whos: &[Who]) -> String {
 }
 
 /// The split as the diagnosis shows it: one row per class of ranks, side by side.
-pub fn split_json(split: &Split, kind: &str) -> Value {
+pub fn split_json(split: &Split, kind: &str) -> CollectiveTable {
     let trace = split
         .classes
         .first()
         .and_then(|(_, es)| es.first())
         .is_some_and(|e| matches!(e.line, LineRef::Call(..)));
-    let rows: Vec<Value> = split
+    let rows: Vec<CollectiveRow> = split
         .classes
         .iter()
         .map(|(fp, es)| {
             let whos: Vec<Who> = es.iter().map(|e| e.who).collect();
-            json!({
-                "ranks": who_list(&whos), "count": whos.len(), "op": fp.op,
-                "numel_in": fp.numel_in, "numel_out": fp.numel_out, "dtype": fp.dtype,
-                "root": fp.root, "stated": describe(fp, trace),
-            })
+            CollectiveRow {
+                ranks: who_list(&whos),
+                count: whos.len(),
+                op: fp.op.clone(),
+                numel_in: fp.numel_in,
+                numel_out: fp.numel_out,
+                dtype: fp.dtype.clone(),
+                root: fp.root,
+                stated: describe(fp, trace),
+            }
         })
         .collect();
-    json!({"kind": kind, "group": split.group, "seq": split.seq, "rows": rows})
+    CollectiveTable {
+        kind: kind.to_string(),
+        group: split.group.to_string(),
+        seq: split.seq,
+        rows,
+    }
 }
 
 #[cfg(test)]

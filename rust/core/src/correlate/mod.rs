@@ -24,12 +24,13 @@ use crate::engine::Config;
 use crate::job::{Hit, Job};
 use board::Board;
 use clock::estimate_offsets;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::cell::RefCell;
 use util::fnv;
 use view::View;
 
-/// One published diagnosis.
+/// One published diagnosis: its JSON (a [`crate::report::Diagnosis`] as a value, so that
+/// later steps may add to it: the baseline's difference) and what the engine keeps about it.
 #[derive(Debug, Clone)]
 pub struct Diagnosis {
     pub id: String,
@@ -167,7 +168,7 @@ pub fn diagnose_ready(
     let diagnosed: Vec<(usize, bool, Option<Diagnosis>)> = {
         let view = View::new(job, cat, cfg, &offsets);
         todo.into_iter()
-            .map(|(i, f)| (i, f, diagnose(&view, i)))
+            .map(|(i, f)| (i, f, diagnose(&view, i, f)))
             .collect()
     };
     let mut out = Vec::new();
@@ -179,7 +180,6 @@ pub fn diagnose_ready(
             continue;
         };
         d.is_final = is_final;
-        d.json["status"] = json!(if is_final { "final" } else { "open" });
         let hash = fnv(&[&d.json.to_string()]);
         if is_final {
             inc.final_published = true;
@@ -356,7 +356,7 @@ fn on_one_host(job: &Job) -> bool {
     seen.iter().all(|&x| x)
 }
 
-fn diagnose(view: &View, inc_idx: usize) -> Option<Diagnosis> {
+fn diagnose(view: &View, inc_idx: usize, is_final: bool) -> Option<Diagnosis> {
     let job = view.job;
     let inc = &job.incidents[inc_idx];
     let hits: Vec<usize> = inc.hits.iter().map(|&h| h as usize).collect();
@@ -380,14 +380,19 @@ fn diagnose(view: &View, inc_idx: usize) -> Option<Diagnosis> {
             scope: &scope,
         },
         &board,
+        if is_final {
+            crate::report::Status::Final
+        } else {
+            crate::report::Status::Open
+        },
     )?;
     Some(Diagnosis {
         id: inc.id.clone(),
         job: job.name.clone(),
         confidence: rendered.confidence,
         start_ms: start,
-        is_final: false,
-        json: rendered.json,
+        is_final,
+        json: serde_json::to_value(&rendered.json).expect("a diagnosis serialises"),
     })
 }
 

@@ -11,41 +11,85 @@ use super::util::{iso_ms, rank_ranges};
 use super::view::View;
 use crate::catalog::{Role, Signature};
 use crate::job::Hit;
+use crate::report::{self as out, Status};
 use crate::ring::RingLine;
-use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The root-cause line as rendered: JSON, its signature, (seq, source, time), the text.
+/// The root-cause line as rendered: its part of the diagnosis, its signature, (seq, source,
+/// time), the text.
 pub struct RootLine<'a> {
-    pub json: Value,
+    pub json: out::RootCause,
     pub sig: Option<&'a Signature>,
     pub at: Option<(u64, u32, Option<i64>)>,
     pub text: String,
 }
 
-pub fn role_str(r: Role) -> &'static str {
-    match r {
-        Role::Cause => "cause",
-        Role::Symptom => "symptom",
-        Role::Context => "context",
-    }
+fn fields_json(f: &[(String, String)]) -> BTreeMap<String, String> {
+    f.iter().cloned().collect()
 }
 
-fn fields_json(f: &[(String, String)]) -> Value {
-    let mut m = serde_json::Map::new();
-    for (k, v) in f {
-        m.insert(k.clone(), Value::String(v.clone()));
-    }
-    Value::Object(m)
-}
-
-fn sig_json(s: Option<&Signature>) -> Value {
+fn sig_json(s: Option<&Signature>) -> out::SignatureInfo {
     match s {
-        Some(s) => json!({"id": s.id, "title": s.title, "subsystem": s.subsystem,
-                          "role": role_str(s.role), "severity": format!("{:?}", s.severity).to_lowercase()}),
-        None => json!({"id": "unclassified", "title": "Unclassified error", "subsystem": "unknown",
-                       "role": "cause", "severity": "error"}),
+        Some(s) => out::SignatureInfo {
+            id: s.id.clone(),
+            title: s.title.clone(),
+            subsystem: s.subsystem.clone(),
+            role: match s.role {
+                Role::Cause => out::Role::Cause,
+                Role::Symptom => out::Role::Symptom,
+                Role::Context => out::Role::Context,
+            },
+            severity: format!("{:?}", s.severity).to_lowercase(),
+        },
+        None => out::SignatureInfo {
+            id: "unclassified".into(),
+            title: "Unclassified error".into(),
+            subsystem: "unknown".into(),
+            role: out::Role::Cause,
+            severity: "error".into(),
+        },
     }
+}
+
+/// A root cause's located line: its times, text, origin, record and fields.
+struct LineParts {
+    ts: Option<i64>,
+    ts_corrected: Option<i64>,
+    ts_exact: bool,
+    line: String,
+    origin: String,
+    record: Vec<String>,
+    fields: BTreeMap<String, String>,
+}
+
+impl LineParts {
+    fn into_root(self, head: RootHead) -> out::RootCause {
+        out::RootCause {
+            rank: head.rank,
+            host: head.host,
+            device: head.device,
+            pid: head.pid,
+            ts: self.ts.map(iso_ms),
+            line: Some(self.line),
+            origin: Some(self.origin),
+            record: self.record,
+            located: Some(out::Located {
+                ts_corrected: self.ts_corrected.map(iso_ms),
+                ts_exact: self.ts_exact,
+                fields: self.fields,
+            }),
+            template: None,
+            reported_by: None,
+        }
+    }
+}
+
+/// Who the root cause is: rank, host, device, pid.
+struct RootHead {
+    rank: Option<u32>,
+    host: Option<String>,
+    device: Option<u16>,
+    pid: Option<u32>,
 }
 
 impl<'a> View<'a> {
@@ -74,17 +118,24 @@ impl<'a> View<'a> {
         crate::prefix::peel(text, self.cfg.default_year).cuda_dev
     }
 
-    fn hit_json(&self, i: usize) -> Value {
+    /// A hit as the first warning (its preceding lines left to the caller).
+    fn hit_json(&self, i: usize) -> out::FirstWarning {
         let h = self.hit(i);
-        let host = self.hit_host(h).map(|x| self.host_name(x));
+        let host = self.hit_host(h).map(|x| self.host_name(x).to_string());
         let s = &self.job.sources[h.source as usize];
         let device = self.line_device(&h.text).or(s.cuda_dev).or(s.local_rank);
-        json!({
-            "rank": self.hit_rank(h), "host": host, "device": device,
-            "pid": s.pid, "ts": h.ts_ms.map(iso_ms), "ts_corrected": self.hit_time(h).map(iso_ms),
-            "line": h.text, "origin": format!("{}:{}", h.origin, h.line_no),
-            "signature": self.sig(h).map(|s| s.id.clone()),
-        })
+        out::FirstWarning {
+            rank: self.hit_rank(h),
+            host,
+            device,
+            pid: s.pid,
+            ts: h.ts_ms.map(iso_ms),
+            ts_corrected: self.hit_time(h).map(iso_ms),
+            line: h.text.clone(),
+            origin: format!("{}:{}", h.origin, h.line_no),
+            signature: self.sig(h).map(|s| s.id.clone()),
+            preceding_lines: Vec::new(),
+        }
     }
 
     fn line_text(&self, l: LineRef) -> (String, Option<String>) {
@@ -140,29 +191,39 @@ impl<'a> View<'a> {
         }
     }
 
-    fn cand_json(&self, c: &Cand) -> Value {
+    fn cand_json(&self, c: &Cand) -> out::Suspect {
         let host = c
             .host
             .or_else(|| self.who_host(c.who))
-            .map(|h| self.host_name(h));
+            .map(|h| self.host_name(h).to_string());
         let (line, sig) = c
             .root()
             .map(|r| self.line_text(r))
             .map_or((None, None), |(l, s)| (Some(l), s));
-        let evidence: Vec<Value> = c
+        let evidence: Vec<out::Evidence> = c
             .evidence
             .iter()
-            .map(|e| json!({"rule": e.rule, "weight": e.weight, "why": e.why}))
+            .map(|e| out::Evidence {
+                rule: e.rule.to_string(),
+                weight: e.weight,
+                why: e.why.clone(),
+            })
             .collect();
         // Processes of one host with no known rank differ only by their pid.
         let pid = self
             .sources_of_who(c.who)
             .iter()
             .find_map(|&s| self.job.sources[s as usize].pid);
-        json!({
-            "rank": c.rank(), "host": host, "pid": pid, "score": c.score(), "signature": sig,
-            "line": line, "reasons": c.reasons(), "evidence": evidence,
-        })
+        out::Suspect {
+            rank: c.rank(),
+            host,
+            pid,
+            score: c.score(),
+            signature: sig,
+            line,
+            reasons: c.reasons(),
+            evidence,
+        }
     }
 
     fn root_line(&self, top: &Cand) -> RootLine<'a> {
@@ -173,30 +234,42 @@ impl<'a> View<'a> {
             let src = &job.sources[s as usize];
             src.cuda_dev.or(src.local_rank)
         });
-        let head = json!({"rank": top.rank(), "host": top.host.map(|h| self.host_name(h)),
-                          "device": device, "pid": pid});
-        let mut v = head;
+        let head = RootHead {
+            rank: top.rank(),
+            host: top.host.map(|h| self.host_name(h).to_string()),
+            device,
+            pid,
+        };
         match top.root() {
             Some(LineRef::Hit(i)) => {
                 let h = self.hit(i);
-                let extra = json!({
-                    "ts": h.ts_ms.map(iso_ms), "ts_corrected": self.hit_time(h).map(iso_ms),
-                    "ts_exact": h.ts_exact, "line": h.text,
-                    "origin": format!("{}:{}", h.origin, h.line_no),
-                    "record": if h.record.is_empty() { vec![h.text.clone()] } else { h.record.clone() },
-                    "fields": fields_json(&self.all_fields(h)),
-                });
-                merge(&mut v, extra);
+                let mut v = LineParts {
+                    ts: h.ts_ms,
+                    ts_corrected: self.hit_time(h),
+                    ts_exact: h.ts_exact,
+                    line: h.text.clone(),
+                    origin: format!("{}:{}", h.origin, h.line_no),
+                    record: if h.record.is_empty() {
+                        vec![h.text.clone()]
+                    } else {
+                        h.record.clone()
+                    },
+                    fields: fields_json(&self.all_fields(h)),
+                }
+                .into_root(head);
                 if h.sig.is_none() {
-                    v["template"] = json!(self.unclassified_template(h));
+                    v.template = Some(self.unclassified_template(h));
                 }
                 let own_line = srcs.contains(&h.source) || self.printer(h) == top.who;
                 if let (true, Some(d)) = (own_line, self.line_device(&h.text)) {
-                    v["device"] = json!(d);
+                    v.device = Some(d);
                 }
                 if !own_line {
-                    let by = self.hit_host(h).map(|x| self.host_name(x));
-                    v["reported_by"] = json!({"rank": self.hit_rank(h), "host": by});
+                    let by = self.hit_host(h).map(|x| self.host_name(x).to_string());
+                    v.reported_by = Some(out::ReportedBy {
+                        rank: self.hit_rank(h),
+                        host: by,
+                    });
                 }
                 RootLine {
                     json: v,
@@ -210,14 +283,16 @@ impl<'a> View<'a> {
                     .obs_of(l)
                     .expect("a context root refers to a kept line");
                 let src = obs.source;
-                let extra = json!({
-                    "ts": obs.ts_ms.map(iso_ms),
-                    "ts_corrected": self.corrected(src, obs.ts_ms).map(iso_ms),
-                    "ts_exact": false, "line": obs.line,
-                    "origin": format!("{}:{}", obs.origin, obs.line_no),
-                    "record": [obs.line.clone()], "fields": fields_json(&fields),
-                });
-                merge(&mut v, extra);
+                let v = LineParts {
+                    ts: obs.ts_ms,
+                    ts_corrected: self.corrected(src, obs.ts_ms),
+                    ts_exact: false,
+                    line: obs.line.clone(),
+                    origin: format!("{}:{}", obs.origin, obs.line_no),
+                    record: vec![obs.line.clone()],
+                    fields: fields_json(&fields),
+                }
+                .into_root(head);
                 RootLine {
                     json: v,
                     sig: Some(&self.cat.signatures[obs.sig as usize]),
@@ -236,14 +311,16 @@ impl<'a> View<'a> {
                     ("coll_nranks", call.nranks.to_string()),
                 ]
                 .map(|(k, val)| (k.to_string(), val));
-                let extra = json!({
-                    "ts": call.ts_ms.map(iso_ms),
-                    "ts_corrected": self.corrected(src, call.ts_ms).map(iso_ms),
-                    "ts_exact": call.ts_ms.is_some(), "line": call.line,
-                    "origin": format!("{}:{}", call.origin, call.line_no),
-                    "record": [call.line.clone()], "fields": fields_json(&fields),
-                });
-                merge(&mut v, extra);
+                let v = LineParts {
+                    ts: call.ts_ms,
+                    ts_corrected: self.corrected(src, call.ts_ms),
+                    ts_exact: call.ts_ms.is_some(),
+                    line: call.line.clone(),
+                    origin: format!("{}:{}", call.origin, call.line_no),
+                    record: vec![call.line.clone()],
+                    fields: fields_json(&fields),
+                }
+                .into_root(head);
                 RootLine {
                     json: v,
                     sig: self
@@ -258,13 +335,16 @@ impl<'a> View<'a> {
                 let line = self.ring_line(src, seq);
                 let text = line.as_ref().map_or_else(String::new, |l| l.text.clone());
                 let ts = line.as_ref().and_then(|l| l.ts_ms);
-                let extra = json!({
-                    "ts": ts.map(iso_ms), "ts_corrected": self.corrected(src, ts).map(iso_ms),
-                    "ts_exact": ts.is_some(), "line": text,
-                    "origin": job.sources[src as usize].origin.to_string(),
-                    "record": [text.clone()], "fields": {},
-                });
-                merge(&mut v, extra);
+                let v = LineParts {
+                    ts,
+                    ts_corrected: self.corrected(src, ts),
+                    ts_exact: ts.is_some(),
+                    line: text.clone(),
+                    origin: job.sources[src as usize].origin.to_string(),
+                    record: vec![text.clone()],
+                    fields: BTreeMap::new(),
+                }
+                .into_root(head);
                 RootLine {
                     json: v,
                     sig: None,
@@ -290,13 +370,20 @@ impl<'a> View<'a> {
                         ("frame_file".to_string(), f.file.clone()),
                     ]
                 });
-                let extra = json!({
-                    "ts": ts.map(iso_ms), "ts_corrected": self.corrected(src, ts).map(iso_ms),
-                    "ts_exact": false, "line": text,
-                    "origin": format!("{}:{}", job.sources[src as usize].origin, frame.map_or(0, |f| f.line_no)),
-                    "record": record, "fields": fields_json(&fields),
-                });
-                merge(&mut v, extra);
+                let v = LineParts {
+                    ts,
+                    ts_corrected: self.corrected(src, ts),
+                    ts_exact: false,
+                    line: text.clone(),
+                    origin: format!(
+                        "{}:{}",
+                        job.sources[src as usize].origin,
+                        frame.map_or(0, |f| f.line_no)
+                    ),
+                    record,
+                    fields: fields_json(&fields),
+                }
+                .into_root(head);
                 RootLine {
                     json: v,
                     sig: self
@@ -307,18 +394,26 @@ impl<'a> View<'a> {
                     text,
                 }
             }
-            None => {
-                merge(
-                    &mut v,
-                    json!({"ts": null, "line": null, "origin": null, "record": []}),
-                );
-                RootLine {
-                    json: v,
-                    sig: None,
-                    at: None,
-                    text: String::new(),
-                }
-            }
+            None => RootLine {
+                // No line: its time, text and origin are null, and the parts only a line
+                // has are absent.
+                json: out::RootCause {
+                    rank: head.rank,
+                    host: head.host,
+                    device: head.device,
+                    pid: head.pid,
+                    ts: None,
+                    line: None,
+                    origin: None,
+                    record: Vec::new(),
+                    located: None,
+                    template: None,
+                    reported_by: None,
+                },
+                sig: None,
+                at: None,
+                text: String::new(),
+            },
         }
     }
 
@@ -400,12 +495,6 @@ impl<'a> View<'a> {
     }
 }
 
-fn merge(into: &mut Value, from: Value) {
-    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
-        a.extend(b);
-    }
-}
-
 /// Everything the rendering needs besides the view.
 pub struct Incident<'s> {
     pub id: &'s str,
@@ -414,11 +503,11 @@ pub struct Incident<'s> {
 }
 
 pub struct Rendered {
-    pub json: Value,
+    pub json: out::Diagnosis,
     pub confidence: f64,
 }
 
-pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
+pub fn render(v: &View, inc: &Incident, board: &Board, status: Status) -> Option<Rendered> {
     let ranked = board.ranked();
     let top = *ranked.first()?;
     let unc = v.offsets.uncertainty_ms;
@@ -474,30 +563,31 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
         let mut j = v.hit_json(i);
         let h = v.hit(i);
         // One process, one GPU: the root cause's, not another reading of another line.
-        if v.sources_of_who(top.who).contains(&h.source) && !root.json["device"].is_null() {
-            j["device"] = root.json["device"].clone();
+        if v.sources_of_who(top.who).contains(&h.source) && root.json.device.is_some() {
+            j.device = root.json.device;
         }
-        j["preceding_lines"] = json!(v.lines_before(&[h.source], Some((h.seq, h.source, h.ts_ms))));
+        j.preceding_lines = v.lines_before(&[h.source], Some((h.seq, h.source, h.ts_ms)));
         j
     });
 
     let (collateral, all_coll) = collateral(v, hits, top, &explains);
-    let suspects: Vec<Value> = ranked
+    let suspects: Vec<out::Suspect> = ranked
         .iter()
         .filter(|c| c.who == top.who || !c.evidence.is_empty())
         .take(5)
         .map(|c| v.cand_json(c))
         .collect();
-    let alternatives: Vec<Value> = ranked
+    let alternatives: Vec<out::Alternative> = ranked
         .iter()
         .skip(1)
         .filter(|c| c.cause.is_some() || c.config.is_some() || c.pointer.is_some())
         .take(5)
         .map(|c| {
-            let mut j = v.cand_json(c);
             let tied = tie_with.iter().any(|t| t.who == c.who);
-            j["why_not"] = json!(v.why_not(c, top, tied, &explains));
-            j
+            out::Alternative {
+                suspect: v.cand_json(c),
+                why_not: v.why_not(c, top, tied, &explains),
+            }
         })
         .collect();
     let preceding = v.lines_before(&v.sources_of_who(top.who), root.at);
@@ -529,13 +619,13 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
             "An error was logged that no catalog signature recognises.".into(),
         ),
     };
-    let hypotheses: Vec<Value> = cause_sig
+    let hypotheses: Vec<out::Hypothesis> = cause_sig
         .map(|s| s.hypotheses.as_slice())
         .unwrap_or_default()
         .iter()
-        .map(|h| {
-            json!({"cause": facts::render(&h.cause, &facts),
-                   "separate_by": facts::render(&h.separate_by, &facts)})
+        .map(|h| out::Hypothesis {
+            cause: facts::render(&h.cause, &facts),
+            separate_by: facts::render(&h.separate_by, &facts),
         })
         .collect();
     let sig_json = sig_json(root.sig);
@@ -549,13 +639,13 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
             format!("{} ({why})", c.title)
         }
         (Some(_), _) if top.evidence.iter().any(|e| e.rule.starts_with("identity_")) => {
-            let title = sig_json["title"].as_str().unwrap_or("");
+            let title = &sig_json.title;
             format!("{title} (this host differs from the rest of the job)")
         }
         _ if top.cause.is_none() && finding_sig.is_some() => {
             finding_sig.map_or(String::new(), |f| f.title.clone())
         }
-        _ => sig_json["title"].as_str().unwrap_or("").to_string(),
+        _ => sig_json.title.clone(),
     };
     let summary = format!(
         "{}{}: {headline}",
@@ -565,44 +655,50 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
             .as_deref()
             .map_or(String::new(), |h| format!(" on {h}")),
     );
-    let json = json!({
-        "schema": "rankwatch.diagnosis/1",
-        "id": inc.id,
-        "job": v.job.name,
-        "summary": summary,
-        "cause_signature": cause_sig.map(|c| json!({"id": c.id, "title": c.title})),
-        "signature": sig_json,
-        "root_cause": root.json,
-        "first_warning": first_warning_json,
-        "cause": cause_text,
-        "fix": fix,
-        "verify": verify,
-        "facts": facts,
-        "confidence": conf,
-        "tie": tie,
-        "suspects": suspects,
-        "collateral": collateral,
-        "collateral_ranks": rank_ranges(&all_coll),
-        "collateral_rank_count": all_coll.len(),
-        "preceding_lines": preceding,
-        "odd_context": distinct_notes(&inc.scope.notes.borrow()),
-        "collectives": board.collectives,
-        "alternatives": alternatives,
-        "hypotheses": hypotheses,
-        "incident": {
-            "start": inc.start.map(iso_ms),
-            "hits": hits.len(),
-            "ranks_affected": ranks_affected.len(),
-            "world_size": v.world_size(),
+    let json = out::Diagnosis {
+        schema: out::DiagnosisSchema::V1,
+        id: inc.id.to_string(),
+        job: v.job.name.clone(),
+        status,
+        summary,
+        cause_signature: cause_sig.map(|c| out::SignatureRef {
+            id: c.id.clone(),
+            title: c.title.clone(),
+        }),
+        signature: sig_json,
+        root_cause: root.json,
+        first_warning: first_warning_json,
+        cause: cause_text,
+        fix,
+        verify,
+        facts,
+        confidence: conf,
+        tie,
+        suspects,
+        collateral,
+        collateral_ranks: rank_ranges(&all_coll),
+        collateral_rank_count: all_coll.len(),
+        preceding_lines: preceding,
+        odd_context: distinct_notes(&inc.scope.notes.borrow()),
+        collectives: board.collectives.clone(),
+        alternatives,
+        hypotheses,
+        incident: out::IncidentInfo {
+            start: inc.start.map(iso_ms),
+            hits: hits.len(),
+            ranks_affected: ranks_affected.len(),
+            world_size: v.world_size(),
         },
-        "sources_over_cap": sources_over_cap(v.job),
-        "clock": {
-            "culprit_host_offset_ms": top.host.and_then(|h| v.offsets.by_host.get(&h).copied()),
-            "uncertainty_ms": unc,
-            "hosts_estimated": v.offsets.by_host.len(),
-            "sync_events": v.offsets.events_used,
+        sources_over_cap: sources_over_cap(v.job),
+        clock: out::ClockInfo {
+            culprit_host_offset_ms: top.host.and_then(|h| v.offsets.by_host.get(&h).copied()),
+            uncertainty_ms: unc,
+            hosts_estimated: v.offsets.by_host.len(),
+            sync_events: v.offsets.events_used,
         },
-    });
+        baseline_diff: None,
+        truncated: false,
+    };
     Some(Rendered {
         json,
         confidence: conf,
@@ -611,19 +707,22 @@ pub fn render(v: &View, inc: &Incident, board: &Board) -> Option<Rendered> {
 
 /// Lines of processes beyond the job's source cap (they share one source and no rank), or
 /// null when every process was tracked.
-fn sources_over_cap(job: &crate::job::Job) -> Value {
+fn sources_over_cap(job: &crate::job::Job) -> Option<out::SourcesOverCap> {
     if job.lines_over_source_cap == 0 {
-        return Value::Null;
+        return None;
     }
-    json!({"sources_tracked": job.sources.len() - 1, "lines": job.lines_over_source_cap})
+    Some(out::SourcesOverCap {
+        sources_tracked: job.sources.len() - 1,
+        lines: job.lines_over_source_cap,
+    })
 }
 
 /// Configuration notes, one per (host, field): the first rule to note it wins.
-fn distinct_notes(notes: &[Value]) -> Vec<Value> {
+fn distinct_notes(notes: &[out::OddContext]) -> Vec<out::OddContext> {
     let mut seen = BTreeSet::new();
     notes
         .iter()
-        .filter(|n| seen.insert((n["host"].to_string(), n["field"].to_string())))
+        .filter(|n| seen.insert((n.host.clone(), n.field.clone())))
         .cloned()
         .collect()
 }
@@ -671,7 +770,7 @@ fn collateral(
     hits: &[usize],
     top: &Cand,
     explains: &BTreeSet<u16>,
-) -> (Vec<Value>, BTreeSet<u32>) {
+) -> (Vec<out::Collateral>, BTreeSet<u32>) {
     let mut coll: BTreeMap<String, Group> = BTreeMap::new();
     let mut all: BTreeSet<u32> = BTreeSet::new();
     for &i in hits {
@@ -707,12 +806,15 @@ fn collateral(
                 .index_of(id)
                 .map(|i| v.cat.signatures[i as usize].title.clone())
                 .unwrap_or_else(|| "Unclassified error".into());
-            let mut j = json!({"signature": id, "title": title, "ranks": rank_ranges(&ranks),
-                   "rank_count": ranks.len(), "lines": n, "explained_by_root_cause": explained});
-            if !template.is_empty() {
-                j["template"] = json!(template);
+            out::Collateral {
+                signature: id.to_string(),
+                title,
+                ranks: rank_ranges(&ranks),
+                rank_count: ranks.len(),
+                lines: n,
+                explained_by_root_cause: explained,
+                template: (!template.is_empty()).then(|| template.to_string()),
             }
-            j
         })
         .collect();
     (out, all)
@@ -782,18 +884,13 @@ fn facts_of(v: &View, top: &Cand, root: &RootLine) -> Facts {
     put("host", top.host.map(|h| v.host_name(h).to_string()));
     put("rank", top.rank().map(|r| r.to_string()));
     put("job", Some(v.job.name.clone()));
-    for key in ["device", "pid", "ts"] {
-        put(
-            key,
-            root.json
-                .get(key)
-                .filter(|x| !x.is_null())
-                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string)),
-        );
-    }
-    if let Some(Value::Object(m)) = root.json.get("fields") {
-        for (k, val) in m {
-            put(k, val.as_str().map(str::to_string));
+    let rc = &root.json;
+    put("device", rc.device.map(|d| d.to_string()));
+    put("pid", rc.pid.map(|p| p.to_string()));
+    put("ts", rc.ts.clone());
+    if let Some(located) = &rc.located {
+        for (k, val) in &located.fields {
+            put(k, Some(val.clone()));
         }
     }
     for field in [
@@ -834,7 +931,7 @@ fn extra_facts(
     top: &Cand,
     root: &RootLine,
     cause_sig: Option<&Signature>,
-    notes: &[Value],
+    notes: &[out::OddContext],
     f: &mut Facts,
 ) {
     let uses = |s: &Signature, name: &str| {
@@ -865,21 +962,12 @@ fn extra_facts(
     let host = top.host.map(|h| v.host_name(h));
     let note = notes
         .iter()
-        .find(|n| n.get("others").is_some() && n["host"].as_str() == host && host.is_some());
+        .find(|n| n.others.is_some() && n.host.as_deref() == host && host.is_some());
     if let Some(n) = note {
-        for (k, name) in [
-            ("field", "odd_key"),
-            ("value", "odd_value"),
-            ("others", "job_value"),
-        ] {
-            if let Some(x) = n[k].as_str() {
-                let x = if k == "field" {
-                    super::identity::key_label(x)
-                } else {
-                    x.to_string()
-                };
-                f.insert(name.into(), x);
-            }
+        f.insert("odd_key".into(), super::identity::key_label(&n.field));
+        f.insert("odd_value".into(), n.value.clone());
+        if let Some(others) = &n.others {
+            f.insert("job_value".into(), others.clone());
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
 use crate::job::HostId;
-use serde_json::json;
+use crate::report::OddContext;
 use std::collections::BTreeMap;
 
 const CONNECTION_SUBSYSTEMS: &[&str] = &["socket", "bootstrap", "init", "store"];
@@ -83,10 +83,12 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let weight = weight(v, scope);
     for (host, (src, reason)) in flagged {
         let obs = &v.job.context[&("iface", src)];
-        scope.notes.borrow_mut().push(json!({
-            "field": "iface", "host": v.host_name(host), "value": obs.value,
-            "problem": reason,
-        }));
+        scope.notes.borrow_mut().push(OddContext::new(
+            "iface",
+            Some(v.host_name(host)),
+            &obs.value,
+            reason,
+        ));
         let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
         let c = board.cand(who, Some(host));
         if c.config.is_none() {

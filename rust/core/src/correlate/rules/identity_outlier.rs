@@ -39,7 +39,7 @@ use crate::correlate::board::{Board, LineRef};
 use crate::correlate::identity::{findings, key_label, key_weight, Finding};
 use crate::correlate::view::{View, Who};
 use crate::identity::Machine;
-use serde_json::json;
+use crate::report::OddContext;
 
 /// Cause hits of the incident whose signature blames configuration outliers.
 pub fn blaming_causes(v: &View, hits: &[usize]) -> Vec<usize> {
@@ -168,10 +168,15 @@ pub fn apply_finding(
             f.others
         )
     };
-    scope.notes.borrow_mut().push(json!({
-        "field": f.key, "host": place, "value": f.value, "others": f.others,
-        "problem": problem, "named_by_failures": linked, "clear": f.clear,
-    }));
+    scope.notes.borrow_mut().push(OddContext {
+        field: f.key.clone(),
+        host: Some(place),
+        value: f.value.clone(),
+        problem,
+        others: Some(f.others.clone()),
+        named_by_failures: Some(linked),
+        clear: Some(f.clear),
+    });
     let c = board.cand(who, host);
     let own_cause = c.cause_weight as i32;
     let mut total = weight;

@@ -11,7 +11,7 @@ use crate::catalog::Role;
 use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
-use serde_json::json;
+use crate::report::OddContext;
 
 const FIELD: &str = "socket_ifname";
 const NO_ADDRESS_SUBSYSTEMS: &[&str] = &["socket", "bootstrap"];
@@ -50,10 +50,12 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let Some((src, value)) = first_setting(v) else {
         return;
     };
-    scope.notes.borrow_mut().push(json!({
-        "field": FIELD, "host": v.host_of(src).map(|h| v.host_name(h)), "value": value,
-        "problem": "no interface of that name was used by any process",
-    }));
+    scope.notes.borrow_mut().push(OddContext::new(
+        FIELD,
+        v.host_of(src).map(|h| v.host_name(h)),
+        value,
+        "no interface of that name was used by any process",
+    ));
     let host = v.host_of(src);
     let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
     let c = board.cand(who, host);

@@ -33,7 +33,7 @@ pub struct Scope<'a> {
     /// Whether any hit matched a catalog signature (else the incident is unclassified).
     pub classified: bool,
     /// Configuration facts found by the rules, shown in the diagnosis as `odd_context`.
-    pub notes: std::cell::RefCell<Vec<serde_json::Value>>,
+    pub notes: std::cell::RefCell<Vec<crate::report::OddContext>>,
     /// The incident's collective table, built once for the rules that read it.
     pub collectives: std::cell::OnceCell<Vec<super::collectives::Entry>>,
 }

@@ -23,7 +23,7 @@ use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::Scope;
 use crate::correlate::util::{parse_rank_list, rank_ranges};
 use crate::correlate::view::{View, Who};
-use serde_json::json;
+use crate::report::OddContext;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod json;
@@ -669,12 +669,12 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             Ok(r) => r,
             Err(why) => {
                 // Reported beside the diagnosis, and skipped: no finding from part of a report.
-                scope.notes.borrow_mut().push(json!({
-                    "field": "ncclras JSON report",
-                    "host": v.job.sources[src as usize].origin.as_ref(),
-                    "value": "not read",
-                    "problem": why,
-                }));
+                scope.notes.borrow_mut().push(OddContext::new(
+                    "ncclras JSON report",
+                    Some(v.job.sources[src as usize].origin.as_ref()),
+                    "not read",
+                    &why,
+                ));
                 continue;
             }
         };

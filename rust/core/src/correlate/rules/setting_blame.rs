@@ -11,7 +11,7 @@ use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
 use crate::job::CONTEXT_FIELDS;
-use serde_json::json;
+use crate::report::OddContext;
 
 /// (cause hit, setting field) for each cause hit of the incident that blames a setting.
 fn blamed_settings(v: &View, scope: &Scope) -> Vec<(usize, &'static str)> {
@@ -52,10 +52,12 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         };
         let value = v.job.context[&(field, src)].value.clone();
         let host = v.host_of(src);
-        scope.notes.borrow_mut().push(json!({
-            "field": field, "host": host.map(|x| v.host_name(x)), "value": value,
-            "problem": "this setting is what the failure points at",
-        }));
+        scope.notes.borrow_mut().push(OddContext::new(
+            field,
+            host.map(|x| v.host_name(x)),
+            &value,
+            "this setting is what the failure points at",
+        ));
         let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
         let c = board.cand(who, host);
         if c.config.is_none() {

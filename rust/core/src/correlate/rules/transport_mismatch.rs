@@ -13,7 +13,7 @@
 use super::Scope;
 use crate::correlate::board::{Board, LineRef};
 use crate::correlate::view::{View, Who};
-use serde_json::json;
+use crate::report::OddContext;
 
 /// NCCL's `ncclSocketTypeNetSocket`.
 const NET_SOCKET: &str = "3";
@@ -71,10 +71,12 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         let src = s.obs.source;
         let host = v.host_of(src);
         let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
-        scope.notes.borrow_mut().push(json!({
-            "field": v.job.identity.key_name(s.key), "host": host.map(|x| v.host_name(x)),
-            "value": s.obs.value, "problem": "this side of the connection runs on sockets while its peer uses IB",
-        }));
+        scope.notes.borrow_mut().push(OddContext::new(
+            v.job.identity.key_name(s.key),
+            host.map(|x| v.host_name(x)),
+            &s.obs.value,
+            "this side of the connection runs on sockets while its peer uses IB",
+        ));
         let c = board.cand(who, host);
         if c.config.is_none() {
             c.config = Some((LineRef::Identity(sighting), h.sig));
