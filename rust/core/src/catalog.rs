@@ -202,6 +202,7 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "peer_host",
     "peer_rank",
     "lagging_ranks",
+    "ready_ranks",
     "seq",
     "last_enqueued",
     "last_completed",

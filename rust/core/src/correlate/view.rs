@@ -6,7 +6,12 @@ use super::util::{bdf_to_bus_id, parse_rank_list};
 use crate::catalog::{Catalog, Signature};
 use crate::engine::Config;
 use crate::job::{Hit, HostId, Job};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+
+/// Ranks above the highest one a stall report names as ready that can be counted as missing
+/// from it (the report does not give the world size; a job's largest communicator may be far
+/// larger than the group that stalls).
+const MAX_UNSEEN_RANKS: u32 = 64;
 
 /// A process (by rank, or by source when its rank is unknown) or a whole host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -216,12 +221,33 @@ impl<'a> View<'a> {
                 out.push(Who::Host(host));
             }
         }
-        for key in ["peer_rank", "lagging_ranks"] {
-            if let Some(v) = h.field(key) {
-                out.extend(parse_rank_list(v).into_iter().map(Who::Rank));
-            }
+        if let Some(v) = h.field("peer_rank") {
+            out.extend(parse_rank_list(v).into_iter().map(Who::Rank));
         }
+        out.extend(self.lagging_ranks(h).into_iter().map(Who::Rank));
         out
+    }
+
+    /// The ranks a line says the others wait for: those it names as lagging, or the ranks of
+    /// the job missing from the ones it names as ready (old Horovod stall reports list only
+    /// those). The job's ranks are those below its world size, at least one past every rank
+    /// named ready.
+    pub fn lagging_ranks(&self, h: &Hit) -> Vec<u32> {
+        if let Some(v) = h.field("lagging_ranks") {
+            return parse_rank_list(v);
+        }
+        let Some(ready) = h.field("ready_ranks").map(parse_rank_list) else {
+            return Vec::new();
+        };
+        let Some(&top) = ready.iter().max() else {
+            return Vec::new();
+        };
+        let ready: BTreeSet<u32> = ready.into_iter().collect();
+        let world = self
+            .world_size()
+            .max(top + 1)
+            .min(top + 1 + MAX_UNSEEN_RANKS);
+        (0..world).filter(|r| !ready.contains(r)).collect()
     }
 
     /// World size: the largest communicator seen, or one past the largest stated rank.

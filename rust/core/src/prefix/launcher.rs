@@ -225,7 +225,8 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
     let token = &b[start..i];
     let numeric = token.iter().all(u8::is_ascii_digit);
     if numeric {
-        return (token.len() <= MAX_TASK_DIGITS).then_some(i + 2);
+        let stall_entry = horovod_stall_entry(&b[i + 2..]);
+        return (token.len() <= MAX_TASK_DIGITS && !stall_entry).then_some(i + 2);
     }
     // `accelerate test` (and other wrappers that run the job as a child) echo its streams as
     // `stdout: ` / `stderr: `: a stream's name, never a host, whatever follows.
@@ -260,6 +261,12 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
         m.host = Some((off + start, off + i));
     }
     Some(i + 2)
+}
+
+/// The rest of a Horovod stall report's `RANK: [tensor, …]` line (the rank is the message's
+/// subject, not a task label): a bracketed list of Horovod op tensors.
+fn horovod_stall_entry(rest: &[u8]) -> bool {
+    rest.first() == Some(&b'[') && rest.ends_with(b"]") && rest.windows(7).any(|w| w == b"Horovod")
 }
 
 /// A log viewer's stream or container column in front of a whole NCCL header, a word and one

@@ -242,10 +242,39 @@ enum Step {
     Prose,
 }
 
+/// Blanks in front of a producer's header (a log indented under a Markdown list item or in
+/// an indented code block): their count with the header's length, when a header follows.
+/// Indentation before anything else stays (traceback frames, continuation lines).
+fn indented_header(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<usize> {
+    let blanks = rest
+        .iter()
+        .take_while(|c| matches!(c, b' ' | b'\t'))
+        .count();
+    if blanks == 0 || blanks > MAX_INDENT || blanks == rest.len() {
+        return None;
+    }
+    let mut probe = m.clone();
+    match layer(&rest[blanks..], pos + blanks, year, &mut probe) {
+        Step::Producer(n) => {
+            *m = probe;
+            Some(blanks + n)
+        }
+        _ => None,
+    }
+}
+
+/// Deeper indentation than this is layout, not a pasted log line.
+const MAX_INDENT: usize = 12;
+
 #[inline]
 fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     if let Some(n) = launcher::ansi(rest) {
         return Step::Prefix(n);
+    }
+    if matches!(rest[0], b' ' | b'\t') {
+        if let Some(n) = indented_header(rest, pos, year, m) {
+            return Step::Producer(n);
+        }
     }
     if let Some((open, close)) = quoted_whole(rest) {
         m.msg_end -= close;

@@ -66,6 +66,26 @@ fn markdown_block_quote() {
 }
 
 #[test]
+fn indented_headers() {
+    // heldout 18: NCCL lines indented under a Markdown list item
+    let p = peeled("    gpu46:78367:78492 [0] transport/nvls.cc:244 NCCL WARN Cuda failure 1 'invalid argument'");
+    assert_eq!(
+        (p.msg, p.host),
+        ("Cuda failure 1 'invalid argument'", Some("gpu46"))
+    );
+    // a traceback frame keeps its indentation
+    let frame = "  File \"train.py\", line 3, in <module>";
+    assert_eq!(peeled(frame).msg, frame);
+}
+
+#[test]
+fn horovod_stall_report_rank_is_not_a_task_label() {
+    let line = "0: [DistributedSGD_Allreduce/cond/HorovodAllreduce_grads_0]";
+    assert_eq!(peeled(line).msg, line);
+    assert!(peeled("0: [rank3]: boom").msg.contains("boom"));
+}
+
+#[test]
 fn horovodrun_rank_and_stream_tag() {
     // heldout 17: horovodrun (Gloo controller) tags a line with the rank alone
     let p = peeled("[1]<stderr>:  what():  [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:589] Read error [127.0.0.1]:3977: Connection reset by peer");

@@ -1,18 +1,16 @@
-//! A rank that a desync report (or any line with a `lagging_ranks` field) names as lagging
-//! behind the collective everyone else is in is a strong suspect (+40).
+//! A rank that a desync report (or any line with a `lagging_ranks` or `ready_ranks` field, such
+//! as Horovod's stall report) names as lagging behind the collective everyone else is in is a
+//! strong suspect (+40).
 
 use crate::correlate::board::Board;
 use crate::correlate::rules::Scope;
-use crate::correlate::util::parse_rank_list;
 use crate::correlate::view::{View, Who};
 
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     for &i in scope.hits {
         let h = v.hit(i);
-        let (Some(sig), Some(list)) = (v.sig(h), h.field("lagging_ranks")) else {
-            continue;
-        };
-        for r in parse_rank_list(list) {
+        let Some(sig) = v.sig(h) else { continue };
+        for r in v.lagging_ranks(h) {
             let who = Who::Rank(r);
             let host = v.who_host(who);
             let c = board.cand(who, host);
