@@ -4,6 +4,7 @@
 //! Rules run in the order of [`RULES`]; a later rule may read what earlier ones wrote.
 
 mod bad_interface;
+mod busy_at_entry;
 mod cause_signature;
 mod collective_mismatch;
 mod crash_teardown;
@@ -58,6 +59,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("seq_lag", seq_lag::apply),
     ("collective_mismatch", collective_mismatch::apply),
     ("progress", progress::apply),
+    ("busy_at_entry", busy_at_entry::apply),
     ("stack_dumps", stack_dumps::apply),
     ("ras_report", ras_report::apply),
     ("silence", silence::apply),
