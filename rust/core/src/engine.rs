@@ -1503,3 +1503,7 @@ mod records_tests;
 #[cfg(test)]
 #[path = "engine/poll_tests.rs"]
 mod poll_tests;
+
+#[cfg(test)]
+#[path = "engine/rank_wait_tests.rs"]
+mod rank_wait_tests;

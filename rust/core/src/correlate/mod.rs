@@ -132,6 +132,28 @@ fn due(
     Some(is_final)
 }
 
+/// Whether a first diagnosis whose root cause names no rank should wait: the job's other
+/// processes state their ranks, so the root's is likely in a line still on its way (a kernel
+/// Xid line names a pid the process's NCCL init line maps to a rank). It waits one more settle
+/// window at most, and never past the incident's max_wait_ms; an alert that says "unknown
+/// rank" and is corrected a second later helps nobody.
+fn rank_may_follow(job: &Job, i: usize, cfg: &Config, now: i64, d: &Diagnosis) -> bool {
+    if !d.json["root_cause"]["rank"].is_null()
+        || !job.sources.iter().any(|s| s.stated_rank().is_some())
+    {
+        return false;
+    }
+    let inc = &job.incidents[i];
+    let grace = 2 * cfg.settle_ms;
+    let watermark = job.max_event_ms.or(job.max_record_ms);
+    let start = inc.min_ms.or(inc.start_ms);
+    let by_watermark = matches!((watermark, start), (Some(w), Some(s)) if w >= s + grace);
+    let live = now != i64::MAX && inc.opened_wall_ms > 0;
+    let waited = now - inc.opened_wall_ms;
+    let by_wall = live && (waited >= grace || waited >= cfg.max_wait_ms);
+    !(by_watermark || by_wall) && live
+}
+
 /// Emits diagnoses for incidents that are ready and new or changed since last published.
 pub fn diagnose_ready(
     job: &mut Job,
@@ -180,6 +202,15 @@ pub fn diagnose_ready(
             continue;
         };
         d.is_final = is_final;
+        if !is_final
+            && inc.published_hash.is_none()
+            && rank_may_follow(job, i, cfg, now_wall_ms, &d)
+        {
+            // Not diagnosed yet: the next poll looks again.
+            job.incidents[i].diagnosed = None;
+            continue;
+        }
+        let inc = &mut job.incidents[i];
         let hash = fnv(&[&d.json.to_string()]);
         if is_final {
             inc.final_published = true;
