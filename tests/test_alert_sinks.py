@@ -280,6 +280,7 @@ def test_an_echoing_error_body_shows_neither_the_routing_key_nor_more_than_a_lin
 
 def test_slack_text_shows_log_text_literally() -> None:
     from rankwatch.alert.content import slack_text
+    from rankwatch.alert.received import typed
 
     d: dict[str, Any] = {
         "id": "rw-1|x",
@@ -288,7 +289,7 @@ def test_slack_text_shows_log_text_literally() -> None:
         "root_cause": {"line": "NCCL WARN <!channel> connect to 10.0.0.1<2311> & <@U01>"},
         "collateral": [],
     }
-    text = slack_text(d, "https://rw.example/incidents/rw-1%7Cx")
+    text = slack_text(typed(d), "https://rw.example/incidents/rw-1%7Cx")
     assert "<!channel>" not in text and "<@U01>" not in text
     assert "&lt;!channel&gt; connect to 10.0.0.1&lt;2311&gt; &amp; &lt;@U01&gt;" in text
     assert text.endswith("<https://rw.example/incidents/rw-1%7Cx|Incident rw-1/x>")

@@ -15,6 +15,7 @@ import pytest
 
 from rankwatch.alert import content
 from rankwatch.alert.config import ConfigError, load_alert_config
+from rankwatch.alert.received import typed
 from rankwatch.alert.service import AlertService
 from rankwatch.alert.sinks import FiringSet, alertmanager_endpoint, iso
 from rankwatch.cli import main
@@ -124,7 +125,7 @@ def test_the_command_reports_bad_configuration_in_one_line(
 
 
 def test_labels_and_annotations() -> None:
-    labels = content.alert_labels(DIAGNOSIS)
+    labels = content.alert_labels(typed(DIAGNOSIS))
     assert labels == {
         "alertname": "NCCLFailure",
         "job": "llama-7b",
@@ -134,7 +135,7 @@ def test_labels_and_annotations() -> None:
         "host": "node-002",
         "rank": "3",
     }
-    notes = content.alert_annotations(DIAGNOSIS)
+    notes = content.alert_annotations(typed(DIAGNOSIS))
     assert notes["diagnosis_id"] == DIAGNOSIS["id"]
     assert notes["summary"] == "llama-7b: rank 3 on node-002: CUDA error raised on a rank"
     assert "RuntimeError: CUDA error" in notes["description"]
@@ -142,7 +143,7 @@ def test_labels_and_annotations() -> None:
     unknown = copy.deepcopy(DIAGNOSIS)
     unknown["root_cause"] = {"rank": None, "host": None}
     unknown["signature"]["severity"] = "fatal"
-    labels = content.alert_labels(unknown)
+    labels = content.alert_labels(typed(unknown))
     assert "rank" not in labels and labels["host"] == "unknown"
     assert labels["severity"] == "error"
 
@@ -240,3 +241,22 @@ def test_the_firing_set_keeps_the_most_recently_updated_incidents() -> None:
     for i in range(3):
         firing.update({**DIAGNOSIS, "id": f"rw-{i}"}, "http://x", now=t0 + i)
     assert sorted(firing.firing) == ["rw-1", "rw-2"]
+
+
+def test_a_diagnosis_with_odd_fields_still_alerts_and_is_forwarded_whole() -> None:
+    """What check_diagnosis accepts is alerted on; a field of another type than the contract's
+    reads as its default, and the webhook forwards the record as it came (a field a newer
+    engine added included)."""
+    from rankwatch.alert.received import receive
+    from rankwatch.alert.sinks import webhook_request
+
+    odd = {**DIAGNOSIS, "root_cause": {"rank": "3", "host": "node-2"}, "added_later": {"x": 1}}
+    r = receive(copy.deepcopy(odd))
+    labels = content.alert_labels(r.diagnosis)
+    assert labels["host"] == "node-2" and "rank" not in labels
+    body = webhook_request("https://hook.example", r, None, secret=None).body
+    assert orjson.loads(body) == odd
+    service = AlertService(load_alert_config(environ={}))
+    assert asyncio.run(service.handle_record(orjson.dumps(odd), 0)) == []  # shown, too old
+    assert service.store.get(DIAGNOSIS["id"]) == odd
+    assert service.metrics.registry.get_sample_value("rankwatch_alert_invalid_records_total") == 0

@@ -403,6 +403,15 @@ def test_stats_count_records_that_are_not_diagnoses_and_say_when_the_topic_is_em
     assert "buckets" not in empty.splitlines()[0]  # no trend of nothing
 
 
+def test_stats_read_diagnoses_by_the_contract() -> None:
+    """A record with an id that does not decode as a diagnosis (a field of another type) is not
+    counted as one, nor is one without an id."""
+    good = {"id": "rw-1", "job": "j1", "root_cause": {"host": "node-1"}}
+    odd = {"id": "rw-2", "job": "j1", "suspects": {"rank": 1}}
+    read = read_records([(orjson.dumps(d), 1) for d in (good, odd, {"job": "j1"})])
+    assert (read.records, read.not_diagnoses, len(read.ledger)) == (3, 2, 1)
+
+
 def test_fleet_stats_counts_latest_versions_and_finds_suspect_nodes() -> None:
     def d(did: str, job: str, host: str, sig: str, sub: str) -> bytes:
         return orjson.dumps(

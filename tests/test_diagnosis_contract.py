@@ -148,3 +148,32 @@ def test_an_older_or_cut_diagnosis_decodes_with_defaults() -> None:
 def test_a_record_that_is_no_diagnosis_is_refused(value: bytes) -> None:
     with pytest.raises(rd.BadDiagnosis):
         rd.decode(value)
+
+
+def test_the_lenient_read_reads_what_the_strict_one_does(reports: list[dict[str, Any]]) -> None:
+    for doc in reports:
+        for raw in doc["diagnoses"]:
+            assert rd.lenient(raw) == rd.from_dict(raw)
+
+
+def test_the_lenient_read_gives_a_field_that_does_not_fit_its_default() -> None:
+    raw = {
+        "id": "rw-1",
+        "job": "j",
+        "signature": None,
+        "root_cause": {"rank": "3", "host": "node-1"},
+        "suspects": {"rank": 1},
+        "collateral": [1, {"ranks": "1-3", "lines": "many"}],
+        "confidence": 1,
+    }
+    with pytest.raises(rd.BadDiagnosis):
+        rd.from_dict(raw)
+    d = rd.lenient(raw)
+    assert (d.id, d.signature, d.root_cause.rank, d.root_cause.host) == (
+        "rw-1",
+        rd.SignatureInfo(),
+        None,
+        "node-1",
+    )
+    assert d.suspects == [] and d.collateral == [rd.Collateral(ranks="1-3")]
+    assert d.confidence == 1.0

@@ -193,3 +193,20 @@ def test_an_incident_fed_before_the_first_poll_becomes_ready_by_wall_clock(
     assert engine.poll(t0 + 29_000) == []
     [d] = engine.poll(t0 + 30_000)
     assert d["job"] == "early" and d["root_cause"]["rank"] == 3
+
+
+def test_engine_options_cross_the_binding_typed(catalog: Catalog) -> None:
+    """Unknown options and negative or non-integer values are refused by name."""
+    import pytest
+
+    from rankwatch import _core
+
+    assert Engine(catalog, EngineConfig(settle_ms=0)).config.settle_ms == 0
+    for text, message in (
+        ('{"settle_msec": 1}', "unknown field `settle_msec`"),
+        ('{"settle_ms": -1}', "invalid value: integer `-1`"),
+        ('{"ring_lines": "a"}', "invalid type: string"),
+        ("[1]", "must be a JSON object"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            _core.Engine(catalog._core, text)

@@ -14,7 +14,8 @@ engine wrote (re-encoding would drop fields a newer engine added).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
@@ -224,9 +225,49 @@ def from_dict(value: Any) -> Diagnosis:
         raise BadDiagnosis(str(e)) from None
 
 
-def from_part(value: Mapping[str, Any], kind: type[P]) -> P:
-    """One part of a diagnosis (a suspect, an alternative) from its parsed JSON."""
+def lenient(value: Mapping[str, Any]) -> Diagnosis:
+    """A diagnosis from a parsed JSON object whatever some of its fields hold: a field that does
+    not fit its type takes its default (inside the parts too; items of a list that are not
+    objects are left out). What `from_dict` accepts comes out the same. For readers that must
+    show a record a strict decode refuses (`rankwatch alert` accepts any record with an id and
+    a job)."""
+    return _fit(value, Diagnosis)
+
+
+def _fit(value: Mapping[str, Any], kind: type[P]) -> P:
     try:
         return msgspec.convert(value, kind)
-    except msgspec.ValidationError as e:
-        raise BadDiagnosis(str(e)) from None
+    except msgspec.ValidationError:
+        pass
+    kept: dict[str, Any] = {}
+    for f in msgspec.structs.fields(kind):
+        if f.encode_name in value:
+            fits, fitted = _fit_value(value[f.encode_name], f.type)
+            if fits:
+                kept[f.name] = fitted
+    return kind(**kept)
+
+
+def _fit_value(value: Any, kind: Any) -> tuple[bool, Any]:
+    """(True, the value as `kind`), or (False, None) when nothing of it fits."""
+    try:
+        return True, msgspec.convert(value, kind)
+    except msgspec.ValidationError:
+        pass
+    part = _part_type(kind)
+    if part is not None and isinstance(value, Mapping):
+        return True, _fit(value, part)
+    if get_origin(kind) is list and isinstance(value, list):
+        item = _part_type(get_args(kind)[0])
+        if item is not None:
+            return True, [_fit(x, item) for x in value if isinstance(x, Mapping)]
+    return False, None
+
+
+def _part_type(kind: Any) -> type[_Part] | None:
+    """The part (Struct) a field holds, alone or as `Part | None`."""
+    union = get_origin(kind) in (Union, UnionType)
+    for k in get_args(kind) if union else (kind,):
+        if isinstance(k, type) and issubclass(k, _Part):
+            return k
+    return None

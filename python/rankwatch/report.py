@@ -7,14 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rankwatch import diagnosis as rd
+from rankwatch.wording import alternative_text, counted, suspect_text, who
 
-# A diagnosis as parsed JSON, as the alert sinks still read it (rankwatch.diagnosis has the
-# typed one).
-Diagnosis = dict[str, Any]
 # What the renderers take: a typed diagnosis, or its JSON as parsed (decoded here).
 AnyDiagnosis = rd.Diagnosis | Mapping[str, Any]
-# The parts that name a process.
-Who = rd.RootCause | rd.FirstWarning | rd.Suspect | rd.ReportedBy
 
 
 class Style:
@@ -40,36 +36,6 @@ class Style:
         return self._wrap("36", s)
 
 
-def who_text(
-    rank: int | None, host: str | None, device: int | None = None, pid: int | None = None
-) -> str:
-    """`rank 3 on node-1 (GPU 2, pid 4242)`, with what is known."""
-    parts = []
-    if rank is not None:
-        parts.append(f"rank {rank}")
-    if host:
-        parts.append(f"on {host}")
-    extra = []
-    if device is not None:
-        extra.append(f"GPU {device}")
-    if pid is not None:
-        extra.append(f"pid {pid}")
-    if extra:
-        parts.append("(" + ", ".join(extra) + ")")
-    return " ".join(parts) or "unknown process"
-
-
-def _who(d: Who | Mapping[str, Any]) -> str:
-    """The process a part names. The incident page still passes parsed JSON (a dict)."""
-    if isinstance(d, Mapping):
-        return who_text(d.get("rank"), d.get("host"), d.get("device"), d.get("pid"))
-    if isinstance(d, rd.ReportedBy):
-        return who_text(d.rank, d.host)
-    if isinstance(d, rd.Suspect):
-        return who_text(d.rank, d.host, None, d.pid)
-    return who_text(d.rank, d.host, d.device, d.pid)
-
-
 def _para(label: str, text: str, st: Style, indent: int = 2) -> list[str]:
     pad = " " * indent
     body = textwrap.fill(text, width=96, initial_indent=pad, subsequent_indent=pad)
@@ -82,7 +48,7 @@ def _header(d: rd.Diagnosis, st: Style) -> list[str]:
     out = [
         st.bold(f"Incident {d.id}") + st.dim(f"  job {d.job}  confidence {d.confidence:.2f}{tie}"),
         st.red("ROOT CAUSE  ")
-        + st.bold(_who(d.root_cause))
+        + st.bold(who(d.root_cause))
         + f"  {sig.title} "
         + st.dim(f"[{sig.id}]"),
     ]
@@ -97,7 +63,7 @@ def _root_line(d: rd.Diagnosis, st: Style) -> list[str]:
     when = rc.ts_corrected or rc.ts or "time unknown"
     out = [st.dim(f"  {when}  {rc.origin or ''}")]
     if rc.reported_by is not None:
-        out.append(st.dim(f"  reported by {_who(rc.reported_by)}"))
+        out.append(st.dim(f"  reported by {who(rc.reported_by)}"))
     if rc.line is not None:
         out.append("  > " + st.cyan(rc.line))
         record = [x for x in rc.record if x != rc.line]
@@ -112,7 +78,7 @@ def _first_warning(d: rd.Diagnosis, st: Style, context_lines: int) -> list[str]:
     if fw is None:
         return []
     when = fw.ts_corrected or fw.ts or ""
-    out = [st.yellow("First warning  ") + _who(fw) + st.dim(f"  [{fw.signature}]  {when}")]
+    out = [st.yellow("First warning  ") + who(fw) + st.dim(f"  [{fw.signature}]  {when}")]
     pre = fw.preceding_lines
     shown = pre[-min(context_lines, 5) :] if context_lines > 0 else []
     if shown:
@@ -189,35 +155,12 @@ def _sources_over_cap(d: rd.Diagnosis, st: Style) -> list[str]:
     ]
 
 
-def counted(lines: Sequence[str]) -> list[str]:
-    """Each distinct line once, in first-seen order, with how often it came when more than once
-    (processes told apart by nothing the line shows)."""
-    counts: dict[str, int] = {}
-    for line in lines:
-        counts[line] = counts.get(line, 0) + 1
-    return [line if n == 1 else f"{line}  (x{n})" for line, n in counts.items()]
-
-
 def _suspects(d: rd.Diagnosis, st: Style) -> list[str]:
     suspects = d.suspects
     if len(suspects) <= 1:
         return []
     lines = counted([suspect_text(s) for s in suspects[1:5]])
     return [st.bold("Other suspects"), *("  " + line for line in lines)]
-
-
-def suspect_text(s: rd.Suspect | Mapping[str, Any]) -> str:
-    if isinstance(s, Mapping):
-        s = rd.from_part(s, rd.Suspect)
-    reasons = "; ".join(s.reasons[:2]) or "-"
-    return f"{_who(s)}  score {s.score}: {reasons}"
-
-
-def alternative_text(a: rd.Alternative | Mapping[str, Any]) -> str:
-    if isinstance(a, Mapping):
-        a = rd.from_part(a, rd.Alternative)
-    sig = f" [{a.signature}]" if a.signature else ""
-    return f"{_who(a)}{sig}: {a.why_not}"
 
 
 def _preceding(d: rd.Diagnosis, st: Style, context_lines: int) -> list[str]:

@@ -8,9 +8,10 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from urllib.parse import quote
 
+from rankwatch import diagnosis as rd
 from rankwatch.alert import content
-from rankwatch.report import Diagnosis, alternative_text, counted, suspect_text
-from rankwatch.report import _who as who
+from rankwatch.alert.received import AnyDiagnosis, typed
+from rankwatch.wording import alternative_text, counted, suspect_text, who
 
 PRECEDING_SHOWN = 100
 
@@ -61,33 +62,32 @@ def _page(title: str, body: Iterable[str]) -> str:
     )
 
 
-def _root_cause(d: Diagnosis) -> list[str]:
-    rc, sig = content.part(d, "root_cause"), content.part(d, "signature")
+def _root_cause(d: rd.Diagnosis) -> list[str]:
+    rc, sig = d.root_cause, d.signature
     out = [
         "<section class=root id=root-cause><h2>Root cause</h2>",
-        f"<p><span class=who>{_e(who(rc))}</span> {_e(sig.get('title', ''))} "
-        f"<span class=dim>[{_e(sig.get('id'))}]</span></p>",
+        f"<p><span class=who>{_e(who(rc))}</span> {_e(sig.title)} "
+        f"<span class=dim>[{_e(sig.id)}]</span></p>",
     ]
-    cs = content.part(d, "cause_signature")
-    if cs.get("id") and cs.get("id") != sig.get("id"):
-        out.append(f"<p>because: {_e(cs.get('title'))} <span class=dim>[{_e(cs['id'])}]</span></p>")
-    when = rc.get("ts_corrected") or rc.get("ts") or "time unknown"
-    out.append(f"<p class=dim>{_e(when)} {_e(rc.get('origin') or '')}</p>")
-    if rc.get("line") is not None:
-        out.append(f"<pre class=line id=root-line>{_e(rc['line'])}</pre>")
-        extra = [x for x in (rc.get("record") or []) if x != rc["line"]][:8]
+    cs = d.cause_signature
+    if cs is not None and cs.id and cs.id != sig.id:
+        out.append(f"<p>because: {_e(cs.title)} <span class=dim>[{_e(cs.id)}]</span></p>")
+    when = rc.ts_corrected or rc.ts or "time unknown"
+    out.append(f"<p class=dim>{_e(when)} {_e(rc.origin or '')}</p>")
+    if rc.line is not None:
+        out.append(f"<pre class=line id=root-line>{_e(rc.line)}</pre>")
+        extra = [x for x in rc.record if x != rc.line][:8]
         if extra:
             out.append("<pre class=dim>" + "\n".join(_e(x) for x in extra) + "</pre>")
-    top = (d.get("suspects") or [{}])[0]
-    reasons = top.get("reasons", []) if isinstance(top, dict) else []
+    reasons = d.suspects[0].reasons if d.suspects else []
     if reasons:
         out.append("<ul>" + "".join(f"<li>{_e(r)}</li>" for r in reasons[:6]) + "</ul>")
     out.append("</section>")
     return out
 
 
-def _preceding(d: Diagnosis) -> list[str]:
-    pre = [str(x) for x in d.get("preceding_lines") or []]
+def _preceding(d: rd.Diagnosis) -> list[str]:
+    pre = d.preceding_lines
     if not pre:
         return []
     shown = pre[-PRECEDING_SHOWN:]
@@ -98,57 +98,55 @@ def _preceding(d: Diagnosis) -> list[str]:
     ]
 
 
-def _evidence(d: Diagnosis) -> list[str]:
+def _evidence(d: rd.Diagnosis) -> list[str]:
     out: list[str] = []
-    fw = d.get("first_warning")
-    if isinstance(fw, dict) and fw:
+    fw = d.first_warning
+    if fw is not None:
         out.append(
-            f"<h2>First warning</h2><p>{_e(who(fw))} <span class=dim>[{_e(fw.get('signature'))}]"
-            f" {_e(fw.get('ts_corrected') or fw.get('ts') or '')}</span></p>"
-            f"<pre>{_e(fw.get('line'))}</pre>"
+            f"<h2>First warning</h2><p>{_e(who(fw))} <span class=dim>[{_e(fw.signature)}]"
+            f" {_e(fw.ts_corrected or fw.ts or '')}</span></p>"
+            f"<pre>{_e(fw.line)}</pre>"
         )
-    bd = d.get("baseline_diff")
-    if isinstance(bd, dict) and bd:
-        where = "the root-cause line itself" if bd.get("is_root_cause") else "before the root cause"
+    bd = d.baseline_diff
+    if bd is not None:
+        where = "the root-cause line itself" if bd.is_root_cause else "before the root cause"
         out.append(
             f"<h2>First line a healthy run never printed <span class=dim>({where})</span></h2>"
-            f"<pre>{_e(bd.get('line'))}</pre>"
+            f"<pre>{_e(bd.line)}</pre>"
         )
-    for odd in d.get("odd_context") or []:
+    for odd in d.odd_context:
         out.append(
-            f"<p><b>Odd one out</b>: {_e(odd.get('host'))} has {_e(odd.get('field'))} = "
-            f"{_e(odd.get('value'))} (the rest of the job differs)</p>"
+            f"<p><b>Odd one out</b>: {_e(odd.host)} has {_e(odd.field)} = "
+            f"{_e(odd.value)} (the rest of the job differs)</p>"
         )
     return out
 
 
-def _collateral(d: Diagnosis) -> list[str]:
-    coll = d.get("collateral") or []
+def _collateral(d: rd.Diagnosis) -> list[str]:
+    coll = d.collateral
     if not coll:
         return []
     rows = []
     for c in coll:
-        tag = "explained by the root cause" if c.get("explained_by_root_cause") else ""
+        tag = "explained by the root cause" if c.explained_by_root_cause else ""
         rows.append(
-            f"<tr><td>{_e(c.get('signature'))}</td><td>ranks {_e(c.get('ranks'))}</td>"
-            f"<td>{_e(c.get('lines'))} lines</td><td class=dim>{tag}</td></tr>"
+            f"<tr><td>{_e(c.signature)}</td><td>ranks {_e(c.ranks)}</td>"
+            f"<td>{_e(c.lines)} lines</td><td class=dim>{tag}</td></tr>"
         )
     return [
-        f"<h2 id=collateral>Collateral: {_e(d.get('collateral_rank_count', 0))} ranks "
-        f"<span class=dim>{_e(d.get('collateral_ranks', ''))}</span></h2>",
+        f"<h2 id=collateral>Collateral: {_e(d.collateral_rank_count)} ranks "
+        f"<span class=dim>{_e(d.collateral_ranks)}</span></h2>",
         "<table>" + "".join(rows) + "</table>",
     ]
 
 
-def _suspects_and_alternatives(d: Diagnosis) -> list[str]:
+def _suspects_and_alternatives(d: rd.Diagnosis) -> list[str]:
     out: list[str] = []
-    suspects = d.get("suspects") or []
-    if len(suspects) > 1:
-        items = _items(counted([suspect_text(s) for s in suspects[1:5]]))
+    if len(d.suspects) > 1:
+        items = _items(counted([suspect_text(s) for s in d.suspects[1:5]]))
         out.append(f"<h2>Other suspects</h2><ul>{items}</ul>")
-    alts = d.get("alternatives") or []
-    if alts:
-        items = _items(counted([alternative_text(a) for a in alts[:4]]))
+    if d.alternatives:
+        items = _items(counted([alternative_text(a) for a in d.alternatives[:4]]))
         out.append(f"<h2>Alternatives considered</h2><ul>{items}</ul>")
     return out
 
@@ -167,15 +165,15 @@ def _copyable(title: str, ident: str, text: object) -> list[str]:
     ]
 
 
-def render_incident(d: Diagnosis) -> str:
-    conf = float(d.get("confidence") or 0.0)
-    tie = " (tie: see alternatives)" if d.get("tie") else ""
+def render_incident(d: AnyDiagnosis) -> str:
+    d = typed(d)
+    tie = " (tie: see alternatives)" if d.tie else ""
     body = [
         '<p class=dim><a href="../incidents">All incidents</a> · '
         '<a href="?format=json">JSON</a></p>',
-        f"<h1>Incident {_e(d.get('id'))}</h1>",
-        f"<p class=meta>job {_e(d.get('job'))} · confidence {conf:.2f}{tie} · "
-        f"status {_e(d.get('status') or 'open')}</p>",
+        f"<h1>Incident {_e(d.id)}</h1>",
+        f"<p class=meta>job {_e(d.job)} · confidence {d.confidence:.2f}{tie} · "
+        f"status {_e(d.status or 'open')}</p>",
         *_root_cause(d),
         *_advice(d),
         *_preceding(d),
@@ -186,25 +184,22 @@ def render_incident(d: Diagnosis) -> str:
     return _page(f"rankwatch: {content.summary(d)}", body)
 
 
-def _advice(d: Diagnosis) -> list[str]:
+def _advice(d: rd.Diagnosis) -> list[str]:
     """Cause, fix and verify, right under the root cause: what to do comes before the long
     evidence (preceding lines, collateral)."""
-    out = [f"<h2>Cause</h2><p id=cause>{_e(d['cause'])}</p>"] if d.get("cause") else []
-    return (
-        out + _copyable("Fix", "fix", d.get("fix")) + _copyable("Verify", "verify", d.get("verify"))
-    )
+    out = [f"<h2>Cause</h2><p id=cause>{_e(d.cause)}</p>"] if d.cause else []
+    return out + _copyable("Fix", "fix", d.fix) + _copyable("Verify", "verify", d.verify)
 
 
-def render_index(diagnoses: Sequence[Diagnosis]) -> str:
+def render_index(diagnoses: Sequence[AnyDiagnosis]) -> str:
     """Recent incidents, newest first."""
     rows = []
-    for d in diagnoses:
-        rc, sig = content.part(d, "root_cause"), content.part(d, "signature")
-        start = content.part(d, "incident").get("start") or ""
+    for d in map(typed, diagnoses):
+        sig = d.signature
         rows.append(
-            f'<tr><td><a href="incidents/{_e(quote(str(d["id"]), safe=""))}">{_e(d["id"])}</a>'
-            f"</td><td>{_e(d['job'])}</td><td>{_e(who(rc))}</td>"
-            f"<td>{_e(sig.get('title') or sig.get('id') or '')}</td><td>{_e(start)}</td></tr>"
+            f'<tr><td><a href="incidents/{_e(quote(d.id, safe=""))}">{_e(d.id)}</a>'
+            f"</td><td>{_e(d.job)}</td><td>{_e(who(d.root_cause))}</td>"
+            f"<td>{_e(sig.title or sig.id)}</td><td>{_e(d.incident.start or '')}</td></tr>"
         )
     table = (
         "<table><tr><th>Incident</th><th>Job</th><th>Root cause</th><th>Signature</th>"

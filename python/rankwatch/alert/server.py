@@ -41,20 +41,20 @@ def _json(value: object, status: int = 200) -> web.Response:
 async def incidents(request: web.Request) -> web.Response:
     recent = request.app[STORE_KEY].recent()
     if _wants_json(request):
-        return _json({"schema": "rankwatch.incidents/1", "incidents": recent})
+        return _json({"schema": "rankwatch.incidents/1", "incidents": [r.doc for r in recent]})
     return web.Response(text=render_index(recent), content_type=HTML, charset="utf-8")
 
 
 async def incident(request: web.Request) -> web.Response:
     did = request.match_info["id"]
-    d = request.app[STORE_KEY].get(did)
-    if d is None:
+    r = request.app[STORE_KEY].entry(did)
+    if r is None:
         if _wants_json(request):
             return _json({"error": "no such incident", "id": did}, status=404)
         raise web.HTTPNotFound(text=f"no incident {did!r} among the recent ones\n")
     if _wants_json(request):
-        return _json(d)
-    return web.Response(text=render_incident(d), content_type=HTML, charset="utf-8")
+        return _json(r.doc)
+    return web.Response(text=render_incident(r), content_type=HTML, charset="utf-8")
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -26,15 +26,15 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from rankwatch.alert import sinks
 from rankwatch.alert.config import AlertConfig
-from rankwatch.alert.content import BadDiagnosis, check_diagnosis
 from rankwatch.alert.delivery import RetryPolicy, Sink
 from rankwatch.alert.metrics import AlertMetrics
+from rankwatch.alert.received import AnyReceived, receive, received
 from rankwatch.alert.server import HttpServer, make_app
 from rankwatch.alert.store import IncidentStore
 from rankwatch.daemon.broker_wait import start_when_reachable
 from rankwatch.daemon.kafka_clients import METADATA_REFRESH_MS, connection_kwargs, reader_consumer
 from rankwatch.daemon.tail import TopicTail
-from rankwatch.report import Diagnosis
+from rankwatch.diagnosis import BadDiagnosis
 
 log = logging.getLogger("rankwatch.alert")
 
@@ -292,14 +292,14 @@ class AlertService:
         """Stores one diagnosis and queues it to every sink; the futures end when each sink
         accepted or gave up. Bad records are counted and skipped."""
         try:
-            d = check_diagnosis(orjson.loads(value or b""))
+            r = receive(orjson.loads(value or b""))
         except (orjson.JSONDecodeError, BadDiagnosis) as e:
             self.metrics.invalid.inc()
             log.warning("skipped a record that is not a diagnosis: %s", e)
             return []
         self.metrics.diagnoses.inc()
-        self.store.put_new(d)  # at once; versions in order come from _follow_pages
-        if not self.delivered.put(d):
+        self.store.put_new(r)  # at once; versions in order come from _follow_pages
+        if not self.delivered.put(r):
             return []
         age_s = time.time() - timestamp_ms / 1000
         if age_s > self.cfg.alert_ttl_ms / 1000:
@@ -308,32 +308,33 @@ class AlertService:
             self.metrics.stale.inc()
             log.warning(
                 "diagnosis %s is %.0f s old (alert_ttl_ms %d): shown, not alerted",
-                d["id"],
+                r.id,
                 age_s,
                 self.cfg.alert_ttl_ms,
             )
             return []
-        return await self.dispatch(d)
+        return await self.dispatch(r)
 
-    async def dispatch(self, d: Diagnosis) -> list[asyncio.Future[bool]]:
-        did, link = d["id"], self.link(d["id"])
+    async def dispatch(self, d: AnyReceived) -> list[asyncio.Future[bool]]:
+        r = received(d)
+        did, link = r.id, self.link(r.id)
         futures: list[asyncio.Future[bool]] = []
         if self.alertmanagers:
-            alerts = self.firing.update(d, link)
+            alerts = self.firing.update(r.diagnosis, link)
             self.metrics.firing.set(len(self.firing.firing))
             for url, sink in self.alertmanagers:
                 futures.append(sink.submit(did, sinks.alertmanager_request(url, alerts)))
         if self.pagerduty is not None and self.cfg.pagerduty_routing_key:
             req = sinks.pagerduty_request(
-                self.cfg.pagerduty_url, d, self.cfg.pagerduty_routing_key, link
+                self.cfg.pagerduty_url, r.diagnosis, self.cfg.pagerduty_routing_key, link
             )
             futures.append(self.pagerduty.submit(did, req))
         for url, sink in self.webhooks:
             req = sinks.webhook_request(
-                url, d, link, secret=self.cfg.webhook_secret, fmt=self.cfg.webhook_format
+                url, r, link, secret=self.cfg.webhook_secret, fmt=self.cfg.webhook_format
             )
             futures.append(sink.submit(did, req))
-        log.info("diagnosis %s of job %s queued to %d sink(s)", did, d["job"], len(futures))
+        log.info("diagnosis %s of job %s queued to %d sink(s)", did, r.diagnosis.job, len(futures))
         return futures
 
     async def _follow_pages(self) -> None:
@@ -360,12 +361,12 @@ class AlertService:
     def _show(self, record: Any) -> None:
         # a bad record is counted by the group consumer, which reads the same records
         with contextlib.suppress(orjson.JSONDecodeError, BadDiagnosis):
-            d = check_diagnosis(orjson.loads(record.value or b""))
-            self.store.put(d)
+            r = receive(orjson.loads(record.value or b""))
+            self.store.put(r)
             # A restart forgot what Alertmanager was being told: take back what is still
             # fresh, or Alertmanager resolves it once its endsAt passes.
             if self.alertmanagers and self.firing.restore(
-                d, self.link(d["id"]), record.timestamp / 1000
+                r.diagnosis, self.link(r.id), record.timestamp / 1000
             ):
                 self.metrics.firing.set(len(self.firing.firing))
 

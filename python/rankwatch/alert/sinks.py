@@ -13,9 +13,10 @@ from typing import Any
 
 import orjson
 
+from rankwatch import diagnosis as rd
 from rankwatch.alert import content
 from rankwatch.alert.delivery import Request
-from rankwatch.report import Diagnosis
+from rankwatch.alert.received import AnyDiagnosis, AnyReceived, received, typed
 
 log = logging.getLogger("rankwatch.alert")
 
@@ -28,9 +29,9 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def started_at(d: Diagnosis, fallback: float) -> str:
-    start = content.part(d, "incident").get("start")
-    if isinstance(start, str) and start:
+def started_at(d: rd.Diagnosis, fallback: float) -> str:
+    start = d.incident.start
+    if start:
         try:
             datetime.fromisoformat(start.replace("Z", "+00:00"))
             return start
@@ -52,7 +53,7 @@ def alertmanager_endpoint(base_url: str) -> str:
 class Firing:
     """An incident Alertmanager is told about until it expires."""
 
-    diagnosis: Diagnosis
+    diagnosis: rd.Diagnosis
     link: str | None
     starts_at: str
     updated: float  # time.time() of the last version seen
@@ -88,15 +89,16 @@ class FiringSet:
         self.firing: dict[str, Firing] = {}
 
     def restore(
-        self, d: Diagnosis, link: str | None, updated: float, now: float | None = None
+        self, d: AnyDiagnosis, link: str | None, updated: float, now: float | None = None
     ) -> bool:
         """Takes back an incident a restart forgot (read again from the topic, last updated
         at `updated`), if still fresh and not known: it is re-sent from the next round on, and
         nothing is sent now. True when taken."""
+        d = typed(d)
         now = time.time() if now is None else now
-        if d["id"] in self.firing or now - updated >= self.ttl_s:
+        if d.id in self.firing or now - updated >= self.ttl_s:
             return False
-        self.firing[d["id"]] = Firing(d, link, started_at(d, updated), updated)
+        self.firing[d.id] = Firing(d, link, started_at(d, updated), updated)
         self._bound()
         return True
 
@@ -107,16 +109,17 @@ class FiringSet:
             del self.firing[oldest]
 
     def update(
-        self, d: Diagnosis, link: str | None, now: float | None = None
+        self, d: AnyDiagnosis, link: str | None, now: float | None = None
     ) -> list[dict[str, Any]]:
         """Records a new version of a diagnosis; returns the alerts to send now: the firing
         one, preceded by the previous version resolved if the update changed its labels (a
         new root cause is another Alertmanager alert; the old one must not linger)."""
+        d = typed(d)
         now = time.time() if now is None else now
-        old = self.firing.get(d["id"])
+        old = self.firing.get(d.id)
         starts = old.starts_at if old else started_at(d, now)
         f = Firing(d, link, starts, now)
-        self.firing[d["id"]] = f
+        self.firing[d.id] = f
         self._bound()
         out = []
         if old is not None and content.alert_labels(old.diagnosis) != content.alert_labels(d):
@@ -145,52 +148,53 @@ class FiringSet:
 # --- PagerDuty --------------------------------------------------------------------------------
 
 
-def pagerduty_event(d: Diagnosis, routing_key: str, link: str | None) -> dict[str, Any]:
+def pagerduty_event(d: rd.Diagnosis, routing_key: str, link: str | None) -> dict[str, Any]:
     """A `trigger` event; `dedup_key` is the diagnosis id, so an update of the diagnosis
     updates the same PagerDuty alert instead of opening another."""
-    rc, sig = content.part(d, "root_cause"), content.part(d, "signature")
+    rc, sig = d.root_cause, d.signature
     payload: dict[str, Any] = {
         "summary": content.clip(content.summary(d), content.PAGERDUTY_SUMMARY_MAX - 1),
-        "source": str(rc.get("host") or d["job"]),
+        "source": rc.host or d.job,
         "severity": content.severity(d),
-        "component": str(sig.get("subsystem") or "unknown"),
-        "group": str(d["job"]),
-        "class": str(sig.get("id") or "unclassified"),
+        "component": sig.subsystem or "unknown",
+        "group": d.job,
+        "class": sig.id or "unclassified",
         "custom_details": {
-            "diagnosis_id": d["id"],
-            "job": d["job"],
+            "diagnosis_id": d.id,
+            "job": d.job,
             "root_cause": {
-                "rank": rc.get("rank"),
-                "host": rc.get("host"),
-                "device": rc.get("device"),
-                "line": rc.get("line"),
-                "signature": sig.get("id"),
+                "rank": rc.rank,
+                "host": rc.host,
+                "device": rc.device,
+                "line": rc.line,
+                # null, as before the typed read, for a diagnosis without a signature
+                "signature": sig.id or None,
             },
             "collateral": content.collateral_text(d),
-            "cause": d.get("cause"),
-            "fix": d.get("fix"),
-            "verify": d.get("verify"),
+            "cause": d.cause,
+            "fix": d.fix,
+            "verify": d.verify,
             "incident_page": link,
         },
     }
     start = started_at(d, 0.0)
     if not start.startswith("1970"):
         payload["timestamp"] = start
-    event = {
+    event: dict[str, Any] = {
         "routing_key": routing_key,
         "event_action": "trigger",
-        "dedup_key": d["id"],
+        "dedup_key": d.id,
         "payload": payload,
         "client": "rankwatch",
     }
     if link:
-        event["links"] = [{"href": link, "text": f"rankwatch incident {d['id']}"}]
+        event["links"] = [{"href": link, "text": f"rankwatch incident {d.id}"}]
         event["client_url"] = link
     return event
 
 
-def pagerduty_request(url: str, d: Diagnosis, routing_key: str, link: str | None) -> Request:
-    event = orjson.dumps(pagerduty_event(d, routing_key, link))
+def pagerduty_request(url: str, d: AnyDiagnosis, routing_key: str, link: str | None) -> Request:
+    event = orjson.dumps(pagerduty_event(typed(d), routing_key, link))
     return Request(url, event, JSON, secrets=(routing_key,))
 
 
@@ -202,14 +206,16 @@ def sign(body: bytes, secret: str) -> str:
 
 
 def webhook_request(
-    url: str, d: Diagnosis, link: str | None, *, secret: str | None, fmt: str = "json"
+    url: str, d: AnyReceived, link: str | None, *, secret: str | None, fmt: str = "json"
 ) -> Request:
-    """The diagnosis JSON with its page's URL as `incident_page` (or `{"text": ...}` for
-    Slack-compatible receivers), signed with HMAC-SHA256 of the body when a secret is set."""
+    """The diagnosis JSON as published with its page's URL as `incident_page` (or
+    `{"text": ...}` for Slack-compatible receivers), signed with HMAC-SHA256 of the body when
+    a secret is set."""
+    r = received(d)
     if fmt == "slack":
-        body = orjson.dumps({"text": content.slack_text(d, link)})
+        body = orjson.dumps({"text": content.slack_text(r.diagnosis, link)})
     else:
-        body = orjson.dumps({**d, "incident_page": link} if link else d)
+        body = orjson.dumps({**r.doc, "incident_page": link} if link else r.doc)
     headers = dict(JSON)
     if secret:
         headers[SIGNATURE_HEADER] = sign(body, secret)

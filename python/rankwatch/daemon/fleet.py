@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rankwatch import diagnosis as rd
 from rankwatch.daemon.bounds import oldest_not_kept
 
 SUSPECT_MIN_JOBS = 2
@@ -36,21 +37,27 @@ class Suspect:
     incidents: int
 
 
-def incident_of(diagnosis: Mapping[str, Any], first_seen_ms: int) -> Incident | None:
-    """The fleet view of one diagnosis (None for records that are not diagnoses)."""
-    did = diagnosis.get("id")
-    if not isinstance(did, str):
+def read_diagnosis(value: bytes | None) -> rd.Diagnosis | None:
+    """The diagnosis a record of the diagnoses topic holds; None for anything else (not JSON,
+    not a diagnosis, no id: the log topic given by mistake, garbage)."""
+    if not value:
         return None
-    sig = diagnosis.get("signature")
-    sig = sig if isinstance(sig, dict) else {}
-    root = diagnosis.get("root_cause")
-    host = root.get("host") if isinstance(root, dict) else None
+    try:
+        d = rd.decode(value)
+    except rd.BadDiagnosis:
+        return None
+    return d if d.id else None
+
+
+def incident_of(diagnosis: rd.Diagnosis, first_seen_ms: int) -> Incident:
+    """The fleet view of one diagnosis."""
+    sig = diagnosis.signature
     return Incident(
-        id=did,
-        job=str(diagnosis.get("job", "")),
-        signature=str(sig.get("id") or UNCLASSIFIED),
-        subsystem=str(sig.get("subsystem") or UNKNOWN_SUBSYSTEM),
-        host=str(host) if host else None,
+        id=diagnosis.id,
+        job=diagnosis.job,
+        signature=sig.id or UNCLASSIFIED,
+        subsystem=sig.subsystem or UNKNOWN_SUBSYSTEM,
+        host=diagnosis.root_cause.host or None,
         first_seen_ms=first_seen_ms,
     )
 
@@ -62,11 +69,18 @@ class FleetLedger:
     def __init__(self) -> None:
         self._by_id: dict[str, Incident] = {}
 
-    def add(self, diagnosis: Mapping[str, Any], seen_ms: int) -> Incident | None:
-        """Records a (new or updated) diagnosis; returns the incident when its id is new."""
-        inc = incident_of(diagnosis, seen_ms)
-        if inc is None:
+    def add(self, diagnosis: rd.Diagnosis | Mapping[str, Any], seen_ms: int) -> Incident | None:
+        """Records a (new or updated) diagnosis; returns the incident when its id is new. A
+        diagnosis as parsed JSON (the daemon's own) is read first; one that is not a
+        diagnosis, or has no id, is not recorded."""
+        if not isinstance(diagnosis, rd.Diagnosis):
+            try:
+                diagnosis = rd.from_dict(diagnosis)
+            except rd.BadDiagnosis:
+                return None
+        if not diagnosis.id:
             return None
+        inc = incident_of(diagnosis, seen_ms)
         old = self._by_id.get(inc.id)
         if old is not None:
             inc = replace(inc, first_seen_ms=old.first_seen_ms)

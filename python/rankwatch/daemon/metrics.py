@@ -12,13 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-import orjson
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from rankwatch.daemon.fleet import FleetLedger, Incident, suspects
+from rankwatch.daemon.fleet import FleetLedger, Incident, read_diagnosis, suspects
 from rankwatch.daemon.published import SKIP_REASONS as UNPUBLISHED_REASONS
 
 # `_created` series double every counter's series count for a timestamp nobody here reads.
@@ -132,13 +131,8 @@ class FleetMetrics:
     def observe(self, value: bytes | None, record_ms: int) -> None:
         """A record of the diagnoses topic, from any daemon: it counts for the suspect hosts
         (the counters only count what this daemon published, so that sums add up)."""
-        if not value:
-            return
-        try:
-            d = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return
-        if isinstance(d, dict):
+        d = read_diagnosis(value)
+        if d is not None:
             self.ledger.add(d, record_ms)
 
     def published(self, diagnosis: Mapping[str, object], now_s: float | None = None) -> None:

@@ -13,9 +13,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
-from rankwatch.daemon.fleet import SUSPECT_MIN_JOBS, FleetLedger, Incident, suspects
+from rankwatch.daemon.fleet import (
+    SUSPECT_MIN_JOBS,
+    FleetLedger,
+    Incident,
+    read_diagnosis,
+    suspects,
+)
 from rankwatch.daemon.tail import TopicTail
 
 STATS_SCHEMA = "rankwatch.fleet-stats/1"  # later fields were only added
@@ -63,8 +67,8 @@ def read_records(records: Iterable[tuple[bytes | None, int]]) -> TopicRead:
     read = TopicRead()
     for value, ts_ms in records:
         read.records += 1
-        d = _json_object(value)
-        if d is None or not isinstance(d.get("id"), str):
+        d = read_diagnosis(value)
+        if d is None:
             read.not_diagnoses += 1
             continue
         read.ledger.add(d, ts_ms)
@@ -73,16 +77,6 @@ def read_records(records: Iterable[tuple[bytes | None, int]]) -> TopicRead:
 
 def ledger_of(records: Iterable[tuple[bytes | None, int]]) -> FleetLedger:
     return read_records(records).ledger
-
-
-def _json_object(value: bytes | None) -> dict[str, Any] | None:
-    if not value:
-        return None
-    try:
-        d = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        return None
-    return d if isinstance(d, dict) else None
 
 
 def _iso(ms: int) -> str:

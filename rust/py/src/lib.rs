@@ -25,6 +25,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod options;
+use options::EngineOptions;
+
 /// A file for `Engine.feed_files`: path (bytes, as the OS names it), job, origin, source key,
 /// rank, local rank.
 type FileTuple = (
@@ -246,42 +249,11 @@ impl PyCatalog {
 }
 
 fn config_from_json(text: Option<&str>) -> PyResult<Config> {
-    let mut cfg = Config::default();
-    let Some(text) = text else { return Ok(cfg) };
-    let v: Value =
-        serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("config: {e}")))?;
-    let Value::Object(map) = v else {
-        return Err(PyValueError::new_err("config must be a JSON object"));
+    let options = match text {
+        Some(text) => EngineOptions::from_json(text).map_err(PyValueError::new_err)?,
+        None => EngineOptions::default(),
     };
-    for (k, val) in map {
-        let n = val.as_i64().ok_or_else(|| {
-            PyValueError::new_err(format!("engine option {k} must be an integer"))
-        })?;
-        if n < 0 {
-            return Err(PyValueError::new_err(format!(
-                "engine option {k} must not be negative"
-            )));
-        }
-        let u = n as usize;
-        match k.as_str() {
-            "ring_lines" => cfg.ring_lines = u.max(1),
-            "ring_bytes" => cfg.ring_bytes = u.max(256),
-            "memory_budget_bytes" => cfg.memory_budget_bytes = u,
-            "settle_ms" => cfg.settle_ms = n,
-            "incident_horizon_ms" => cfg.incident_horizon_ms = n,
-            "max_wait_ms" => cfg.max_wait_ms = n,
-            "max_line_bytes" => cfg.max_line_bytes = u.max(64),
-            "preceding_lines" => cfg.preceding_lines = u,
-            "max_hits_per_job" => cfg.max_hits_per_job = u,
-            "default_year" => cfg.default_year = n as i32,
-            "clock_uncertainty_ms" => cfg.clock_uncertainty_ms = n,
-            "release_quiet_ms" => cfg.release_quiet_ms = n,
-            "max_sources_per_job" => cfg.max_sources_per_job = u,
-            "max_ts_ahead_ms" => cfg.max_ts_ahead_ms = n,
-            _ => return Err(PyKeyError::new_err(format!("unknown engine option {k}"))),
-        }
-    }
-    Ok(cfg)
+    options.config().map_err(PyValueError::new_err)
 }
 
 fn diagnoses_json(d: Vec<Diagnosis>) -> Value {
