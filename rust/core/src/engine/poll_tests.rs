@@ -165,3 +165,43 @@ fn remembered_field_results_are_counted() {
     let tables = memsize::map(&e.jobs) + memsize::map(&e.streams) + memsize::map(&e.record_streams);
     assert_eq!(e.stats.memory_bytes, tables + memo);
 }
+
+#[test]
+fn a_storm_updates_an_open_diagnosis_at_most_once_per_settle_window() {
+    let catalog = Catalog::from_sources(&[("small.toml".into(), SMALL.into())]).unwrap();
+    let cfg = Config {
+        settle_ms: 5_000,
+        max_wait_ms: 1_000, // due by wall time alone: every poll after it may diagnose
+        ..Config::default()
+    };
+    let mut e = Engine::new(Arc::new(catalog), cfg);
+    let feed = |e: &mut Engine, rank: usize| {
+        let id = e.open_stream("storm", &format!("rank{rank}.log"), Default::default());
+        e.feed(id, CAUSE, Some(1_000 + rank as i64));
+    };
+    feed(&mut e, 0);
+    feed(&mut e, 1);
+    let t0 = 100_000;
+    assert!(e.poll(t0).is_empty(), "opened, not yet due");
+    let t1 = t0 + 1_000;
+    assert_eq!(e.poll(t1).len(), 1, "the first diagnosis goes out once due");
+    feed(&mut e, 2);
+    assert!(e.poll(t1 + 100).is_empty(), "held within the settle window");
+    feed(&mut e, 3);
+    assert!(e.poll(t1 + 4_999).is_empty());
+    let later = e.poll(t1 + 5_000);
+    assert_eq!(
+        later.len(),
+        1,
+        "then diagnosed again with all that came meanwhile"
+    );
+    assert!(!later[0].is_final);
+    assert!(
+        e.poll(t1 + 20_000).is_empty(),
+        "nothing new: nothing to publish"
+    );
+    feed(&mut e, 4);
+    let fin = e.finish();
+    assert_eq!(fin.len(), 1);
+    assert!(fin[0].is_final, "a final diagnosis is never held");
+}
