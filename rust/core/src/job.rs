@@ -298,10 +298,6 @@ pub struct Incident {
     pub final_published: bool,
     /// (job input version, final?) when last diagnosed.
     pub diagnosed: Option<(usize, bool)>,
-    /// Wall time of the last diagnosis (0: none yet, or none with a wall clock). While input
-    /// keeps coming (a storm of thousands of ranks), an open incident is diagnosed again at
-    /// most once per settle window of wall time, not on every poll.
-    pub diagnosed_wall_ms: i64,
     /// Last diagnosed as no failure (only benign warnings in a job that shows no failure).
     pub dismissed: bool,
 }

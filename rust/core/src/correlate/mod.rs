@@ -97,7 +97,6 @@ pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms
         final_published: false,
         diagnosed: None,
         dismissed: false,
-        diagnosed_wall_ms: 0,
     });
 }
 
@@ -132,23 +131,6 @@ fn due(
     Some(is_final)
 }
 
-/// An open incident diagnosed less than a settle window of wall time ago waits: a storm of
-/// lines from thousands of ranks would otherwise have its diagnosis (every rule over every
-/// hit, then rendered) rebuilt on every poll, once per batch. The first diagnosis is never
-/// held, nor a final one (end of input, a quiet job released, the horizon passed).
-fn recently_diagnosed(
-    inc: &crate::job::Incident,
-    is_final: bool,
-    cfg: &Config,
-    now_wall_ms: i64,
-) -> bool {
-    !is_final
-        && now_wall_ms != i64::MAX
-        && inc.diagnosed.is_some()
-        && inc.diagnosed_wall_ms > 0
-        && now_wall_ms - inc.diagnosed_wall_ms < cfg.settle_ms
-}
-
 /// Emits diagnoses for incidents that are ready and new or changed since last published.
 pub fn diagnose_ready(
     job: &mut Job,
@@ -170,15 +152,13 @@ pub fn diagnose_ready(
         }
     }
     // An incident whose inputs and status did not change since its last diagnosis is not
-    // diagnosed again; one whose inputs keep changing is, as an open diagnosis, at most once
-    // per settle window of wall time (`recently_diagnosed`).
+    // diagnosed again.
     let todo: Vec<(usize, bool)> = job
         .incidents
         .iter()
         .enumerate()
         .filter_map(|(i, inc)| due(job, inc, cfg, now_wall_ms, final_).map(|f| (i, f)))
         .filter(|&(i, f)| job.incidents[i].diagnosed != Some((version, f)))
-        .filter(|&(i, f)| !recently_diagnosed(&job.incidents[i], f, cfg, now_wall_ms))
         .collect();
     if todo.is_empty() {
         return Vec::new();
@@ -194,9 +174,6 @@ pub fn diagnose_ready(
     for (i, is_final, d) in diagnosed {
         let inc = &mut job.incidents[i];
         inc.diagnosed = Some((version, is_final));
-        if now_wall_ms != i64::MAX {
-            inc.diagnosed_wall_ms = now_wall_ms;
-        }
         inc.dismissed = d.is_none();
         let Some(mut d) = d else {
             continue;
