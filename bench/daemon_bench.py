@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -253,8 +254,7 @@ def start_daemon(
         "run",
         "--bootstrap-servers",
         bootstrap,
-        "--topic",
-        topic,
+        *(["--topic", topic] if topic else []),
         "--output-topic",
         out,
         "--group-id",
@@ -434,6 +434,634 @@ def pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, round(q * (len(v) - 1)))]
 
 
+# --- the storm (issue 24) -------------------------------------------------------------------
+#
+# Records as Fluent Bit and Vector deliver them: every record carries an ISO-8601 `ts` of
+# ingest, the `host` and the `rank`; half of the jobs come in the canonical shape (a shipper
+# set up to write it), a quarter in Fluent Bit's own shape and a quarter in Vector's, each
+# shape on its own topic read with that format's preset (plus `rank_path = ["rank"]`). All
+# topics are keyed by job. The storm: a job of `--storm-ranks` ranks (16,384) fails, and every
+# rank prints its error chain (the job's lines from `--storm-lead-s` before the root-cause
+# line on), among healthy jobs; the healthy row has the same number of healthy records.
+
+SHAPES = ("canonical", "fluent-bit", "vector")
+
+
+def iso_ms(ms: int) -> str:
+    s, frac = divmod(ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(s)) + f".{frac:03d}Z"
+
+
+def shipper_record(
+    shape: str, job: str, rank: int | None, host: str, ts_ms: int, line: str
+) -> bytes:
+    """One line as its shipper sends it; a launcher's line (no rank) names its node's pod."""
+    pod = f"{job}-worker-{rank}" if rank is not None else f"{job}-launcher-{host}"
+    ts = iso_ms(ts_ms)
+    if shape == "fluent-bit":
+        return orjson.dumps(
+            {
+                "@timestamp": ts,
+                "log": line + "\n",
+                "stream": "stderr",
+                "rank": rank,
+                "kubernetes": {
+                    "pod_name": pod,
+                    "namespace_name": "training",
+                    "host": host,
+                    "labels": {"training.kubeflow.org/job-name": job},
+                },
+            }
+        )
+    if shape == "vector":
+        return orjson.dumps(
+            {
+                "message": line,
+                "timestamp": ts,
+                "source_type": "kubernetes_logs",
+                "stream": "stderr",
+                "rank": rank,
+                "kubernetes": {
+                    "pod_name": pod,
+                    "pod_namespace": "training",
+                    "pod_node_name": host,
+                    "pod_labels": {"training.kubeflow.org/job-name": job},
+                },
+            }
+        )
+    return orjson.dumps(
+        {"job": job, "rank": rank, "host": host, "ts": ts, "line": line, "source": pod}
+    )
+
+
+@dataclass
+class TimedJob:
+    """A generated job as (seconds after fleetgen.START_MS, rank, host, line), in time order."""
+
+    scenario: str
+    lines: list[tuple[float, int | None, str, str]]
+    truth: Any
+
+
+def timed_job(root: Path, scenario: str, ranks: int, seed: int, steps: int) -> TimedJob:
+    times: dict[str, list[float]] = {}
+    out = root / f"{scenario}-{ranks}-{seed}"
+    truth = fleetgen.generate(
+        scenario, out, ranks=ranks, seed=seed, steps=steps, layout="per-rank", line_times=times
+    )
+    hosts = sorted(truth.host_offsets_s)
+    per_node = -(-ranks // len(hosts))
+    lines: list[tuple[float, int | None, str, str]] = []
+    for name, ts in times.items():
+        text = (out / name).read_text(encoding="utf-8", errors="replace").splitlines()
+        stem = name.removesuffix(".log")
+        if stem.startswith("rank-"):
+            rank: int | None = int(stem.removeprefix("rank-"))
+            host = hosts[rank // per_node]
+        else:  # a node's launcher (torchrun agent): no rank, its own stream
+            rank, host = None, next(h for h in hosts if stem.endswith(h))
+        lines += [(t, rank, host, line) for t, line in zip(ts, text, strict=True)]
+    lines.sort(key=lambda x: x[0])
+    shutil.rmtree(out)
+    return TimedJob(scenario, lines, truth)
+
+
+def storm_window(job: TimedJob, lead_s: float) -> list[tuple[float, int | None, str, str]]:
+    """The job's lines from `lead_s` before its root-cause line on: every rank's error chain."""
+    rc = job.truth.root_cause
+    t_rc = next(t for t, r, _, line in job.lines if r == rc["rank"] and line == rc["line"])
+    return [x for x in job.lines if x[0] >= t_rc - lead_s]
+
+
+@dataclass
+class Traffic:
+    """Records in produce order: (topic, key, value), and the root-cause line's index."""
+
+    records: list[tuple[str, bytes, bytes]]
+    jobs: int
+    storm_records: int
+
+
+def build_traffic(
+    topics: dict[str, str],
+    healthy: list[TimedJob],
+    total: int,
+    storm: TimedJob | None,
+    storm_lines: list[tuple[float, int | None, str, str]],
+    tag: str,
+    seed: int = 7,
+) -> Traffic:
+    """`total` records: the storm's lines (if any) and renamed copies of healthy jobs, each job
+    in one shape (storm: `topics['storm']`), merged by ingest time (a shipper sends a line
+    0-300 ms after it was written)."""
+    import random
+
+    rng = random.Random(seed)
+    timed: list[tuple[int, str, bytes, bytes]] = []
+    span_s = 60.0
+    if storm is not None and storm_lines:
+        name = f"storm-{tag}"
+        shape = next(s for s in SHAPES if topics[s] == topics["storm"])
+        t0 = storm_lines[0][0]
+        span_s = max(storm_lines[-1][0] - t0, 1.0)
+        for t, rank, host, line in storm_lines[:total]:
+            ms = fleetgen.START_MS + int(t * 1000) + rng.randint(0, 300)
+            timed.append(
+                (ms, shape, name.encode(), shipper_record(shape, name, rank, host, ms, line))
+            )
+        base_s = t0
+    else:
+        base_s = 0.0
+    i = 0
+    shapes = ["canonical", "canonical", "fluent-bit", "vector"]
+    while len(timed) < total:
+        src = healthy[i % len(healthy)]
+        name = f"healthy-{tag}-{i:05d}"
+        shape = shapes[i % len(shapes)]
+        # healthy jobs run through the whole window, each started at its own moment
+        start = base_s + rng.uniform(-src.lines[-1][0], span_s)
+        for t, rank, host, line in src.lines:
+            if len(timed) >= total:
+                break
+            ms = fleetgen.START_MS + int((start + t) * 1000) + rng.randint(0, 300)
+            timed.append(
+                (ms, shape, name.encode(), shipper_record(shape, name, rank, host, ms, line))
+            )
+        i += 1
+    timed.sort(key=lambda x: x[0])
+    n_storm = min(len(storm_lines), total) if storm is not None else 0
+    return Traffic([(topics[s], k, v) for _, s, k, v in timed], i + (storm is not None), n_storm)
+
+
+def topic_names(prefix: str) -> dict[str, str]:
+    return {s: f"{prefix}.{s}" for s in SHAPES}
+
+
+def storm_config(path: Path, topics: dict[str, str]) -> Path:
+    """The daemon's config: one table per topic, its shipper's preset and the rank's field."""
+    lines = []
+    for shape, topic in topics.items():
+        lines += [f'[topics."{topic}"]', f'format = "{shape}"', 'rank_path = ["rank"]', ""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+async def produce_many(bootstrap: str, records: list[tuple[str, bytes, bytes]]) -> int:
+    producer = new_producer({"bootstrap_servers": bootstrap})
+    await producer.start()
+    try:
+        senders: dict[str, BatchSender] = {}
+        for topic in dict.fromkeys(t for t, _, _ in records):
+            senders[topic] = BatchSender(
+                producer, topic, sorted(await producer.partitions_for(topic))
+            )
+        for topic, key, value in records:
+            await senders[topic].add(key, value)
+        total = 0
+        for s in senders.values():
+            await s.flush()
+            total += s.bytes
+        return total
+    finally:
+        await producer.stop()
+
+
+async def tuned_discard(bootstrap: str, topics: list[str], total: int) -> dict[str, float]:
+    """aiokafka as a group member with fetch sizes tuned for throughput (8 MiB per partition,
+    64 MiB per fetch): start, join, read `total` records and discard them, commit. Returns
+    steady-state seconds (first record taken to last record taken) and end-to-end seconds
+    (construction to the commit's answer)."""
+    t_start = time.perf_counter()
+    consumer = AIOKafkaConsumer(
+        *topics,
+        bootstrap_servers=bootstrap,
+        group_id=f"discard-{os.getpid()}-{time.monotonic_ns()}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 << 20,
+        fetch_max_bytes=64 << 20,
+    )
+    await consumer.start()
+    try:
+        n = 0
+        t0 = t1 = 0.0
+        cpu0 = 0.0
+        while n < total:
+            batch = await consumer.getmany(timeout_ms=1000, max_records=10_000)
+            if batch and not t0:
+                t0, cpu0 = time.perf_counter(), time.process_time()
+            for records in batch.values():
+                n += len(records)
+            if batch:
+                t1 = time.perf_counter()
+        cpu = time.process_time() - cpu0
+        await consumer.commit()
+        t_end = time.perf_counter()
+    finally:
+        await consumer.stop()
+    return {
+        "steady_s": t1 - t0,
+        "e2e_s": t_end - t_start,
+        "cpu_us_per_record": cpu / max(n, 1) * 1e6,
+    }
+
+
+async def committed_all(bootstrap: str, group: str, ends: dict[TopicPartition, int]) -> bool:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return all(
+        (offsets.get(tp) is not None and offsets[tp].offset >= end) for tp, end in ends.items()
+    )
+
+
+async def end_offsets(bootstrap: str, topics: list[str]) -> dict[TopicPartition, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        cluster = await consumer._client.fetch_all_metadata()
+        tps = [TopicPartition(t, p) for t in topics for p in cluster.partitions_for_topic(t)]
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+        return {tp: e for tp, e in ends.items() if e > 0}
+    finally:
+        await consumer.stop()
+
+
+def storm_daemon_round(
+    bootstrap: str,
+    config: Path,
+    topics: list[str],
+    out: str,
+    work: Path,
+    total: int,
+    partitions: int,
+    python: str,
+    name: str,
+    extra: list[str],
+) -> dict[str, float]:
+    """One `rankwatch run` over the backlog: steady state from the metrics (as
+    `measure_daemons`), end to end from the process start to the commit of every offset."""
+    group = f"storm-{os.getpid()}-{name}"
+    ends = asyncio.run(end_offsets(bootstrap, topics))
+    t_start = time.time()
+    d = start_daemon(
+        bootstrap,
+        "",
+        out,
+        work,
+        ["--config", str(config), *extra],
+        python=python,
+        group=group,
+        name=name,
+    )
+    try:
+        secs, m = measure_daemons([d], total, partitions)
+        while not asyncio.run(committed_all(bootstrap, group, ends)):
+            if d.proc.poll() is not None:
+                raise SystemExit(f"daemon exited: {d.log_path.read_text()[-3000:]}")
+            time.sleep(0.1)
+        e2e = time.time() - t_start
+        peak = _peak_rss(d.proc.pid)
+    finally:
+        d.stop()
+    return {
+        "steady_s": secs,
+        "e2e_s": e2e,
+        "cpu_us_per_record": m["bench_cpu_us_per_record"],
+        "loop_us_per_record": m["bench_loop_us_per_record"],
+        "engine_us_per_record": m["bench_busiest_other_us_per_record"],
+        "diagnoses": m.get('rankwatch_diagnoses_out_total{kind="new"}', 0),
+        "updates": m.get('rankwatch_diagnoses_out_total{kind="update"}', 0),
+        "engine_memory_bytes": m.get("rankwatch_ring_memory_bytes", 0),
+        "memory_budget_bytes": m.get("rankwatch_memory_budget_bytes", 0),
+        "peak_rss_bytes": peak,
+        "records_per_batch": total / max(m.get("rankwatch_batch_duration_seconds_count", 0), 1),
+    }
+
+
+def _peak_rss(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+async def storm_latency_run(
+    bootstrap: str,
+    topics: dict[str, str],
+    out: str,
+    storm: list[tuple[str, bytes, bytes]],
+    failing: list[Job],
+    samples: int,
+    rate: float,
+    tag: str,
+) -> tuple[Latency, float]:
+    """Sends the storm (at `rate` records/s, 0: as fast as the producer goes) and, spread over
+    it, `samples` small failing jobs (canonical records on the canonical topic); times each
+    root-cause line's produce to the first diagnosis of its job on the output topic."""
+    producer = new_producer({"bootstrap_servers": bootstrap})
+    await producer.start()
+    watcher = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await watcher.start()
+    cluster = await watcher._client.fetch_all_metadata()
+    out_tps = [TopicPartition(out, p) for p in sorted(cluster.partitions_for_topic(out))]
+    watcher.assign(out_tps)
+    await watcher.seek_to_end(*out_tps)
+    for tp in out_tps:
+        await watcher.position(tp)
+    senders = {
+        t: BatchSender(producer, t, sorted(await producer.partitions_for(t)))
+        for t in topics.values()
+    }
+    want: dict[str, tuple[bytes, float, str]] = {}
+    seen: dict[str, bool] = {}
+    result = Latency()
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set():
+            batch = await watcher.getmany(timeout_ms=100)
+            now = time.time()
+            for records in batch.values():
+                for r in records:
+                    d = orjson.loads(r.value)
+                    job = d["job"]
+                    if job not in want:
+                        continue
+                    line, t_sent, scenario = want[job]
+                    if job not in seen:
+                        seen[job] = False
+                        result.first.append(now - t_sent)
+                    if (
+                        not seen[job]
+                        and str((d.get("root_cause") or {}).get("line")).encode() == line
+                    ):
+                        seen[job] = True
+                        result.correct.append(now - t_sent)
+                        result.by_scenario.setdefault(scenario, []).append(now - t_sent)
+
+    wt = asyncio.create_task(watch())
+    every = max(1, len(storm) // (samples + 1))
+    t0 = time.monotonic()
+    sample = 0
+    canonical = senders[topics["canonical"]]
+    for i, (topic, key, value) in enumerate(storm):
+        await senders[topic].add(key, value)
+        if i % 1000 == 999:
+            for s in senders.values():
+                await s.flush()
+            if rate:
+                ahead = i / rate - (time.monotonic() - t0)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+        if i % every == every - 1 and sample < samples:
+            job = failing[sample % len(failing)]
+            name = f"lat-{tag}-{sample}-{job.name}"
+            truth_line = job.truth.root_cause["line"].encode()
+            for value2, line in zip(renamed(job, name), job.lines, strict=True):
+                await canonical.add(name.encode(), value2)
+                if line == truth_line and name not in want:
+                    await canonical.flush()
+                    want[name] = (truth_line, time.time(), job.scenario)
+            await canonical.flush()
+            sample += 1
+    for s in senders.values():
+        await s.flush()
+    sent_s = time.monotonic() - t0
+    deadline = time.monotonic() + 120
+    while len(seen) < len(want) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    stop.set()
+    await wt
+    await watcher.stop()
+    await producer.stop()
+    missing = [j for j in want if j not in seen]
+    if missing:
+        log(f"storm latency: {len(missing)} sample(s) without a diagnosis within 120 s")
+        result.first += [float("inf")] * len(missing)
+    return result, len(storm) / sent_s
+
+
+def storm_main(args: argparse.Namespace) -> int:
+    variants = {"this build": sys.executable}
+    if args.before_python:
+        variants = {"before": args.before_python, **variants}
+    bootstrap = dev_broker(args.port)
+    log(f"broker {bootstrap}")
+    out = "bench.diagnoses"
+    rows = {"healthy": topic_names("bench.healthy"), "storm": topic_names("bench.storm")}
+    live = topic_names("bench.live")
+    all_topics = {t: args.partitions for r in (*rows.values(), live) for t in r.values()}
+    asyncio.run(create_topics(bootstrap, {**all_topics, out: 2}))
+    results: dict[str, Any] = {"records": args.records, "partitions": args.partitions, "rows": {}}
+    try:
+        with tempfile.TemporaryDirectory(prefix="rw-storm-") as tmp:
+            work = Path(tmp)
+            t = time.perf_counter()
+            healthy = [timed_job(work, HEALTHY[i % 2], args.ranks, 100 + i, 20) for i in range(4)]
+            storm = timed_job(work, args.storm_scenario, args.storm_ranks, 1, 1)
+            window = storm_window(storm, args.storm_lead_s)
+            failing = make_jobs(work / "failing", [(s, 200 + i) for i, s in enumerate(FAILING)], 16)
+            log(
+                f"corpus generated in {time.perf_counter() - t:.1f} s; storm job "
+                f"{args.storm_ranks} ranks, {len(window):,} lines in its error chain"
+            )
+            configs: dict[str, Path] = {}
+            totals: dict[str, int] = {}
+            for row, topics in rows.items():
+                traffic = build_traffic(
+                    {**topics, "storm": topics[args.storm_shape]},
+                    healthy,
+                    args.records,
+                    storm if row == "storm" else None,
+                    window if row == "storm" else [],
+                    row,
+                )
+                t = time.perf_counter()
+                nbytes = asyncio.run(produce_many(bootstrap, traffic.records))
+                totals[row] = len(traffic.records)
+                configs[row] = storm_config(work / f"{row}.toml", topics)
+                results["rows"][row] = {
+                    "records": len(traffic.records),
+                    "storm_records": traffic.storm_records,
+                    "jobs": traffic.jobs,
+                    "bytes": nbytes,
+                    "rounds": [],
+                }
+                log(
+                    f"{row}: loaded {len(traffic.records):,} records ({nbytes / 1e6:.0f} MB, "
+                    f"{traffic.jobs} jobs, {traffic.storm_records:,} of the storm job) in "
+                    f"{time.perf_counter() - t:.1f} s"
+                )
+                del traffic
+            n_parts = 3 * args.partitions
+            for r in range(args.repeats):
+                for row, topics in rows.items():
+                    n = totals[row]
+                    cell: dict[str, Any] = {}
+                    aio = asyncio.run(tuned_discard(bootstrap, list(topics.values()), n))
+                    cell["aiokafka tuned"] = aio
+                    log(
+                        f"round {r + 1} {row}: aiokafka {n / aio['steady_s']:,.0f} records/s "
+                        f"steady, {aio['e2e_s']:.1f} s end to end"
+                    )
+                    order = list(variants.items())
+                    if r % 2:
+                        order.reverse()
+                    for name, python in order:
+                        c = storm_daemon_round(
+                            bootstrap,
+                            configs[row],
+                            list(topics.values()),
+                            out,
+                            work,
+                            n,
+                            n_parts,
+                            python,
+                            f"{row}-{r}-{name.replace(' ', '-')}",
+                            args.daemon_arg,
+                        )
+                        cell[name] = c
+                        log(
+                            f"round {r + 1} {row}: {name} {n / c['steady_s']:,.0f} records/s "
+                            f"steady ({aio['steady_s'] / c['steady_s']:.2f}x), "
+                            f"{c['e2e_s']:.1f} s end to end, "
+                            f"{c['diagnoses']:.0f} new + {c['updates']:.0f} updated diagnoses"
+                        )
+                    results["rows"][row]["rounds"].append(cell)
+            if args.latency_samples:
+                results["latency"] = {}
+                for name, python in variants.items():
+                    tag = f"{name.replace(' ', '-')}-{os.getpid()}"
+                    traffic = build_traffic(
+                        {**live, "storm": live[args.storm_shape]},
+                        healthy,
+                        args.records,
+                        storm,
+                        window,
+                        f"live-{tag}",
+                    )
+                    daemon = start_daemon(
+                        bootstrap,
+                        "",
+                        out,
+                        work,
+                        [
+                            "--config",
+                            str(storm_config(work / "live.toml", live)),
+                            *args.daemon_arg,
+                            "--initial-offset",
+                            "latest",
+                        ],
+                        python=python,
+                        group=f"storm-latency-{tag}",
+                        name=f"daemon-storm-latency-{name.replace(' ', '-')}",
+                    )
+                    try:
+                        wait_assigned(daemon, n_parts)
+                        lat, rate = asyncio.run(
+                            storm_latency_run(
+                                bootstrap,
+                                live,
+                                out,
+                                traffic.records,
+                                failing,
+                                args.latency_samples,
+                                args.storm_rate,
+                                tag,
+                            )
+                        )
+                        peak = _peak_rss(daemon.proc.pid)
+                        m = daemon.metrics()
+                    finally:
+                        daemon.stop()
+                    results["latency"][name] = {
+                        "storm_records_per_s": rate,
+                        "samples": len(lat.first),
+                        "first_p50_s": pct(lat.first, 0.5),
+                        "first_p99_s": pct(lat.first, 0.99),
+                        "correct_p50_s": pct(lat.correct, 0.5),
+                        "correct_p99_s": pct(lat.correct, 0.99),
+                        "peak_rss_bytes": peak,
+                        "engine_memory_bytes": m.get("rankwatch_ring_memory_bytes", 0),
+                        "memory_budget_bytes": m.get("rankwatch_memory_budget_bytes", 0),
+                    }
+                    log(f"storm latency {name}: {results['latency'][name]}")
+    finally:
+        if not args.keep_broker:
+            subprocess.run(
+                [str(KAFKA / "dev-broker"), "stop", "--port", str(args.port)], check=False
+            )
+    print(render_storm(results))
+    if args.json:
+        args.json.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    return 0
+
+
+def render_storm(r: dict[str, Any]) -> str:
+    rows = [
+        f"{len(next(iter(r['rows'].values()))['rounds'])} rounds; each cell: median "
+        "(min-max) over the rounds; ratios are to aiokafka in the same round.",
+        "",
+        "| traffic | what | steady records/s | ratio | end to end s | ratio | CPU µs/record "
+        "| diagnoses new + updated | peak RSS MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row, data in r["rows"].items():
+        n = data["records"]
+        rounds = data["rounds"]
+        names = list(rounds[0])
+        aio = [x["aiokafka tuned"] for x in rounds]
+        for name in names:
+            cells = [x[name] for x in rounds]
+            steady = [n / c["steady_s"] for c in cells]
+            ratio = [a["steady_s"] / c["steady_s"] for c, a in zip(cells, aio, strict=True)]
+            e2e = [c["e2e_s"] for c in cells]
+            e2e_ratio = [a["e2e_s"] / c["e2e_s"] for c, a in zip(cells, aio, strict=True)]
+            what = (
+                "aiokafka consume + discard, tuned"
+                if name == "aiokafka tuned"
+                else (f"`rankwatch run`, {name}")
+            )
+            extra = ""
+            if name != "aiokafka tuned":
+                extra = (
+                    f" | {statistics.median(c['diagnoses'] for c in cells):.0f} + "
+                    f"{statistics.median(c['updates'] for c in cells):.0f} | "
+                    f"{statistics.median(c['peak_rss_bytes'] for c in cells) / 1e6:.0f}"
+                )
+            else:
+                extra = " | | "
+            rows.append(
+                f"| {row} ({n:,} records, {data['storm_records']:,} of the storm job) | {what} | "
+                f"{_spread(steady, ',.0f')} | {_spread(ratio, '.2f')}x | {_spread(e2e, '.1f')} | "
+                f"{_spread(e2e_ratio, '.2f')}x | "
+                f"{_spread([c['cpu_us_per_record'] for c in cells], '.1f')}{extra} |"
+            )
+    if r.get("latency"):
+        rows += [
+            "",
+            "| latency during the storm: root-cause line produced -> diagnosis on the output "
+            "topic | storm sent at | first p50 | first p99 | true root cause p50 | p99 "
+            "| peak RSS MB / budget MB |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for name, lat in r["latency"].items():
+            rows.append(
+                f"| {name} ({lat['samples']} samples) | {lat['storm_records_per_s']:,.0f}/s | "
+                f"{lat['first_p50_s'] * 1000:,.0f} ms | {lat['first_p99_s'] * 1000:,.0f} ms | "
+                f"{lat['correct_p50_s'] * 1000:,.0f} ms | {lat['correct_p99_s'] * 1000:,.0f} ms "
+                f"| {lat['peak_rss_bytes'] / 1e6:,.0f} / {lat['memory_budget_bytes'] / 1e6:,.0f} |"
+            )
+    return "\n".join(rows)
+
+
 # --- main -----------------------------------------------------------------------------------
 
 
@@ -456,7 +1084,23 @@ def main() -> int:
     ap.add_argument("--daemon-arg", action="append", default=[], help="extra `run` flag")
     ap.add_argument("--json", type=Path, help="also write the numbers here")
     ap.add_argument("--keep-broker", action="store_true")
+    ap.add_argument(
+        "--storm",
+        action="store_true",
+        help="issue 24's rows instead: healthy and storm traffic as shippers deliver it",
+    )
+    ap.add_argument("--storm-ranks", type=int, default=16384, help="ranks of the failing job")
+    ap.add_argument("--storm-scenario", default="cuda_error", choices=FAILING)
+    ap.add_argument(
+        "--storm-lead-s", type=float, default=10.0, help="error chain from this before the cause"
+    )
+    ap.add_argument("--storm-shape", default="canonical", choices=SHAPES)
+    ap.add_argument(
+        "--storm-rate", type=float, default=0.0, help="latency run: records/s (0: flat out)"
+    )
     args = ap.parse_args()
+    if args.storm:
+        return storm_main(args)
     variants = {"this build": sys.executable}
     if args.before_python:
         variants = {"before": args.before_python, **variants}

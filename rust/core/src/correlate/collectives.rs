@@ -170,25 +170,42 @@ impl Split<'_> {
     }
 }
 
-/// The values compared at one sequence number: only what every statement there gives (an
-/// older watchdog line has no element counts), and for uneven or p2p operations the
-/// operation alone.
-fn compared(fp: &Fingerprint, all: &[&Entry]) -> Fingerprint {
-    let every = |f: fn(&Fingerprint) -> bool| all.iter().all(|e| f(&e.fp));
-    let uneven = all
-        .iter()
-        .any(|e| UNEVEN_OPS.contains(&e.fp.op.trim_end_matches("_COALESCED")));
-    let keep_counts = !uneven;
-    Fingerprint {
-        op: fp.op.clone(),
-        numel_in: fp
-            .numel_in
-            .filter(|_| keep_counts && every(|x| x.numel_in.is_some())),
-        numel_out: fp
-            .numel_out
-            .filter(|_| keep_counts && every(|x| x.numel_out.is_some())),
-        dtype: fp.dtype.clone().filter(|_| every(|x| x.dtype.is_some())),
-        root: fp.root.filter(|_| every(|x| x.root.is_some())),
+/// What every statement at one sequence number gives, and whether an uneven operation is
+/// among them: decided once per sequence number (tens of thousands of ranks may wait at it).
+struct Compared {
+    keep_counts: bool,
+    numel_in: bool,
+    numel_out: bool,
+    dtype: bool,
+    root: bool,
+}
+
+impl Compared {
+    fn of(all: &[&Entry]) -> Compared {
+        let every = |f: fn(&Fingerprint) -> bool| all.iter().all(|e| f(&e.fp));
+        let uneven = all
+            .iter()
+            .any(|e| UNEVEN_OPS.contains(&e.fp.op.trim_end_matches("_COALESCED")));
+        Compared {
+            keep_counts: !uneven,
+            numel_in: every(|x| x.numel_in.is_some()),
+            numel_out: every(|x| x.numel_out.is_some()),
+            dtype: every(|x| x.dtype.is_some()),
+            root: every(|x| x.root.is_some()),
+        }
+    }
+
+    /// The values compared at one sequence number: only what every statement there gives
+    /// (an older watchdog line has no element counts), and for uneven or p2p operations the
+    /// operation alone.
+    fn of_one(&self, fp: &Fingerprint) -> Fingerprint {
+        Fingerprint {
+            op: fp.op.clone(),
+            numel_in: fp.numel_in.filter(|_| self.keep_counts && self.numel_in),
+            numel_out: fp.numel_out.filter(|_| self.keep_counts && self.numel_out),
+            dtype: fp.dtype.clone().filter(|_| self.dtype),
+            root: fp.root.filter(|_| self.root),
+        }
     }
 }
 
@@ -207,9 +224,10 @@ pub fn splits(entries: &[Entry]) -> Vec<Split<'_>> {
         if ranks.len() < 2 {
             continue;
         }
+        let compared = Compared::of(&all);
         let mut classes: BTreeMap<Fingerprint, Vec<&Entry>> = BTreeMap::new();
         for e in &all {
-            classes.entry(compared(&e.fp, &all)).or_default().push(*e);
+            classes.entry(compared.of_one(&e.fp)).or_default().push(*e);
         }
         if classes.len() < 2 {
             continue;
@@ -364,5 +382,21 @@ mod tests {
             !s[0].has_majority(),
             "one against one: no side is the odd one"
         );
+    }
+
+    #[test]
+    fn a_storm_of_ranks_at_one_sequence_number_is_compared_once() {
+        // 16,384 ranks wait at one sequence number; one states another count, and one an
+        // older line without counts: the counts are not compared, so no rank is odd. Without
+        // the old line, the odd rank is the minority.
+        let mut es: Vec<Entry> = (0..16_384).map(|r| entry(r, "ALLREDUCE", 11)).collect();
+        es[77] = entry(77, "ALLREDUCE", 12);
+        let s = splits(&es);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].classes[1].1.len(), 1);
+        assert_eq!(s[0].classes[1].1[0].who, Who::Rank(77));
+        es[5].fp.numel_in = None;
+        es[5].fp.numel_out = None;
+        assert!(splits(&es).is_empty());
     }
 }
