@@ -15,11 +15,27 @@
 //! references to libstdc++'s vtables and typeinfo only link when those are in the same object.
 //! `HS_LIB_DIR` names the folder holding the library; otherwise pkg-config's, then the usual
 //! system folders.
+//!
+//! Cross-compiling (cargo's `TARGET` differs from `HOST`, e.g. `aarch64-unknown-linux-gnu` on
+//! x86-64), only the target's folders are searched: its Debian multiarch folder
+//! (`/usr/lib/aarch64-linux-gnu`, where `libvectorscan-dev:arm64` puts `libhs.a`) and the cross
+//! compiler's (`/usr/aarch64-linux-gnu/lib`); the host's pkg-config is asked only with
+//! `PKG_CONFIG_ALLOW_CROSS=1` (pointed at the target's `.pc` files), and `libstdc++.a` comes
+//! from the target's C++ compiler (`CXX_<target>`, `TARGET_CXX`, else
+//! `aarch64-linux-gnu-g++`), never from the host's.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
-    for var in ["HS_LIB_DIR", "RANKWATCH_HS_LINK", "CXX", "PKG_CONFIG_PATH"] {
+    for var in [
+        "HS_LIB_DIR",
+        "RANKWATCH_HS_LINK",
+        "CXX",
+        "TARGET_CXX",
+        "PKG_CONFIG_PATH",
+        "PKG_CONFIG_ALLOW_CROSS",
+        "PKG_CONFIG_LIBDIR",
+    ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     let (explicit, dirs) = lib_dirs();
@@ -69,46 +85,78 @@ fn main() {
     }
 }
 
+/// Whether cargo builds for another machine than the one it runs on.
+fn cross() -> bool {
+    std::env::var("TARGET").ok() != std::env::var("HOST").ok()
+}
+
+/// The GNU triple of the target as Debian names its cross tools and multiarch folders
+/// (`aarch64-unknown-linux-gnu` → `aarch64-linux-gnu`): the Rust triple without its vendor.
+fn gnu_triple() -> String {
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
+    let env = if env.is_empty() {
+        "gnu".to_string()
+    } else {
+        env
+    };
+    format!("{arch}-linux-{env}")
+}
+
 /// (folders the dynamic link must be told about, folders to look for libhs.a in): HS_LIB_DIR;
 /// else pkg-config's -L flags (none for a library in the linker's default folders) and its
-/// libdir; else the usual system folders.
+/// libdir; else the usual system folders. Cross-compiling, the host's folders are left out
+/// (they hold the host's libhs.a) and pkg-config is asked only when allowed.
 fn lib_dirs() -> (Vec<PathBuf>, Vec<PathBuf>) {
     if let Ok(dir) = std::env::var("HS_LIB_DIR") {
         return (vec![PathBuf::from(&dir)], vec![PathBuf::from(dir)]);
     }
+    let cross = cross();
+    let triple = gnu_triple();
+    let multiarch = format!("/usr/lib/{triple}");
     let mut explicit = Vec::new();
     let mut dirs = Vec::new();
-    if let Ok(out) = Command::new("pkg-config")
-        .args(["--libs-only-L", "libhs"])
-        .output()
-    {
-        for flag in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            if let Some(dir) = flag.strip_prefix("-L") {
-                explicit.push(PathBuf::from(dir));
+    let ask_pkg_config = !cross || std::env::var("PKG_CONFIG_ALLOW_CROSS").as_deref() == Ok("1");
+    if ask_pkg_config {
+        let pkg_config = |arg: &str| {
+            let mut cmd = Command::new("pkg-config");
+            cmd.args([arg, "libhs"]);
+            if cross && std::env::var_os("PKG_CONFIG_LIBDIR").is_none() {
+                cmd.env("PKG_CONFIG_LIBDIR", format!("{multiarch}/pkgconfig"));
             }
-        }
-        dirs.clone_from(&explicit);
-        if let Ok(out) = Command::new("pkg-config")
-            .args(["--variable=libdir", "libhs"])
-            .output()
-        {
-            let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            if !dir.is_empty() {
-                dirs.push(PathBuf::from(dir));
+            cmd.output().ok()
+        };
+        if let Some(out) = pkg_config("--libs-only-L") {
+            for flag in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                if let Some(dir) = flag.strip_prefix("-L") {
+                    explicit.push(PathBuf::from(dir));
+                }
+            }
+            dirs.clone_from(&explicit);
+            if let Some(out) = pkg_config("--variable=libdir") {
+                let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                if !dir.is_empty() {
+                    dirs.push(PathBuf::from(dir));
+                }
             }
         }
     }
-    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
-    let multiarch = format!("/usr/lib/{arch}-linux-gnu");
-    dirs.extend(
-        [
-            multiarch.as_str(),
-            "/usr/lib64",
-            "/usr/lib",
-            "/usr/local/lib",
-        ]
-        .map(PathBuf::from),
-    );
+    if cross {
+        // Debian's multiarch folder (libvectorscan-dev:arm64), then the cross toolchain's.
+        dirs.extend([multiarch, format!("/usr/{triple}/lib")].map(PathBuf::from));
+        // The linker must be told: a cross linker's default folders are its own sysroot's.
+        explicit = dirs.iter().filter(|d| d.is_dir()).cloned().collect();
+    } else {
+        dirs.extend(
+            [
+                multiarch.as_str(),
+                "/usr/lib64",
+                "/usr/lib",
+                "/usr/local/lib",
+            ]
+            .map(PathBuf::from),
+        );
+    }
     (explicit, dirs)
 }
 
@@ -119,11 +167,18 @@ fn cxx_archive_dir() -> Option<PathBuf> {
         .unwrap_or_default()
         .replace('-', "_");
     println!("cargo:rerun-if-env-changed=CXX_{target}");
-    let mut compilers: Vec<String> = [format!("CXX_{target}"), "CXX".to_string()]
+    let mut compilers: Vec<String> = [format!("CXX_{target}"), "TARGET_CXX".to_string()]
         .iter()
         .filter_map(|var| std::env::var(var).ok())
         .collect();
-    compilers.extend(["c++", "g++", "cc"].map(String::from));
+    if cross() {
+        // The host's c++ would answer with the host's libstdc++.a.
+        let triple = gnu_triple();
+        compilers.extend([format!("{triple}-g++"), format!("{triple}-gcc")]);
+    } else {
+        compilers.extend(std::env::var("CXX"));
+        compilers.extend(["c++", "g++", "cc"].map(String::from));
+    }
     compilers.iter().find_map(|cxx| {
         let out = Command::new(cxx)
             .arg("-print-file-name=libstdc++.a")
