@@ -233,6 +233,8 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "op_count",
     "stack_thread",
     "frame_func",
+    "announced_rank",
+    "announced_world",
 ];
 
 /// Field names the engine reads from context lines as they arrive, besides the identity
@@ -254,6 +256,8 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "op_count",
     "stack_thread",
     "frame_func",
+    "announced_rank",
+    "announced_world",
 ];
 
 fn is_identity(name: &str) -> bool {

@@ -12,6 +12,7 @@ use lines::{Batch, LineCounts, LineDecoder, LineState, Times};
 
 use crate::baseline::Baseline;
 use crate::catalog::{Catalog, Role};
+use crate::config::Config;
 use crate::correlate::{self, Diagnosis};
 use crate::filetext::{FileTexts, TextAt};
 use crate::job::{ContextObs, FastMap, Hit, Incident, Job, SourceKey};
@@ -19,54 +20,6 @@ use crate::memsize;
 use crate::records::{Decoded, DecoderConfig, RecordDecoder};
 use std::collections::HashMap;
 use std::sync::Arc;
-
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub ring_lines: usize,
-    pub ring_bytes: usize,
-    pub memory_budget_bytes: usize,
-    pub settle_ms: i64,
-    pub incident_horizon_ms: i64,
-    pub max_wait_ms: i64,
-    pub max_line_bytes: usize,
-    pub preceding_lines: usize,
-    pub max_hits_per_job: usize,
-    pub hits_per_source_signature: u32,
-    pub default_year: i32,
-    pub clock_uncertainty_ms: i64,
-    /// A job quiet for this long (wall time, as seen by `poll`) gets its final diagnoses and
-    /// its state released. 0 keeps jobs until evicted or dropped.
-    pub release_quiet_ms: i64,
-    /// Processes (sources) tracked per job; lines of further ones share one overflow source
-    /// and are counted in the diagnosis. The budget may lower it (a quarter of the budget).
-    pub max_sources_per_job: usize,
-    /// A time a line or record carries that is more than this ahead of the broker's time of
-    /// its record is taken as the broker's time plus this (and counted): one rank's clock
-    /// running ahead must not move the job's event time past its incidents' windows.
-    pub max_ts_ahead_ms: i64,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            ring_lines: 256,
-            ring_bytes: 64 * 1024,
-            memory_budget_bytes: 1 << 30,
-            settle_ms: 5_000,
-            incident_horizon_ms: 20 * 60_000,
-            max_wait_ms: 30_000,
-            max_line_bytes: 16 * 1024,
-            preceding_lines: 100,
-            max_hits_per_job: 200_000,
-            hits_per_source_signature: 4,
-            default_year: 2026,
-            clock_uncertainty_ms: 1_500,
-            release_quiet_ms: 60 * 60_000,
-            max_sources_per_job: 100_000,
-            max_ts_ahead_ms: 60_000,
-        }
-    }
-}
 
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
@@ -901,6 +854,7 @@ impl Engine {
                         &self.cfg,
                         i64::MAX,
                         true,
+                        false,
                     );
                     let parked: Vec<Parked> = diags.into_iter().map(Parked::new).collect();
                     self.pending_bytes += parked.iter().map(Parked::heap_bytes).sum::<usize>();
@@ -992,7 +946,7 @@ impl Engine {
     /// `poll`, handing each diagnosis to `sink` as soon as its job is diagnosed: a caller
     /// that serialises them one at a time never holds a burst's value trees at once.
     pub fn poll_each(&mut self, now_wall_ms: i64, mut sink: impl FnMut(Diagnosis)) {
-        self.poll_bounded(now_wall_ms, usize::MAX, |d| {
+        self.poll_bounded(now_wall_ms, usize::MAX, false, |d| {
             sink(d);
             0
         });
@@ -1003,10 +957,16 @@ impl Engine {
     /// was not handed out stays where it was (evicted jobs' diagnoses parked, in order;
     /// jobs not yet visited, quiet jobs not yet released) for the next call, which resumes
     /// where this one stopped. Returns whether it stopped early (poll again for the rest).
+    ///
+    /// With `hold`, an open incident diagnosed within the last settle window of wall time is
+    /// not diagnosed again yet (a storm's thousands of ranks would have it rebuilt on every
+    /// poll); a poll without `hold` diagnoses it with everything fed so far, so a caller that
+    /// commits its input's positions polls without `hold` first.
     pub fn poll_bounded(
         &mut self,
         now_wall_ms: i64,
         max_bytes: usize,
+        hold: bool,
         mut sink: impl FnMut(Diagnosis) -> usize,
     ) -> bool {
         self.wall_ms = now_wall_ms;
@@ -1036,7 +996,7 @@ impl Engine {
         let start = self.resume_after.take();
         let stopped = walk_from(&mut jobs, start.as_deref(), |_, job| {
             let ready =
-                correlate::diagnose_ready(job, &self.catalog, &self.cfg, now_wall_ms, false);
+                correlate::diagnose_ready(job, &self.catalog, &self.cfg, now_wall_ms, false, hold);
             emit(self, ready, &mut sent);
             full(sent)
         });
@@ -1091,7 +1051,9 @@ impl Engine {
     /// A quiet job's final diagnoses; its state is released.
     fn release_job_finally(&mut self, name: &str) -> Vec<Diagnosis> {
         let out = match self.jobs.get_mut(name) {
-            Some(job) => correlate::diagnose_ready(job, &self.catalog, &self.cfg, i64::MAX, true),
+            Some(job) => {
+                correlate::diagnose_ready(job, &self.catalog, &self.cfg, i64::MAX, true, false)
+            }
             None => Vec::new(),
         };
         self.release_job(name);
@@ -1126,6 +1088,7 @@ impl Engine {
                     &self.cfg,
                     i64::MAX,
                     true,
+                    false,
                 ));
             }
         }

@@ -298,6 +298,10 @@ pub struct Incident {
     pub final_published: bool,
     /// (job input version, final?) when last diagnosed.
     pub diagnosed: Option<(usize, bool)>,
+    /// Wall time of the last diagnosis (0: none yet, or none with a wall clock). While input
+    /// keeps coming (a storm of thousands of ranks), an open incident is diagnosed again at
+    /// most once per settle window of wall time, not on every poll.
+    pub diagnosed_wall_ms: i64,
     /// Last diagnosed as no failure (only benign warnings in a job that shows no failure).
     pub dismissed: bool,
 }
@@ -327,6 +331,8 @@ pub struct Job {
     pub context: FastMap<(&'static str, u32), ContextObs>,
     /// What each machine says about itself, compared across machines (`crate::identity`).
     pub identity: crate::identity::IdentityTable,
+    /// The ranks processes announced at start-up (`crate::announce`).
+    pub announced: crate::announce::Announced,
     pub sync: Vec<SyncObs>,
     pub hits: Vec<Hit>,
     pub hit_counts: FastMap<(u32, Option<u16>), u32>,
@@ -433,6 +439,7 @@ impl Job {
             + vec(&self.incidents)
             + map(&self.kept_text)
             + self.identity.tables_bytes()
+            + self.announced.tables_bytes()
     }
 
     /// Everything the job holds on the heap, counted from scratch (what `content_bytes` plus

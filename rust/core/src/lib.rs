@@ -9,8 +9,10 @@
 //! - [`filetext`] reads lines of local files back by offset (rings keep them by reference),
 //! - [`records`] decodes Kafka record values (canonical, Fluent Bit, Vector, docker, CRI, text).
 
+pub mod announce;
 pub mod baseline;
 pub mod catalog;
+pub mod config;
 pub mod correlate;
 pub mod dbcache;
 pub mod differential;
@@ -35,5 +37,6 @@ pub mod scandb;
 pub mod timefmt;
 
 pub use catalog::{Catalog, CatalogError};
+pub use config::Config;
 pub use correlate::Diagnosis;
-pub use engine::{Config, Engine, FileInput, FilesReport, Stats, StreamHints};
+pub use engine::{Engine, FileInput, FilesReport, Stats, StreamHints};

@@ -604,9 +604,18 @@ impl PyEngine {
     /// `poll`, one JSON document per diagnosis: a caller that decodes and drops them one at a
     /// time never holds a whole burst of diagnoses as Python objects (several times the JSON).
     /// With `max_bytes` (0: no bound) the poll stops once its documents reach that size; the
-    /// rest come, in order, from the next call (`more` says whether there are any).
-    #[pyo3(signature = (now_ms, max_bytes = 0))]
-    fn poll_each(&mut self, py: Python<'_>, now_ms: i64, max_bytes: usize) -> PyEncodedDiagnoses {
+    /// rest come, in order, from the next call (`more` says whether there are any). With
+    /// `hold`, an open incident diagnosed within the last settle window of wall time is not
+    /// diagnosed again yet (a storm would have it rebuilt on every poll); a poll without
+    /// `hold` diagnoses it with everything fed so far (poll so before committing offsets).
+    #[pyo3(signature = (now_ms, max_bytes = 0, hold = false))]
+    fn poll_each(
+        &mut self,
+        py: Python<'_>,
+        now_ms: i64,
+        max_bytes: usize,
+        hold: bool,
+    ) -> PyEncodedDiagnoses {
         let engine = &mut self.inner;
         let bound = if max_bytes == 0 {
             usize::MAX
@@ -615,7 +624,7 @@ impl PyEngine {
         };
         let (docs, more) = py.detach(|| {
             let mut docs = VecDeque::new();
-            let more = engine.poll_bounded(now_ms, bound, |d| {
+            let more = engine.poll_bounded(now_ms, bound, hold, |d| {
                 let mut doc = d.json.to_string();
                 doc.shrink_to_fit(); // serialising doubles the buffer as it grows
                 let len = doc.len();
@@ -656,7 +665,11 @@ impl PyEngine {
         self.inner.drop_job(job);
     }
 
-    fn stats_json(&self, py: Python<'_>) -> Py<PyBytes> {
+    /// The engine's counters as JSON. `memory_bytes` is kept as the engine goes; with
+    /// `breakdown` it is also counted from scratch by part (`memory_breakdown`: a walk over
+    /// every hit and line of every job, too slow for a caller that asks on every batch).
+    #[pyo3(signature = (breakdown = true))]
+    fn stats_json(&self, py: Python<'_>, breakdown: bool) -> Py<PyBytes> {
         let s = &self.inner.stats;
         let cat = self.inner.catalog();
         let by_sig: serde_json::Map<String, Value> = s
@@ -666,10 +679,7 @@ impl PyEngine {
             .filter(|(_, v)| **v > 0)
             .map(|(k, v)| (cat.signatures[k].id.clone(), json!(v)))
             .collect();
-        let b = self.inner.memory_breakdown();
-        let breakdown = json!({"rings": b[0], "hits": b[1], "snapshots": b[2], "context": b[3],
-                   "sources": b[4], "streams": b[5], "other": b[6]});
-        let v = json!({
+        let mut v = json!({
             "lines": s.lines, "bytes": s.bytes, "blank_lines": s.blank_lines,
             "truncated_lines": s.truncated_lines, "invalid_utf8_lines": s.invalid_utf8_lines,
             "signature_hits": s.signature_hits, "hits_by_signature": by_sig,
@@ -682,10 +692,14 @@ impl PyEngine {
             "diagnoses_emitted": s.diagnoses_emitted, "memory_bytes": s.memory_bytes,
             "peak_memory_bytes": s.peak_memory_bytes,
             "memory_budget_bytes": self.inner.cfg.memory_budget_bytes,
-            "memory_breakdown": breakdown,
             "records": s.records,
             "rejected": s.rejected,
         });
+        if breakdown {
+            let b = self.inner.memory_breakdown();
+            v["memory_breakdown"] = json!({"rings": b[0], "hits": b[1], "snapshots": b[2],
+                "context": b[3], "sources": b[4], "streams": b[5], "other": b[6]});
+        }
         bytes(py, &v)
     }
 }

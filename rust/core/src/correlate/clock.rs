@@ -1,7 +1,7 @@
 //! Host clock offsets, estimated from lines every rank prints at the same moment (catalog
 //! signatures with `sync = "seq"` or `"init"`).
 
-use crate::engine::Config;
+use crate::config::Config;
 use crate::job::{HostId, Job};
 use std::collections::{BTreeMap, HashMap};
 

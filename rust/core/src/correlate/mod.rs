@@ -20,7 +20,7 @@ mod view;
 pub use util::{bdf_to_bus_id, iso_ms, parse_rank_list, rank_ranges};
 
 use crate::catalog::Catalog;
-use crate::engine::Config;
+use crate::config::Config;
 use crate::job::{Hit, Job};
 use board::Board;
 use clock::estimate_offsets;
@@ -98,6 +98,7 @@ pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms
         final_published: false,
         diagnosed: None,
         dismissed: false,
+        diagnosed_wall_ms: 0,
     });
 }
 
@@ -154,13 +155,38 @@ fn rank_may_follow(job: &Job, i: usize, cfg: &Config, now: i64, d: &Diagnosis) -
     !(by_watermark || by_wall) && live
 }
 
+/// An open incident diagnosed less than a settle window of wall time ago waits, where the
+/// caller asks for it (`hold`): a storm of lines from thousands of ranks would otherwise have
+/// its diagnosis (every rule over every hit, then rendered) rebuilt on every poll, once per
+/// batch. Only an incident with a published diagnosis waits: the first one (also after a
+/// diagnosis that found no failure) is never held, nor a final one (end of input, a quiet job
+/// released, the horizon passed). A poll without `hold` diagnoses what waits (the daemon's,
+/// before it commits offsets: no update is held past the records it derives from).
+fn recently_diagnosed(
+    inc: &crate::job::Incident,
+    is_final: bool,
+    cfg: &Config,
+    now_wall_ms: i64,
+) -> bool {
+    !is_final
+        && now_wall_ms != i64::MAX
+        && inc.diagnosed.is_some()
+        && inc.published_hash.is_some()
+        && !inc.dismissed
+        && inc.diagnosed_wall_ms > 0
+        && now_wall_ms - inc.diagnosed_wall_ms < cfg.settle_ms
+}
+
 /// Emits diagnoses for incidents that are ready and new or changed since last published.
+/// With `hold`, an open incident diagnosed within the last settle window waits
+/// (`recently_diagnosed`).
 pub fn diagnose_ready(
     job: &mut Job,
     cat: &Catalog,
     cfg: &Config,
     now_wall_ms: i64,
     final_: bool,
+    hold: bool,
 ) -> Vec<Diagnosis> {
     open_from_tables(job, cat, cfg);
     let version = job.input_version();
@@ -175,13 +201,15 @@ pub fn diagnose_ready(
         }
     }
     // An incident whose inputs and status did not change since its last diagnosis is not
-    // diagnosed again.
+    // diagnosed again; one whose inputs keep changing is, as an open diagnosis, at most once
+    // per settle window of wall time where the caller holds (`recently_diagnosed`).
     let todo: Vec<(usize, bool)> = job
         .incidents
         .iter()
         .enumerate()
         .filter_map(|(i, inc)| due(job, inc, cfg, now_wall_ms, final_).map(|f| (i, f)))
         .filter(|&(i, f)| job.incidents[i].diagnosed != Some((version, f)))
+        .filter(|&(i, f)| !(hold && recently_diagnosed(&job.incidents[i], f, cfg, now_wall_ms)))
         .collect();
     if todo.is_empty() {
         return Vec::new();
@@ -197,6 +225,9 @@ pub fn diagnose_ready(
     for (i, is_final, d) in diagnosed {
         let inc = &mut job.incidents[i];
         inc.diagnosed = Some((version, is_final));
+        if now_wall_ms != i64::MAX {
+            inc.diagnosed_wall_ms = now_wall_ms;
+        }
         inc.dismissed = d.is_none();
         let Some(mut d) = d else {
             continue;

@@ -4,7 +4,7 @@
 use super::clock::Offsets;
 use super::util::{bdf_to_bus_id, parse_rank_list};
 use crate::catalog::{Catalog, Signature};
-use crate::engine::Config;
+use crate::config::Config;
 use crate::job::{Hit, HostId, Job};
 use std::collections::{BTreeSet, HashMap};
 

@@ -3,6 +3,7 @@
 
 use super::lines::{Batch, Decoded, LineCounts, SigHit};
 use super::{Engine, NamedHosts, RouteCache, Stream, CAUSE_RECORD_LINES, SYMPTOM_RECORD_LINES};
+use crate::announce::Claim;
 use crate::catalog::Catalog;
 use crate::catalog::{Role, Sync};
 use crate::correlate;
@@ -13,7 +14,7 @@ use crate::job::{
     CONTEXT_FIELDS, STACK_FRAMES_KEPT,
 };
 use crate::memsize;
-use crate::prefix::{Level, Producer};
+use crate::prefix::{Level, LineMeta, Producer};
 use crate::ring::Ring;
 
 /// The fields one signature's regexes found in a line's message, read in place.
@@ -39,6 +40,8 @@ struct Learned<'a> {
     comm_id: Option<&'a str>,
     stack_thread: Option<&'a str>,
     frame_func: Option<&'a str>,
+    announced_rank: Option<&'a str>,
+    announced_world: Option<&'a str>,
     /// By position in `CONTEXT_FIELDS`.
     context: [Option<&'a str>; CONTEXT_FIELDS.len()],
 }
@@ -58,6 +61,8 @@ impl<'a> FieldView<'a> {
                 "comm_id" => &mut l.comm_id,
                 "stack_thread" => &mut l.stack_thread,
                 "frame_func" => &mut l.frame_func,
+                "announced_rank" => &mut l.announced_rank,
+                "announced_world" => &mut l.announced_world,
                 name => match CONTEXT_FIELDS.iter().position(|f| *f == name) {
                     Some(i) => &mut l.context[i],
                     None => continue,
@@ -76,6 +81,9 @@ impl<'a> FieldView<'a> {
             .collect()
     }
 }
+
+/// The finding a second claim of one rank opens.
+const DOUBLE_CLAIM: &str = "rank_claimed_twice";
 
 /// Communicators remembered per process (a job creates a few: world, data and tensor
 /// parallel groups; a process that creates thousands is not tracked past this).
@@ -145,38 +153,52 @@ impl Engine {
         st: &mut Stream,
         line: &str,
         d: &Decoded,
-        (catalog, sig_hits, field_spans): (&Catalog, &[SigHit], &[FieldSpan]),
+        found: (&Catalog, &[SigHit], &[FieldSpan]),
     ) {
-        let (meta, continuation, level) = (&d.meta, d.continuation, d.level);
-        let (ingest_ms, event_ms, line_no) = (d.ingest_ms, d.event_ms, d.line_no);
         self.stats.lines += 1;
         job.seq += 1;
-        let seq = job.seq;
-
-        // Route the line to a source. Routes and host ids are cached per stream; the cache is
-        // tied to this job instance (an evicted and recreated job starts afresh).
-        if st.cache.epoch != job.epoch {
-            st.cache = RouteCache {
-                epoch: job.epoch,
-                ..RouteCache::default()
-            };
+        let host = line_host(job, st, line, &d.meta);
+        let (src, capped) = self.route_line(job, st, d, host);
+        // A line whose process is over the cap shares the stream's source with every process
+        // beyond the cap: it teaches that source nothing, and its hits keep what it says.
+        let beyond_cap = capped.then_some(LineIdentity {
+            rank: d.meta.grank.or(st.hints.rank),
+            host,
+        });
+        if !capped {
+            learn_source_identity(job, st, src, &d.meta, host);
         }
-        let host = match meta.host(line).or(st.hints.host.as_deref()) {
-            None => None,
-            Some(h) => match &st.cache.host {
-                Some((name, id)) if name == h => Some(*id),
-                _ => {
-                    let id = job.host_id(h);
-                    st.cache.host = Some((h.to_string(), id));
-                    Some(id)
-                }
-            },
+        let placed = self.place_in_time(job, st, src, d);
+        track_record(job, st, line, d, &self.catalog);
+        self.remember_line(job, st, src, line, d, placed.at.ts);
+        let line_ctx = LineCtx {
+            src,
+            placed,
+            d,
+            beyond_cap,
         };
-        if let (Some(h), Some(_)) = (host, meta.host) {
-            if matches!(meta.producer, Producer::Nccl | Producer::Libfabric) {
-                note_stream_host(job, st, h);
-            }
+        let opened = self.classify(job, st, line, &line_ctx, found);
+        // A warning or worse that no signature recognises is still evidence; whether a
+        // warning-only incident is a failure is decided from the job's outcome.
+        if !opened && d.level >= Level::Warn && !d.continuation {
+            self.note_unclassified(job, st, line, &line_ctx);
         }
+        self.settle(job);
+        if self.over_budget() {
+            self.relieve_memory(job);
+        }
+    }
+
+    /// Routes the line to a source and says whether that source is the stream's shared one
+    /// for processes over the cap. Routes are cached per stream.
+    fn route_line(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        d: &Decoded,
+        host: Option<HostId>,
+    ) -> (u32, bool) {
+        let meta = &d.meta;
         let capped_before = self.stats.sources_capped;
         let src = if let Some(l) = meta.local_rank {
             self.route_local(job, st, l, (meta, host))
@@ -195,15 +217,15 @@ impl Engine {
             self.route(job, SourceKey::Rank(r), &st.origin)
         } else if let (Some(h), Some(p), Producer::Nccl) = (host, meta.pid, meta.producer) {
             self.route(job, SourceKey::HostPid(h, p), &st.origin)
-        } else if let (Some(p), Producer::Libfabric) = (meta.pid, meta.producer) {
-            // A second producer of the same process (libfabric writes its pid): joined to the
+        } else if let (Some(p), Producer::Libfabric | Producer::Ucx) = (meta.pid, meta.producer) {
+            // A second producer of the same process (libfabric and UCX write its pid): joined to the
             // NCCL process of that host and pid when the stream's host is known, else kept per
             // pid until its host is (`Job::source_host`).
             match host.or_else(|| job.stream_hosts.get(&st.origin).copied()) {
                 Some(h) => self.route(job, SourceKey::HostPid(h, p), &st.origin),
                 None => self.route(job, SourceKey::StreamPid(st.origin.clone(), p), &st.origin),
             }
-        } else if continuation && st.last_source.is_some() {
+        } else if d.continuation && st.last_source.is_some() {
             st.last_source.unwrap_or_default()
         } else {
             self.route(job, SourceKey::Stream(st.origin.clone()), &st.origin)
@@ -212,53 +234,26 @@ impl Engine {
         // A continuation of an over-the-cap line is not routed, but is over the cap too.
         let capped = self.stats.sources_capped != capped_before
             || (job.lines_over_source_cap > 0 && job.is_overflow(src));
+        (src, capped)
+    }
 
-        // Learn identity (not from a line whose process was over the cap: its source is the
-        // stream's, shared by every process beyond the cap). Its hits keep what it says.
-        let beyond_cap = capped.then_some(LineIdentity {
-            rank: meta.grank.or(st.hints.rank),
-            host,
-        });
-        if !capped {
-            let needs_index;
-            {
-                let s = &mut job.sources[src as usize];
-                if s.host.is_none() && !matches!(meta.producer, Producer::Kernel | Producer::Syslog)
-                {
-                    s.host = host;
-                }
-                if meta.producer == Producer::Nccl && s.pid.is_none() {
-                    s.pid = meta.pid;
-                }
-                if s.local_rank.is_none() {
-                    s.local_rank = meta.local_rank.or(st.hints.local_rank);
-                }
-                if s.rank.is_none() {
-                    s.rank = meta.grank.or(st.hints.rank);
-                    needs_index = s.rank;
-                } else {
-                    needs_index = None;
-                }
-            }
-            if let Some(r) = needs_index {
-                job.index_rank(src, r);
-            }
-        }
-
-        // Time: printed on the line (exact: the process's own clock); else, within a process
-        // the order of its stream decides, so the line follows its process's last printed
-        // time; else the time its record carries (a shipper's or the broker's: when the line
-        // was read, not printed), which is all a process that prints no time has.
-        // Where the stream does not keep the order (records spread over partitions and merged
-        // again), only the record's time can place such a line among its process's.
+    /// Places the line in time and moves the job's event or record time.
+    ///
+    /// Printed on the line is exact (the process's own clock); else, within a process the
+    /// order of its stream decides, so the line follows its process's last printed time; else
+    /// the time its record carries (a shipper's or the broker's: when the line was read, not
+    /// printed), which is all a process that prints no time has. Where the stream does not
+    /// keep the order (records spread over partitions and merged again), only the record's
+    /// time can place such a line among its process's.
+    fn place_in_time(&mut self, job: &mut Job, st: &Stream, src: u32, d: &Decoded) -> Placed {
+        let (ingest_ms, event_ms) = (d.ingest_ms, d.event_ms);
         let last_printed = job.sources[src as usize].last_ts;
-        let (ts, exact) = match (meta.ts_ms, last_printed, event_ms) {
+        let (ts, exact) = match (d.meta.ts_ms, last_printed, event_ms) {
             (Some(t), _, _) => (Some(t), true),
             (None, _, Some(t)) if !st.in_order => (Some(t), true),
             (None, Some(t), _) => (Some(t), false),
             (None, None, _) => (event_ms.or(ingest_ms), false),
         };
-        let from_record = !exact && last_printed.is_none() && ts.is_some();
         match (ts, exact) {
             (Some(t), true) => {
                 let s = &mut job.sources[src as usize];
@@ -275,162 +270,143 @@ impl Engine {
             }
             _ => {}
         }
-
-        // Record tracking.
-        if level >= Level::Error {
-            job.failure_seen = true;
+        Placed {
+            at: LineAt {
+                seq: job.seq,
+                line_no: d.line_no,
+                ts,
+                exact,
+            },
+            from_record: !exact && last_printed.is_none() && ts.is_some(),
         }
-        if continuation {
-            if let Some(h) = st.open_hit {
-                if let Some(hit) = job.hits.get_mut(h) {
-                    let is_cause = hit
-                        .sig
-                        .is_some_and(|s| self.catalog.signatures[s as usize].role == Role::Cause);
-                    let cap = if is_cause {
-                        CAUSE_RECORD_LINES
-                    } else {
-                        SYMPTOM_RECORD_LINES
-                    };
-                    if hit.record.len() < cap {
-                        let before = memsize::vec(&hit.record);
-                        let line = line.to_string();
-                        let added = memsize::string(&line);
-                        hit.record.push(line);
-                        job.content_bytes = (job.content_bytes + added + memsize::vec(&hit.record))
-                            .saturating_sub(before);
-                    }
-                }
+    }
+
+    /// Remembers the line in its source's ring: by reference where it stays in its file,
+    /// else a copy.
+    fn remember_line(
+        &mut self,
+        job: &mut Job,
+        st: &Stream,
+        src: u32,
+        line: &str,
+        d: &Decoded,
+        ts: Option<i64>,
+    ) {
+        let (seq, continuation) = (job.seq, d.continuation);
+        let caps = (job.ring_lines, self.cfg.ring_bytes);
+        let s = &mut job.sources[src as usize];
+        let before = s.ring.heap_bytes();
+        let at = st
+            .text_at
+            .zip(d.chunk_start())
+            .map(|(piece, start)| TextAt {
+                file: piece.file,
+                offset: piece.offset + start as u64,
+            });
+        match at {
+            Some(at) => {
+                let line_at = (line.len(), at);
+                let texts = &self.file_texts;
+                s.ring
+                    .push_at(seq, ts, continuation, line_at, texts, caps.0, caps.1)
             }
-        } else {
-            st.record_start = seq;
-            st.open_hit = None;
+            None => s.ring.push(seq, ts, continuation, line, caps.0, caps.1),
         }
+        job.content_bytes = (job.content_bytes + s.ring.heap_bytes()).saturating_sub(before);
+    }
 
-        // Remember the line: by reference where it stays in its file, else a copy.
-        {
-            let caps = (job.ring_lines, self.cfg.ring_bytes);
-            let s = &mut job.sources[src as usize];
-            let before = s.ring.heap_bytes();
-            let at = st
-                .text_at
-                .zip(d.chunk_start())
-                .map(|(piece, start)| TextAt {
-                    file: piece.file,
-                    offset: piece.offset + start as u64,
-                });
-            match at {
-                Some(at) => {
-                    let line_at = (line.len(), at);
-                    let texts = &self.file_texts;
-                    s.ring
-                        .push_at(seq, ts, continuation, line_at, texts, caps.0, caps.1)
-                }
-                None => s.ring.push(seq, ts, continuation, line, caps.0, caps.1),
-            }
-            job.content_bytes = (job.content_bytes + s.ring.heap_bytes()).saturating_sub(before);
-        }
-
-        // Classify (the line stage scanned it).
+    /// Turns the line stage's signature hits into what they teach and into hits; says whether
+    /// any of them opens an incident (a cause or symptom, not context).
+    fn classify(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        line: &str,
+        ctx: &LineCtx<'_>,
+        (catalog, sig_hits, field_spans): (&Catalog, &[SigHit], &[FieldSpan]),
+    ) -> bool {
         let mut opened = false;
-        if !sig_hits.is_empty() {
-            let msg = meta.message(line);
-            for sh in sig_hits {
-                let sig = sh.sig;
-                self.stats.signature_hits += 1;
-                let by_sig = &mut self.stats.hits_by_signature;
-                if by_sig.len() <= sig as usize {
-                    by_sig.resize(catalog.signatures.len().max(sig as usize + 1), 0);
-                }
-                by_sig[sig as usize] += 1;
-                let spec = &catalog.signatures[sig as usize];
-                let is_hit = spec.role != Role::Context;
-                opened |= is_hit;
-                // Hits over the per-process cap are only counted: no fields, no copy.
-                if is_hit && !self.admit(job, src, Some(sig), spec.role == Role::Cause) {
-                    continue;
-                }
-                let fields = FieldView {
-                    catalog,
-                    sig,
-                    msg,
-                    spans: &field_spans[sh.fields.clone()],
-                };
-                let at = LineAt {
-                    seq,
-                    line_no,
-                    ts,
-                    exact,
-                };
-                self.learn_from_fields(job, src, sig, &fields, line, at, st);
-                if is_hit {
-                    // A cause that healthy runs print too counts only once the job fails.
-                    let needs_failure = spec.only_with_failure;
-                    let alone_fails = !needs_failure && !spec.only_across_hosts;
-                    if (spec.role == Role::Cause && alone_fails) || level >= Level::Error {
-                        job.failure_seen = true;
-                    }
-                    let hit = Hit {
-                        sig: Some(sig),
-                        warn_only: needs_failure,
-                        source: src,
-                        seq,
-                        line_no,
-                        ts_ms: ts,
-                        ts_exact: exact,
-                        ts_from_record: from_record,
-                        ingest_ms,
-                        text: line.to_string(),
-                        origin: st.origin.clone(),
-                        fields: fields.to_pairs(),
-                        record: hit_record(
-                            &job.sources[src as usize].ring,
-                            (st.record_start, seq, line),
-                            if spec.role == Role::Cause {
-                                CAUSE_RECORD_LINES
-                            } else {
-                                SYMPTOM_RECORD_LINES
-                            },
-                        ),
-                        last_error_text: d.last_error_text,
-                        beyond_cap,
-                    };
-                    st.open_hit = Some(self.add_hit(job, hit, spec.role == Role::Cause));
-                }
-            }
+        if sig_hits.is_empty() {
+            return opened;
         }
-        // A warning or worse that no signature recognises is still evidence; whether a
-        // warning-only incident is a failure is decided from the job's outcome.
-        if !opened && level >= Level::Warn && !continuation {
-            self.stats.unclassified_errors += 1;
-            // The per-process cap of admit() keeps the first two of these.
-            if self.admit(job, src, None, false) {
-                let hit = Hit {
-                    sig: None,
-                    warn_only: level < Level::Error,
-                    source: src,
-                    seq,
-                    line_no,
-                    ts_ms: ts,
-                    ts_exact: exact,
-                    ts_from_record: from_record,
-                    ingest_ms,
-                    text: line.to_string(),
-                    origin: st.origin.clone(),
-                    fields: Vec::new(),
-                    record: hit_record(
-                        &job.sources[src as usize].ring,
-                        (st.record_start, seq, line),
-                        SYMPTOM_RECORD_LINES,
-                    ),
-                    last_error_text: d.last_error_text,
-                    beyond_cap,
-                };
-                st.open_hit = Some(self.add_hit(job, hit, false));
+        let msg = ctx.d.meta.message(line);
+        for sh in sig_hits {
+            let sig = sh.sig;
+            self.count_signature_hit(sig, catalog.signatures.len());
+            let spec = &catalog.signatures[sig as usize];
+            let is_hit = spec.role != Role::Context;
+            let is_cause = spec.role == Role::Cause;
+            opened |= is_hit;
+            // Hits over the per-process cap are only counted: no fields, no copy.
+            if is_hit && !self.admit(job, ctx.src, Some(sig), is_cause) {
+                continue;
             }
+            let fields = FieldView {
+                catalog,
+                sig,
+                msg,
+                spans: &field_spans[sh.fields.clone()],
+            };
+            let claimed_twice =
+                self.learn_from_fields(job, ctx.src, sig, &fields, line, ctx.placed.at, st);
+            if claimed_twice {
+                self.note_double_claim(job, st, line, ctx, &fields);
+            }
+            if !is_hit {
+                continue;
+            }
+            // A cause that healthy runs print too counts only once the job fails.
+            let needs_failure = spec.only_with_failure;
+            let alone_fails = !needs_failure && !spec.only_across_hosts;
+            if (is_cause && alone_fails) || ctx.d.level >= Level::Error {
+                job.failure_seen = true;
+            }
+            let mut hit = new_hit(job, st, line, ctx, record_lines(is_cause));
+            hit.sig = Some(sig);
+            hit.warn_only = needs_failure;
+            hit.fields = fields.to_pairs();
+            st.open_hit = Some(self.add_hit(job, hit, is_cause));
         }
-        self.settle(job);
-        if self.over_budget() {
-            self.relieve_memory(job);
+        opened
+    }
+
+    /// A rank claimed a second time before its world was complete: a hit of the
+    /// `rank_claimed_twice` finding on this line, naming the rank and the world.
+    fn note_double_claim(
+        &mut self,
+        job: &mut Job,
+        st: &mut Stream,
+        line: &str,
+        ctx: &LineCtx<'_>,
+        fields: &FieldView<'_>,
+    ) {
+        let Some(sig) = self.catalog.index_of(DOUBLE_CLAIM) else {
+            return;
+        };
+        let mut hit = new_hit(job, st, line, ctx, SYMPTOM_RECORD_LINES);
+        hit.sig = Some(sig);
+        hit.fields = fields.to_pairs();
+        job.failure_seen = true;
+        st.open_hit = Some(self.add_hit(job, hit, true));
+    }
+
+    fn count_signature_hit(&mut self, sig: u16, signatures: usize) {
+        self.stats.signature_hits += 1;
+        let by_sig = &mut self.stats.hits_by_signature;
+        if by_sig.len() <= sig as usize {
+            by_sig.resize(signatures.max(sig as usize + 1), 0);
+        }
+        by_sig[sig as usize] += 1;
+    }
+
+    /// Keeps a warning or error no signature recognised as an unclassified hit.
+    fn note_unclassified(&mut self, job: &mut Job, st: &mut Stream, line: &str, ctx: &LineCtx) {
+        self.stats.unclassified_errors += 1;
+        // The per-process cap of admit() keeps the first two of these.
+        if self.admit(job, ctx.src, None, false) {
+            let mut hit = new_hit(job, st, line, ctx, SYMPTOM_RECORD_LINES);
+            hit.warn_only = ctx.d.level < Level::Error;
+            st.open_hit = Some(self.add_hit(job, hit, false));
         }
     }
 
@@ -444,7 +420,7 @@ impl Engine {
         line: &str,
         at: LineAt,
         st: &Stream,
-    ) {
+    ) -> bool {
         let LineAt {
             seq,
             line_no,
@@ -453,7 +429,9 @@ impl Engine {
         } = at;
         let spec = &self.catalog.signatures[sig as usize];
         let got = fields.learned();
+        let mut claimed_twice = false;
         if spec.role == Role::Context {
+            claimed_twice = note_announcement(job, src, &got, at).is_some();
             if let Some(d) = got.cuda_dev.and_then(|v| v.parse::<u16>().ok()) {
                 job.sources[src as usize].cuda_dev = Some(d);
             }
@@ -572,6 +550,7 @@ impl Engine {
                 });
             }
         }
+        claimed_twice
     }
 
     /// A line of a stack dump: a main-thread header starts the process's stack afresh (a
@@ -707,6 +686,152 @@ impl Engine {
             job.sources[hit.source as usize].snapshot = Some(snap);
         }
         correlate::push_hit(job, hit, &self.cfg, self.now_wall())
+    }
+}
+
+/// Records the rank a process announced; returns the earlier claim of the same rank when this
+/// one is a second claim (`crate::announce`).
+fn note_announcement(job: &mut Job, src: u32, got: &Learned<'_>, at: LineAt) -> Option<Claim> {
+    let num = |v: Option<&str>| v.and_then(|v| v.parse::<u32>().ok());
+    let (rank, world) = (num(got.announced_rank)?, num(got.announced_world)?);
+    job.tables_dirty = true;
+    let claim = Claim {
+        source: src,
+        seq: at.seq,
+        ts_ms: at.ts,
+    };
+    job.announced.note(rank, world, claim)
+}
+
+/// Where a line was placed in time, and whether that time is only its record's.
+#[derive(Clone, Copy)]
+struct Placed {
+    at: LineAt,
+    from_record: bool,
+}
+
+/// What the classify steps need to know of the line being applied.
+struct LineCtx<'a> {
+    src: u32,
+    placed: Placed,
+    d: &'a Decoded,
+    beyond_cap: Option<LineIdentity>,
+}
+
+/// The host the line or its stream names, as the job's id. The stream's cache is tied to
+/// this job instance (an evicted and recreated job starts afresh).
+fn line_host(job: &mut Job, st: &mut Stream, line: &str, meta: &LineMeta) -> Option<HostId> {
+    if st.cache.epoch != job.epoch {
+        st.cache = RouteCache {
+            epoch: job.epoch,
+            ..RouteCache::default()
+        };
+    }
+    let host = match meta.host(line).or(st.hints.host.as_deref()) {
+        None => None,
+        Some(h) => match &st.cache.host {
+            Some((name, id)) if name == h => Some(*id),
+            _ => {
+                let id = job.host_id(h);
+                st.cache.host = Some((h.to_string(), id));
+                Some(id)
+            }
+        },
+    };
+    if let (Some(h), Some(_)) = (host, meta.host) {
+        if matches!(meta.producer, Producer::Nccl | Producer::Libfabric) {
+            note_stream_host(job, st, h);
+        }
+    }
+    host
+}
+
+/// Fills what the source does not know yet of its host, pid, local and global rank.
+fn learn_source_identity(
+    job: &mut Job,
+    st: &Stream,
+    src: u32,
+    meta: &LineMeta,
+    host: Option<HostId>,
+) {
+    let s = &mut job.sources[src as usize];
+    if s.host.is_none() && !matches!(meta.producer, Producer::Kernel | Producer::Syslog) {
+        s.host = host;
+    }
+    if meta.producer == Producer::Nccl && s.pid.is_none() {
+        s.pid = meta.pid;
+    }
+    if s.local_rank.is_none() {
+        s.local_rank = meta.local_rank.or(st.hints.local_rank);
+    }
+    if s.rank.is_some() {
+        return;
+    }
+    s.rank = meta.grank.or(st.hints.rank);
+    if let Some(r) = s.rank {
+        job.index_rank(src, r);
+    }
+}
+
+/// Follows records across lines: a continuation joins the open hit's record (up to its cap),
+/// any other line starts a record.
+fn track_record(job: &mut Job, st: &mut Stream, line: &str, d: &Decoded, catalog: &Catalog) {
+    if d.level >= Level::Error {
+        job.failure_seen = true;
+    }
+    if !d.continuation {
+        st.record_start = job.seq;
+        st.open_hit = None;
+        return;
+    }
+    let Some(hit) = st.open_hit.and_then(|h| job.hits.get_mut(h)) else {
+        return;
+    };
+    let is_cause = hit
+        .sig
+        .is_some_and(|s| catalog.signatures[s as usize].role == Role::Cause);
+    if hit.record.len() < record_lines(is_cause) {
+        let before = memsize::vec(&hit.record);
+        let line = line.to_string();
+        let added = memsize::string(&line);
+        hit.record.push(line);
+        job.content_bytes =
+            (job.content_bytes + added + memsize::vec(&hit.record)).saturating_sub(before);
+    }
+}
+
+/// How many lines of its record a hit keeps.
+fn record_lines(is_cause: bool) -> usize {
+    if is_cause {
+        CAUSE_RECORD_LINES
+    } else {
+        SYMPTOM_RECORD_LINES
+    }
+}
+
+/// A hit of the line with no signature yet, its record read back up to `record_cap` lines.
+fn new_hit(job: &Job, st: &Stream, line: &str, ctx: &LineCtx<'_>, record_cap: usize) -> Hit {
+    let at = ctx.placed.at;
+    Hit {
+        sig: None,
+        warn_only: false,
+        source: ctx.src,
+        seq: at.seq,
+        line_no: at.line_no,
+        ts_ms: at.ts,
+        ts_exact: at.exact,
+        ts_from_record: ctx.placed.from_record,
+        ingest_ms: ctx.d.ingest_ms,
+        text: line.to_string(),
+        origin: st.origin.clone(),
+        fields: Vec::new(),
+        record: hit_record(
+            &job.sources[ctx.src as usize].ring,
+            (st.record_start, at.seq, line),
+            record_cap,
+        ),
+        last_error_text: ctx.d.last_error_text,
+        beyond_cap: ctx.beyond_cap,
     }
 }
 
@@ -891,5 +1016,37 @@ mod tests {
         let mut e = engine_with_records(&more);
         let polled = e.poll(1);
         assert_eq!(root(&polled), (early, 1));
+    }
+}
+
+#[cfg(test)]
+mod double_claim_tests {
+    use crate::correlate::testkit::{diagnose_untimed, root_line};
+
+    #[test]
+    fn a_rank_announced_twice_before_the_world_formed_is_the_root() {
+        let d = diagnose_untimed(
+            "GPU available: True, used: True\n\
+             initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4\n\
+             initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4\n\
+             initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/4\n\
+             initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/4\n",
+        );
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(
+            root_line(&d),
+            "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4"
+        );
+    }
+
+    #[test]
+    fn every_rank_announced_once_is_no_diagnosis() {
+        let d = diagnose_untimed(
+            "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4\n\
+             initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/4\n\
+             initializing ddp: GLOBAL_RANK: 3, MEMBER: 4/4\n\
+             initializing ddp: GLOBAL_RANK: 2, MEMBER: 3/4\n",
+        );
+        assert!(d.is_empty(), "{d:?}");
     }
 }

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::catalog::tests::small;
-use crate::engine::Config;
+use crate::config::Config;
 use crate::files::read_all;
 use flate2::write::GzEncoder;
 use flate2::Compression;

@@ -47,7 +47,7 @@ fn poll_all(e: &mut Engine, now: i64, max_bytes: usize) -> (Seen, Vec<usize>) {
     let (mut out, mut calls) = (Vec::new(), Vec::new());
     loop {
         let mut bytes = 0;
-        let more = e.poll_bounded(now, max_bytes, |d| {
+        let more = e.poll_bounded(now, max_bytes, false, |d| {
             let s = seen(&d);
             let n = s.2.len();
             bytes += n;
@@ -121,7 +121,7 @@ fn parked_diagnoses_held_back_stay_in_order_and_counted() {
     assert!(parts.pending.len() > 20, "{} parked", parts.pending.len());
     let order: Vec<String> = parts.pending.iter().map(|p| p.id.clone()).collect();
     let mut first = Vec::new();
-    let more = parts.poll_bounded(1, 1, |d| {
+    let more = parts.poll_bounded(1, 1, false, |d| {
         first.push(d.id.clone());
         d.json.to_string().len()
     });
@@ -164,4 +164,88 @@ fn remembered_field_results_are_counted() {
     );
     let tables = memsize::map(&e.jobs) + memsize::map(&e.streams) + memsize::map(&e.record_streams);
     assert_eq!(e.stats.memory_bytes, tables + memo);
+}
+
+/// A poll that holds open updates within a settle window (the daemon's between commits).
+fn poll_holding(e: &mut Engine, now: i64) -> Vec<Diagnosis> {
+    let mut out = Vec::new();
+    e.poll_bounded(now, usize::MAX, true, |d| {
+        out.push(d);
+        0
+    });
+    out
+}
+
+fn storm_engine() -> Engine {
+    let catalog = Catalog::from_sources(&[("small.toml".into(), SMALL.into())]).unwrap();
+    let cfg = Config {
+        settle_ms: 5_000,
+        max_wait_ms: 1_000, // due by wall time alone: every poll after it may diagnose
+        ..Config::default()
+    };
+    Engine::new(Arc::new(catalog), cfg)
+}
+
+fn feed_rank(e: &mut Engine, rank: usize) {
+    let id = e.open_stream("storm", &format!("rank{rank}.log"), Default::default());
+    e.feed(id, CAUSE, Some(1_000 + rank as i64));
+}
+
+#[test]
+fn a_storm_updates_an_open_diagnosis_at_most_once_per_settle_window() {
+    let mut e = storm_engine();
+    feed_rank(&mut e, 0);
+    feed_rank(&mut e, 1);
+    let t0 = 100_000;
+    assert!(poll_holding(&mut e, t0).is_empty(), "opened, not yet due");
+    let t1 = t0 + 1_000;
+    assert_eq!(
+        poll_holding(&mut e, t1).len(),
+        1,
+        "the first diagnosis goes out once due"
+    );
+    feed_rank(&mut e, 2);
+    assert!(
+        poll_holding(&mut e, t1 + 100).is_empty(),
+        "held within the settle window"
+    );
+    feed_rank(&mut e, 3);
+    assert!(poll_holding(&mut e, t1 + 4_999).is_empty());
+    let later = poll_holding(&mut e, t1 + 5_000);
+    assert_eq!(
+        later.len(),
+        1,
+        "then diagnosed again with all that came meanwhile"
+    );
+    assert!(!later[0].is_final);
+    assert!(
+        poll_holding(&mut e, t1 + 20_000).is_empty(),
+        "nothing new: nothing to publish"
+    );
+    feed_rank(&mut e, 4);
+    let fin = e.finish();
+    assert_eq!(fin.len(), 1);
+    assert!(fin[0].is_final, "a final diagnosis is never held");
+}
+
+#[test]
+fn a_poll_without_hold_diagnoses_what_a_holding_poll_held() {
+    let mut e = storm_engine();
+    feed_rank(&mut e, 0);
+    let t0 = 100_000;
+    assert!(poll_holding(&mut e, t0).is_empty());
+    let first = poll_holding(&mut e, t0 + 1_000);
+    assert_eq!(first.len(), 1);
+    feed_rank(&mut e, 1);
+    assert!(poll_holding(&mut e, t0 + 1_100).is_empty(), "held");
+    let flushed = e.poll(t0 + 1_200);
+    assert_eq!(flushed.len(), 1, "the held update, at once");
+    assert_ne!(
+        flushed[0].json, first[0].json,
+        "with the rank fed meanwhile"
+    );
+    assert!(
+        poll_holding(&mut e, t0 + 7_000).is_empty(),
+        "nothing held any more: nothing to publish"
+    );
 }

@@ -54,6 +54,7 @@ pub enum Producer {
     Syslog,
     Kernel,
     Libfabric,
+    Ucx,
 }
 
 /// Everything peeled off one line. Host is a byte range into the (cleaned) line; the message
@@ -246,10 +247,7 @@ enum Step {
 /// an indented code block): their count with the header's length, when a header follows.
 /// Indentation before anything else stays (traceback frames, continuation lines).
 fn indented_header(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<usize> {
-    let blanks = rest
-        .iter()
-        .take_while(|c| matches!(c, b' ' | b'\t'))
-        .count();
+    let blanks = producer::blanks(rest);
     if blanks == 0 || blanks > MAX_INDENT || blanks == rest.len() {
         return None;
     }
@@ -310,6 +308,9 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     }
     if rest[0] == b'[' {
         if let Some(n) = producer::nccl_bracketed(rest, pos, m) {
+            return Step::Producer(n);
+        }
+        if let Some(n) = producer::ucx(rest, pos, m) {
             return Step::Producer(n);
         }
         if let Some(step) = bracketed(rest, year, m) {

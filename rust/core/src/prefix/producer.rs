@@ -548,6 +548,87 @@ pub(super) fn libfabric(line: &[u8], line_off: usize, m: &mut LineMeta) -> Optio
     Some(indent + end)
 }
 
+/// UCX's log header: `[1718000000.112233] [host:pid:tid]   file.c:123  UCX  ERROR ` (seconds
+/// since the epoch, the process, the source location, the level). UCX runs inside the NCCL or
+/// MPI process, so its lines join that process by host and pid.
+pub(super) fn ucx(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
+    let (secs, n) = leading_number(b.get(1..)?, 11)?;
+    if n != 10 || b.get(1 + n) != Some(&b'.') {
+        return None;
+    }
+    let frac = b[2 + n..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let mut i = 2 + n + frac;
+    if frac == 0 || b.get(i) != Some(&b']') {
+        return None;
+    }
+    i += 1 + blanks(&b[i + 1..]);
+    let (host, pid, end) = ucx_process(&b[i..])?;
+    let host = (off + i + host.0, off + i + host.1);
+    i += end;
+    i += blanks(&b[i..]);
+    let loc = b[i..]
+        .iter()
+        .take(128)
+        .take_while(|c| !c.is_ascii_whitespace())
+        .count();
+    if loc == 0 || !b[i..i + loc].contains(&b':') {
+        return None;
+    }
+    i += loc;
+    i += blanks(&b[i..]);
+    if !b[i..].starts_with(b"UCX") {
+        return None;
+    }
+    i += 3;
+    i += blanks(&b[i..]);
+    let word = b[i..].iter().take_while(|c| c.is_ascii_uppercase()).count();
+    let level = match level_word(&b[i..]) {
+        Some((level, _)) => level,
+        None if word > 0 => Level::Info,
+        None => return None,
+    };
+    i += word;
+    i += blanks(&b[i..]);
+    let millis = (frac >= 3)
+        .then(|| digits(&b[2 + n..], 3))
+        .flatten()
+        .unwrap_or(0);
+    m.ts_ms = i64::try_from(secs)
+        .ok()
+        .map(|s| s * 1000 + i64::from(millis));
+    m.host = Some(host);
+    m.pid = Some(pid);
+    m.level = level;
+    m.producer = Producer::Ucx;
+    Some(i)
+}
+
+/// `[host:pid:tid]`: the host's range, the pid and the length through the `]`.
+fn ucx_process(b: &[u8]) -> Option<((usize, usize), u32, usize)> {
+    if b.first() != Some(&b'[') {
+        return None;
+    }
+    let close = memchr::memchr(b']', &b[..b.len().min(160)])?;
+    let inner = &b[1..close];
+    let mut parts = inner.rsplitn(3, |&c| c == b':');
+    let (tid, pid, host) = (parts.next()?, parts.next()?, parts.next()?);
+    let all_digits = |v: &[u8]| !v.is_empty() && v.iter().all(u8::is_ascii_digit);
+    if !all_digits(tid)
+        || !all_digits(pid)
+        || host.is_empty()
+        || !host.iter().all(|&c| is_host_byte(c))
+    {
+        return None;
+    }
+    let pid = std::str::from_utf8(pid).ok()?.parse().ok()?;
+    Some(((1, 1 + host.len()), pid, close + 1))
+}
+
+/// The spaces and tabs `b` opens with.
+pub(super) fn blanks(b: &[u8]) -> usize {
+    b.iter().take_while(|&&c| c == b' ' || c == b'\t').count()
+}
+
 /// The node name the CXI provider's warnings begin with: a host name with a digit in it
 /// (`nid001234`, `x1000c0s0b0n0`), then `: `. Words such as `TXC (` or `EQ:` are not names.
 fn cxi_node(b: &[u8]) -> Option<usize> {
@@ -719,5 +800,40 @@ mod tests {
         assert_eq!(&b[n..], b"fi_getinfo: provider efa output empty list");
         assert_eq!((m.level, m.pid), (Level::Warn, Some(85)));
         assert!(libfabric(b"libfabric: a note", 0, &mut m).is_none());
+    }
+}
+
+#[cfg(test)]
+mod ucx_tests {
+    use crate::prefix::{peel, Level, Producer};
+
+    #[test]
+    fn ucx_header_gives_time_host_pid_and_level() {
+        let line = "[1718000000.112233] [trainer-3:4411:0]        mm_iface.c:768  UCX  ERROR mm_iface failed to allocate receive FIFO";
+        let m = peel(line, 2026);
+        assert_eq!(m.producer, Producer::Ucx);
+        assert_eq!(m.level, Level::Error);
+        assert_eq!(m.host(line), Some("trainer-3"));
+        assert_eq!(m.pid, Some(4411));
+        assert_eq!(m.ts_ms, Some(1_718_000_000_112));
+        assert_eq!(m.message(line), "mm_iface failed to allocate receive FIFO");
+    }
+
+    #[test]
+    fn ucx_diagnostic_levels_are_information() {
+        let line = "[1718000000.5] [h1:7:2]  ucp_worker.c:1888 UCX  DIAG  ucp_context_0 intra-node cfg#1 rma_am(sysv/memory)";
+        let m = peel(line, 2026);
+        assert_eq!(m.level, Level::Info);
+        assert_eq!(
+            m.message(line),
+            "ucp_context_0 intra-node cfg#1 rma_am(sysv/memory)"
+        );
+    }
+
+    #[test]
+    fn dmesg_uptime_is_not_taken_for_ucx_time() {
+        let line =
+            "[183422.511734] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.";
+        assert_eq!(peel(line, 2026).producer, Producer::Kernel);
     }
 }

@@ -34,18 +34,15 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         .iter()
         .filter(|e| e.waiting && e.seq >= MIN_SEQ && e.entered.is_some())
         .collect();
-    let (Some(entered), Some(first)) = (
-        waiting.iter().filter_map(|e| e.entered).min(),
-        waiting.iter().min_by_key(|e| e.entered),
-    ) else {
+    // Every waiting entry has its entry time, so the first one's is the earliest.
+    let Some((first, entered)) = waiting
+        .iter()
+        .min_by_key(|e| e.entered)
+        .and_then(|e| Some((*e, e.entered?)))
+    else {
         return;
     };
-    let Some(failed) = scope
-        .hits
-        .iter()
-        .filter_map(|&i| v.hit_time(v.hit(i)))
-        .min()
-    else {
+    let Some(failed) = scope.first_hit_time(v) else {
         return;
     };
     let waiters: BTreeSet<Who> = waiting.iter().map(|e| e.who).collect();

@@ -13,6 +13,7 @@ mod error_chain;
 mod identity_outlier;
 mod identity_pair;
 mod ifname_unmatched;
+mod last_words;
 mod loopback_peer;
 mod peer_naming;
 mod progress;
@@ -40,6 +41,11 @@ pub struct Scope<'a> {
 }
 
 impl Scope<'_> {
+    /// The time of the incident's earliest hit that has one.
+    pub fn first_hit_time(&self, v: &View) -> Option<i64> {
+        self.hits.iter().filter_map(|&i| v.hit_time(v.hit(i))).min()
+    }
+
     pub fn collectives(&self, v: &View) -> &[super::collectives::Entry] {
         self.collectives
             .get_or_init(|| super::collectives::table(v, self.hits))
@@ -53,6 +59,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("cause_signature", cause_signature::apply),
     ("error_chain", error_chain::apply),
     ("crash_teardown", crash_teardown::apply),
+    ("last_words", last_words::apply),
     ("peer_naming", peer_naming::apply),
     ("loopback_peer", loopback_peer::apply),
     ("desync_report", desync_report::apply),

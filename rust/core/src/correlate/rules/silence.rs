@@ -10,12 +10,7 @@ use std::collections::BTreeMap;
 const QUIET_MS: i64 = 60_000;
 
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
-    let Some(t0) = scope
-        .hits
-        .iter()
-        .filter_map(|&i| v.hit_time(v.hit(i)))
-        .min()
-    else {
+    let Some(t0) = scope.first_hit_time(v) else {
         return;
     };
     let mut last: BTreeMap<u32, i64> = BTreeMap::new();
