@@ -11,22 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch.simulate.fleetgen import LAYOUTS, SCENARIOS, Truth, generate
+from rankwatch.simulate.scenarios import REGISTRY
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-
-ABOUT = {
-    "wrong_iface": "one host's NCCL bootstraps on docker0, a bridge other hosts cannot reach",
-    "ib_link_down": "an InfiniBand port goes down on one host; its peers' transfers fail",
-    "cuda_error": "one rank hits an illegal memory access (CUDA error); the rest time out",
-    "oom_kill": "the kernel's OOM killer kills one worker; torchrun tears the job down",
-    "desync": "one rank never joins a collective the others wait in",
-    "version_mismatch": "one host runs another NCCL version than the rest of the job",
-    "shm_full": "/dev/shm is too small on one host: NCCL cannot extend a shared segment",
-    "cuda_oom": "one rank runs out of GPU memory (torch.OutOfMemoryError)",
-    "xid79": "a GPU falls off the bus (Xid 79 in the kernel log); its rank stalls",
-    "healthy": "a run that trains to the end; no failure injected",
-    "healthy_noisy": "a healthy run with the scary but harmless lines real jobs print",
-}
 
 
 def _error(message: str, code: int) -> int:
@@ -61,15 +48,15 @@ def describe(truth: Truth) -> str:
 def _replay(args: argparse.Namespace, folder: Path, job: str) -> int:
     from aiokafka.errors import KafkaError
 
-    from rankwatch.daemon.commands import _connection_config
-    from rankwatch.daemon.config import ConfigError
-    from rankwatch.daemon.kafka_clients import connection_kwargs
-    from rankwatch.daemon.logs import quiet_kafka
-    from rankwatch.daemon.replay import replay_files
+    from rankwatch.kafka.clients import connection_kwargs
+    from rankwatch.kafka.replay import replay_files
     from rankwatch.local import discover
+    from rankwatch.logging_setup import quiet_kafka
+    from rankwatch.settings.options import ConfigError
+    from rankwatch.settings.run import connection_config
 
     try:
-        cfg = _connection_config(args)
+        cfg = connection_config(args)
     except ConfigError as e:
         return _error(str(e), EXIT_USAGE)
     files, _ = discover([folder], job=job)
@@ -86,7 +73,7 @@ def _replay(args: argparse.Namespace, folder: Path, job: str) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     if args.list:
         width = max(map(len, SCENARIOS))
-        print("\n".join(f"{name:<{width}}  {ABOUT[name]}" for name in SCENARIOS))
+        print("\n".join(f"{name:<{width}}  {REGISTRY[name].about}" for name in SCENARIOS))
         return EXIT_OK
     if args.scenario is None:
         return _error("simulate needs a SCENARIO (see --list)", EXIT_USAGE)
@@ -113,8 +100,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
-    from rankwatch.daemon.commands import _add_option_flags
-    from rankwatch.daemon.config import CONNECTION_KEYS
+    from rankwatch.settings.flags import add_option_flags
+    from rankwatch.settings.options import CONNECTION_KEYS, env_name
+    from rankwatch.settings.run import OPTIONS
 
     s = subparsers.add_parser(
         "simulate",
@@ -160,5 +148,5 @@ def register(subparsers: Any) -> None:
         help="training steps before the failure, or in all for a healthy run (default 20)",
     )
     s.add_argument("--config", metavar="FILE", help="TOML config file (connection settings)")
-    _add_option_flags(s, CONNECTION_KEYS)
+    add_option_flags(s, OPTIONS, env_name, keys=CONNECTION_KEYS)
     s.set_defaults(func=cmd_simulate)
