@@ -12,8 +12,9 @@ then start-up (`rankwatch analyze` of a one-line file with a cold and a warm cac
 applying), the same job written per rank (per-line speed of the two layouts), and, for a
 build with `--threads`, one thread against one per core.
 With `--before RANKWATCH` (the `rankwatch` script of another build, e.g. main), every rankwatch
-figure is also taken for that build, in the same rounds. Writes the section "Analyze" of
-bench/RESULTS.md unless --no-write.
+figure is also taken for that build, in the same rounds. Appends its section to
+bench/history/06-analyze.md unless --no-write (bench/RESULTS.md's "Analyze" area is then
+updated by hand).
 
     .venv/bin/python bench/analyze_bench.py [--repeat 5] [--before BASE/.venv/bin/rankwatch]
 
@@ -362,9 +363,9 @@ def main() -> None:
     print(section)
     if not args.no_write:
         sys.path.insert(0, str(HERE))
-        from engine_bench import write_section
+        from engine_bench import append_history
 
-        write_section(HERE / "RESULTS.md", "## Analyze", section)
+        append_history(HERE / "history" / "06-analyze.md", section)
 
 
 def layout_table(before: Build | None, after: Build, corpus: Corpus) -> list[str]:

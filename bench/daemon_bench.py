@@ -42,7 +42,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from rankwatch.daemon.replay import BatchSender, canonical_record, interleave, new_producer  # noqa: E402
+from rankwatch.kafka.replay import BatchSender, canonical_record, interleave, new_producer  # noqa: E402
 from rankwatch.local import discover  # noqa: E402
 from rankwatch.simulate import fleetgen  # noqa: E402
 

@@ -12,8 +12,9 @@ wall time and by the CPU time of the measuring thread (both run on that one thre
 leaves out the waits that other work on this 2-core machine causes; it still feels shared caches).
 With `--before-python`, every round also runs the same measurement in a subprocess under
 another build's interpreter (e.g. main's `.venv/bin/python`), so before and after alternate
-too. Adds ring memory on a 4,096-rank job against its configured budget. Writes the tables
-into bench/RESULTS.md (section "Engine") unless --no-write.
+too. Adds ring memory on a 4,096-rank job against its configured budget. Appends the tables
+to bench/history/01-engine.md unless --no-write (bench/RESULTS.md's "Engine" area is then
+updated by hand).
 
     .venv/bin/python bench/engine_bench.py [--lines 1000000] [--repeat 5]
         [--before-python /path/to/other/.venv/bin/python [--before-pythonpath DIR]]
@@ -403,21 +404,20 @@ def main() -> None:
     )
     print(section)
     if not args.no_write:
-        write_section(HERE / "RESULTS.md", "## Engine", section)
+        append_history(HERE / "history" / "01-engine.md", section)
 
 
-def write_section(path: Path, heading: str, section: str) -> None:
-    """Replaces the head of `heading`'s section (up to its first subsection) with `section`;
-    the subsections, earlier sessions' records, stay."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    start = text.find(heading)
-    if start >= 0:
-        ends = [text.find(h, start + len(heading)) for h in ("\n## ", "\n### ")]
-        end = min((e for e in ends if e >= 0), default=-1)
-        text = text[:start] + section + ("\n" + text[end + 1 :] if end >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
+def append_history(path: Path, section: str) -> None:
+    """Appends a run's section to its area's file in bench/history/, under a dated heading one
+    level down, so that the file keeps every run in order. bench/RESULTS.md holds each area's
+    current figure, its command and date, and is brought up to date by hand from the run."""
+    lines = section.strip("\n").split("\n")
+    title = lines[0].lstrip("#").strip()
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    text = path.read_text() if path.exists() else ""
+    entry = "\n".join([f"### {title}: run of {stamp}", *lines[1:]])
+    path.write_text(text.rstrip("\n") + "\n\n" + entry + "\n")
+    print(f"appended to {path}; update its area in {HERE / 'RESULTS.md'} if this is the figure")
 
 
 if __name__ == "__main__":

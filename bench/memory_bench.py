@@ -11,7 +11,8 @@ Each scenario runs in a fresh process, through the Python `Engine` or through th
 Baseline is the process's RSS once the catalog, the Hyperscan database and scratch (and for
 the daemon, aiokafka and its connections) are up, before the first record. The budget bounds
 the engine's state, so the figure that must stay within 1.3x the budget is peak RSS minus the
-baseline. Prints a Markdown table for bench/RESULTS.md (section "Memory").
+baseline. Prints a Markdown table for bench/history/11-memory.md (and the figure for the
+"Memory" area of bench/RESULTS.md).
 
     .venv/bin/python bench/memory_bench.py                      # engine only
     .venv/bin/python bench/memory_bench.py --daemon             # engine and daemon (broker)
@@ -217,7 +218,7 @@ def watch_daemon(
 async def produce(bootstrap: str, topic: str, keyed: Iterator[tuple[str, bytes]]) -> int:
     """Sends (job, value) records keyed by job, flushing every 20,000 so that the producer's
     own memory stays small; returns how many were sent."""
-    from rankwatch.daemon.replay import BatchSender, new_producer
+    from rankwatch.kafka.replay import BatchSender, new_producer
 
     producer = new_producer({"bootstrap_servers": bootstrap})
     await producer.start()

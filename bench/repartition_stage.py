@@ -23,9 +23,9 @@ from aiokafka.producer.message_accumulator import BatchBuilder
 from prometheus_client import CollectorRegistry
 
 from rankwatch import Catalog, Engine, EngineConfig
-from rankwatch.daemon.config import DaemonConfig
 from rankwatch.daemon.repartition import Repartitioner, _append
 from rankwatch.engine import Decoder
+from rankwatch.settings.run import DaemonConfig
 
 LINES = [
     "[rank{r}]:[I1130 12:00:{s:02d}.700665355 ProcessGroupNCCL.cpp:1012] [PG ID 0] init",

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch import Catalog, Engine, EngineConfig
-from rankwatch.daemon.replay import canonical_record, interleave
 from rankwatch.engine import Decoder
+from rankwatch.kafka.replay import canonical_record, interleave
 from rankwatch.local import discover
 from rankwatch.simulate import fleetgen
 

@@ -3,7 +3,7 @@ from the Rust structs in rust/core/src/report.rs.
 
     python scripts/schema_md.py > SCHEMA.md
 
-tests/test_diagnosis_contract.py fails when SCHEMA.md is not this script's output.
+tests/unit/test_diagnosis_contract.py fails when SCHEMA.md is not this script's output.
 """
 
 from __future__ import annotations

@@ -158,7 +158,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     catalog = _load_catalog(args.catalog)
     print(f"catalog ok: {len(catalog)} signatures from {len(catalog.files)} files")
     if args.config:
-        from rankwatch.daemon.config import ConfigError, validate_config
+        from rankwatch.settings.options import ConfigError
+        from rankwatch.settings.run import validate_config
 
         try:
             cfg = validate_config(args.config)

@@ -84,7 +84,7 @@ def describe_update(old: dict[str, Any], new: dict[str, Any]) -> str:
 async def _watch(bootstrap: str, topic: str, want: str, timeout_s: float) -> list[dict[str, Any]]:
     from aiokafka import AIOKafkaConsumer
 
-    from rankwatch.daemon.logs import quiet_kafka
+    from rankwatch.logging_setup import quiet_kafka
 
     quiet_kafka()  # the topic appears only with the first diagnosis; that is expected here
     consumer = AIOKafkaConsumer(

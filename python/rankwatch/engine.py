@@ -205,12 +205,17 @@ class Engine:
         result: list[Diagnosis] = orjson.loads(self._core.poll(now_ms))
         return result
 
-    def poll_encoded(self, now_ms: int, max_bytes: int = 0) -> _core.EncodedDiagnoses:
+    def poll_encoded(
+        self, now_ms: int, max_bytes: int = 0, hold: bool = False
+    ) -> _core.EncodedDiagnoses:
         """`poll`, each diagnosis as its own JSON document, handed out one at a time (the
         documents not yet handed out stay in Rust: `waiting_bytes`). With `max_bytes` (0: no
         bound) the poll stops once its documents reach that size (at least one job's); the
-        rest come, in order, from the next call (`more`)."""
-        return self._core.poll_each(now_ms, max_bytes)
+        rest come, in order, from the next call (`more`). With `hold`, an open incident
+        diagnosed within the last settle window of wall time is not diagnosed again yet (a
+        storm of ranks would have it rebuilt on every poll); a poll without `hold` diagnoses
+        it with everything fed so far."""
+        return self._core.poll_each(now_ms, max_bytes, hold)
 
     def finish(self) -> list[Diagnosis]:
         """Ends the input and returns a diagnosis for every incident, most likely first."""
@@ -230,6 +235,9 @@ class Engine:
     def drop_job(self, job: str) -> None:
         self._core.drop_job(job)
 
-    def stats(self) -> dict[str, Any]:
-        result: dict[str, Any] = orjson.loads(self._core.stats_json())
+    def stats(self, breakdown: bool = True) -> dict[str, Any]:
+        """The engine's counters. `memory_bytes` is kept as the engine goes; `breakdown` also
+        counts it from scratch by part (`memory_breakdown`), a walk over every job's hits and
+        lines: leave it out where stats are taken on every batch."""
+        result: dict[str, Any] = orjson.loads(self._core.stats_json(breakdown))
         return result

@@ -42,6 +42,7 @@ class AnalyzeResult:
     timing: dict[str, float] = field(default_factory=dict)
 
 
+# Hand-written: rich.progress draws another bar than `analyzing [###---]`, which tests read.
 class Progress:
     """A one-line progress bar on stderr, shown only for large inputs on a terminal."""
 

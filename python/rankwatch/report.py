@@ -13,6 +13,7 @@ from rankwatch.wording import alternative_text, counted, suspect_text, who
 AnyDiagnosis = rd.Diagnosis | Mapping[str, Any]
 
 
+# Hand-written, not rich: rich.style writes the same codes in as many lines, plus its import.
 class Style:
     def __init__(self, color: bool) -> None:
         self.color = color

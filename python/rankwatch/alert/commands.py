@@ -11,32 +11,11 @@ import sys
 from typing import Any
 
 from rankwatch.alert.config import ALIASES, OPTIONS, env_name, load_alert_config
-from rankwatch.daemon.config import BOOL, CHOICE, INT, LIST, ConfigError, flag_help, flag_name
-from rankwatch.daemon.logs import setup_logging
+from rankwatch.logging_setup import setup_logging
+from rankwatch.settings.flags import add_option_flags
+from rankwatch.settings.options import ConfigError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-
-
-def _add_flags(p: argparse.ArgumentParser) -> None:
-    for key, f in OPTIONS.items():
-        meta = f.metadata
-        kw: dict[str, Any] = {
-            "dest": key,
-            "default": argparse.SUPPRESS,
-            "help": flag_help(meta, env_name(key)),
-        }
-        if meta["metavar"]:
-            kw["metavar"] = meta["metavar"]
-        if meta["kind"] == INT:
-            kw.update(type=int, metavar=meta["metavar"] or ("MS" if key.endswith("_ms") else "N"))
-        elif meta["kind"] == BOOL:
-            kw["action"] = argparse.BooleanOptionalAction
-        elif meta["kind"] == LIST:
-            kw["action"] = "append"
-        elif meta["kind"] == CHOICE:
-            kw["choices"] = meta["choices"]
-        aliases = [flag_name(old) for old, new in ALIASES.items() if new == key]
-        p.add_argument(flag_name(key), *aliases, **kw)
 
 
 def cmd_alert(args: argparse.Namespace) -> int:
@@ -77,5 +56,5 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--config", metavar="FILE", help="TOML config file")
-    _add_flags(p)
+    add_option_flags(p, OPTIONS, env_name, aliases=ALIASES)
     p.set_defaults(func=cmd_alert)

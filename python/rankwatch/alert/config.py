@@ -1,7 +1,7 @@
 """The configuration of `rankwatch alert`, in the same scheme as `rankwatch run`: one TOML file,
 `RANKWATCH_<KEY>` environment overrides, and a flag per key (flags win over the environment,
-which wins over the file). The value kinds, parsing and error messages are the daemon's
-(`rankwatch.daemon.config`); this module only declares the keys of its own command.
+which wins over the file). The value kinds, parsing and error messages are the shared
+scheme's (`rankwatch.settings.options`); this module only declares the keys of its own command.
 
 Keys that mean something else for `rankwatch run` (`topic`, `group_id`, `client_id`) take their
 environment value from `RANKWATCH_ALERT_<KEY>`, so that a daemon and its alert deliverer can
@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from rankwatch.daemon.config import (
+from rankwatch.http_url import http_url
+from rankwatch.settings.layers import layered_values
+from rankwatch.settings.options import (
     ADDR,
     BOOL,
     CHOICE,
@@ -29,22 +31,16 @@ from rankwatch.daemon.config import (
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
     ConfigError,
-    DaemonConfig,
-    _check_value,
-    _opt,
-    _suggest,
-    flag_name,
-    load_config,
-    parse_text,
-    read_toml,
+    Options,
+    option,
 )
-from rankwatch.daemon.config import CONNECTION_KEYS as DAEMON_CONNECTION_KEYS
-from rankwatch.daemon.config import env_name as daemon_env_name
-from rankwatch.daemon.http import http_url
+from rankwatch.settings.options import CONNECTION_KEYS as KAFKA_CONNECTION_KEYS
+from rankwatch.settings.options import env_name as scheme_env_name
+from rankwatch.settings.run import DaemonConfig, load_config
 
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 WEBHOOK_FORMATS = ("json", "slack")
-CONNECTION_KEYS = (*DAEMON_CONNECTION_KEYS, "session_timeout_ms", "heartbeat_interval_ms")
+CONNECTION_KEYS = (*KAFKA_CONNECTION_KEYS, "session_timeout_ms", "heartbeat_interval_ms")
 
 
 @dataclass
@@ -52,32 +48,34 @@ class AlertConfig:
     """Every option of `rankwatch alert`; field metadata drives TOML keys, variables and flags."""
 
     # --- Kafka ----------------------------------------------------------------------------
-    bootstrap_servers: str = _opt("127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]")
-    topic: str = _opt("rankwatch.diagnoses", "the diagnoses topic `rankwatch run` publishes to")
-    group_id: str = _opt("rankwatch-alert", "consumer group of the alert deliverers")
-    client_id: str = _opt("rankwatch-alert", "Kafka client id")
-    request_timeout_ms: int = _opt(40_000, "Kafka request timeout", kind=INT, minimum=1)
-    session_timeout_ms: int = _opt(10_000, "group session timeout", kind=INT, minimum=1)
-    heartbeat_interval_ms: int = _opt(3_000, "group heartbeat interval", kind=INT, minimum=1)
-    security_protocol: str = _opt(
+    bootstrap_servers: str = option("127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]")
+    topic: str = option("rankwatch.diagnoses", "the diagnoses topic `rankwatch run` publishes to")
+    group_id: str = option("rankwatch-alert", "consumer group of the alert deliverers")
+    client_id: str = option("rankwatch-alert", "Kafka client id")
+    request_timeout_ms: int = option(40_000, "Kafka request timeout", kind=INT, minimum=1)
+    session_timeout_ms: int = option(10_000, "group session timeout", kind=INT, minimum=1)
+    heartbeat_interval_ms: int = option(3_000, "group heartbeat interval", kind=INT, minimum=1)
+    security_protocol: str = option(
         "PLAINTEXT", "Kafka security protocol", kind=CHOICE, choices=SECURITY_PROTOCOLS
     )
-    sasl_mechanism: str | None = _opt(None, "SASL mechanism", kind=CHOICE, choices=SASL_MECHANISMS)
-    sasl_username: str | None = _opt(None, "SASL user name", kind=OPT_STR)
-    sasl_password: str | None = _opt(
+    sasl_mechanism: str | None = option(
+        None, "SASL mechanism", kind=CHOICE, choices=SASL_MECHANISMS
+    )
+    sasl_username: str | None = option(None, "SASL user name", kind=OPT_STR)
+    sasl_password: str | None = option(
         None, "SASL password (never logged)", kind=OPT_STR, secret=True
     )
-    ssl_cafile: str | None = _opt(None, "CA bundle for SSL", kind=OPT_STR, metavar="FILE")
-    ssl_certfile: str | None = _opt(None, "client certificate", kind=OPT_STR, metavar="FILE")
-    ssl_keyfile: str | None = _opt(None, "client key for SSL", kind=OPT_STR, metavar="FILE")
-    ssl_password: str | None = _opt(
+    ssl_cafile: str | None = option(None, "CA bundle for SSL", kind=OPT_STR, metavar="FILE")
+    ssl_certfile: str | None = option(None, "client certificate", kind=OPT_STR, metavar="FILE")
+    ssl_keyfile: str | None = option(None, "client key for SSL", kind=OPT_STR, metavar="FILE")
+    ssl_password: str | None = option(
         None, "password of the SSL key (never logged)", kind=OPT_STR, secret=True
     )
     # --- incident pages and /metrics --------------------------------------------------------
-    http_addr: str = _opt(
+    http_addr: str = option(
         "127.0.0.1:9465", "host:port of /incidents, /metrics and /healthz ('off')", kind=ADDR
     )
-    page_url: str | None = _opt(
+    page_url: str | None = option(
         None,
         "base URL people reach the incident pages at, e.g. behind an ingress; every alert "
         "links to <URL>/incidents/<id> (default: http://<http_addr>; no link when http_addr "
@@ -85,61 +83,61 @@ class AlertConfig:
         kind=OPT_STR,
         metavar="URL",
     )
-    incidents_kept: int = _opt(1_000, "recent diagnoses kept for /incidents", kind=INT, minimum=1)
-    incidents_since_ms: int = _opt(
+    incidents_kept: int = option(1_000, "recent diagnoses kept for /incidents", kind=INT, minimum=1)
+    incidents_since_ms: int = option(
         24 * 3_600_000,
         "on start, /incidents loads the diagnoses published this long ago (all partitions)",
         kind=INT,
         minimum=0,
     )
     # --- sinks ----------------------------------------------------------------------------
-    alertmanager_url: list[str] = _opt(  # noqa: RUF009
+    alertmanager_url: list[str] = option(  # noqa: RUF009
         [], "Alertmanager base URL (repeatable: an HA pair)", kind=LIST, metavar="URL"
     )
-    alert_resend_ms: int = _opt(
+    alert_resend_ms: int = option(
         60_000, "re-send firing alerts to Alertmanager this often", kind=INT, minimum=100
     )
-    alert_ttl_ms: int = _opt(
+    alert_ttl_ms: int = option(
         4 * 3_600_000,
         "an incident not updated for this long is sent resolved (endsAt) and forgotten",
         kind=INT,
         minimum=1_000,
     )
-    pagerduty_url: str = _opt(PAGERDUTY_EVENTS_URL, "PagerDuty Events API v2 enqueue URL")
-    pagerduty_routing_key: str | None = _opt(
+    pagerduty_url: str = option(PAGERDUTY_EVENTS_URL, "PagerDuty Events API v2 enqueue URL")
+    pagerduty_routing_key: str | None = option(
         None,
         "PagerDuty integration (routing) key; enables the sink (never logged)",
         kind=OPT_STR,
         secret=True,
     )
-    webhook_url: list[str] = _opt(  # noqa: RUF009
+    webhook_url: list[str] = option(  # noqa: RUF009
         [], "webhook URL (repeatable)", kind=LIST, metavar="URL"
     )
-    webhook_secret: str | None = _opt(
+    webhook_secret: str | None = option(
         None,
         "sign webhook bodies: X-Rankwatch-Signature HMAC-SHA256 (never logged)",
         kind=OPT_STR,
         secret=True,
     )
-    webhook_format: str = _opt(
+    webhook_format: str = option(
         "json",
         "webhook body: the diagnosis JSON, or Slack-compatible text",
         kind=CHOICE,
         choices=WEBHOOK_FORMATS,
     )
     # --- delivery -------------------------------------------------------------------------
-    sink_timeout_ms: int = _opt(10_000, "timeout of one HTTP request", kind=INT, minimum=1)
-    sink_attempts: int = _opt(
+    sink_timeout_ms: int = option(10_000, "timeout of one HTTP request", kind=INT, minimum=1)
+    sink_attempts: int = option(
         6, "tries per alert and sink before it is counted as failed", kind=INT, minimum=1
     )
-    sink_backoff_ms: int = _opt(
+    sink_backoff_ms: int = option(
         500, "first retry delay (doubles, with jitter)", kind=INT, minimum=0
     )
-    sink_backoff_max_ms: int = _opt(30_000, "longest retry delay", kind=INT, minimum=0)
-    sink_queue_size: int = _opt(1_000, "alerts waiting per sink", kind=INT, minimum=1)
-    sink_concurrency: int = _opt(4, "requests in flight per sink", kind=INT, minimum=1)
-    log_level: str = _opt("info", "log level", kind=CHOICE, choices=LOG_LEVELS)
-    check_crcs: bool = _opt(True, "verify record CRCs", kind=BOOL)
+    sink_backoff_max_ms: int = option(30_000, "longest retry delay", kind=INT, minimum=0)
+    sink_queue_size: int = option(1_000, "alerts waiting per sink", kind=INT, minimum=1)
+    sink_concurrency: int = option(4, "requests in flight per sink", kind=INT, minimum=1)
+    log_level: str = option("info", "log level", kind=CHOICE, choices=LOG_LEVELS)
+    check_crcs: bool = option(True, "verify record CRCs", kind=BOOL)
 
     def http_listen(self) -> tuple[str, int] | None:
         if self.http_addr == "off":
@@ -160,7 +158,7 @@ class AlertConfig:
         return http_url(host, port)
 
     def kafka(self) -> DaemonConfig:
-        """The connection settings as a daemon config, for `rankwatch.daemon.kafka_clients`."""
+        """The connection settings as a daemon config, for `rankwatch.kafka.clients`."""
         values = {k: getattr(self, k) for k in CONNECTION_KEYS}
         return load_config(None, overrides=values, environ={}, check=False)
 
@@ -182,7 +180,7 @@ class AlertConfig:
         return f"AlertConfig({self.describe()!r})"
 
 
-OPTIONS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(AlertConfig)}
+OPTIONS: Options = {f.name: f for f in dataclasses.fields(AlertConfig)}
 OWN_ENV_KEYS = ("topic", "group_id", "client_id")
 # Earlier names of keys, still read from files, the environment and flags.
 ALIASES = {"external_url": "page_url"}
@@ -190,7 +188,7 @@ ALIASES = {"external_url": "page_url"}
 
 def env_name(key: str) -> str:
     """`RANKWATCH_<KEY>`, or `RANKWATCH_ALERT_<KEY>` for keys `rankwatch run` uses otherwise."""
-    return daemon_env_name(f"alert_{key}" if key in OWN_ENV_KEYS else key)
+    return scheme_env_name(f"alert_{key}" if key in OWN_ENV_KEYS else key)
 
 
 def redact_url(url: str) -> str:
@@ -218,23 +216,8 @@ def load_alert_config(
 ) -> AlertConfig:
     """Defaults, then the TOML file, then `RANKWATCH_<KEY>`, then `overrides` (typed values
     from flags). Raises ConfigError naming the source of a bad value."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        for name, value in read_toml(path).items():
-            key = ALIASES.get(name, name)
-            if key not in OPTIONS:
-                raise ConfigError(f"{path}: unknown key {key!r}{_suggest(key, list(OPTIONS))}")
-            values[key] = _check_value(key, value, f"{path}: {key}", OPTIONS)
     env = os.environ if environ is None else environ
-    for key, name in _env_names():
-        if name in env:
-            text = parse_text(key, env[name], name, OPTIONS)
-            values[key] = _check_value(key, text, name, OPTIONS)
-    for name, value in (overrides or {}).items():
-        key = ALIASES.get(name, name)
-        if key not in OPTIONS:
-            raise ConfigError(f"unknown option {key!r}")
-        values[key] = _check_value(key, value, flag_name(key), OPTIONS)
+    values, _ = layered_values(OPTIONS, path, env, _env_names(), overrides, aliases=ALIASES)
     cfg = AlertConfig(**values)
     check_alert_config(cfg)
     return cfg

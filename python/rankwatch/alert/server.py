@@ -1,6 +1,6 @@
-"""The HTTP side of `rankwatch alert` (aiohttp): `/incidents` and `/incidents/<id>` as HTML or,
-with `?format=json`, JSON; `/metrics` for Prometheus; `/healthz` (liveness) and `/readyz`
-(owns partitions)."""
+"""The HTTP side of `rankwatch alert` (aiohttp, served by `daemon.http.AppServer`):
+`/incidents` and `/incidents/<id>` as HTML or, with `?format=json`, JSON; `/metrics` for
+Prometheus; `/healthz` (liveness) and `/readyz` (owns partitions)."""
 
 from __future__ import annotations
 
@@ -92,21 +92,3 @@ def make_app(store: IncidentStore, alert_metrics: AlertMetrics, probes: Probes) 
     app.router.add_get("/healthz", health)
     app.router.add_get("/readyz", ready)
     return app
-
-
-class HttpServer:
-    """Runs the app on host:port; `address` is where it actually listens (port 0 picks one)."""
-
-    def __init__(self, app: web.Application) -> None:
-        self.runner = web.AppRunner(app, access_log=None)
-        self.address: tuple[str, int] | None = None
-
-    async def start(self, host: str, port: int) -> None:
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, host, port)
-        await site.start()
-        name = self.runner.addresses[0]
-        self.address = (str(name[0]), int(name[1]))
-
-    async def close(self) -> None:
-        await self.runner.cleanup()

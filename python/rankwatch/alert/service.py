@@ -29,12 +29,13 @@ from rankwatch.alert.config import AlertConfig
 from rankwatch.alert.delivery import RetryPolicy, Sink
 from rankwatch.alert.metrics import AlertMetrics
 from rankwatch.alert.received import AnyReceived, receive, received
-from rankwatch.alert.server import HttpServer, make_app
+from rankwatch.alert.server import make_app
 from rankwatch.alert.store import IncidentStore
-from rankwatch.daemon.broker_wait import start_when_reachable
-from rankwatch.daemon.kafka_clients import METADATA_REFRESH_MS, connection_kwargs, reader_consumer
-from rankwatch.daemon.tail import TopicTail
+from rankwatch.app_server import AppServer
 from rankwatch.diagnosis import BadDiagnosis
+from rankwatch.kafka.broker_wait import start_when_reachable
+from rankwatch.kafka.clients import METADATA_REFRESH_MS, connection_kwargs, reader_consumer
+from rankwatch.kafka.tail import TopicTail
 
 log = logging.getLogger("rankwatch.alert")
 
@@ -59,7 +60,7 @@ class AlertService:
         self.store = IncidentStore(cfg.incidents_kept)  # what /incidents shows
         self.delivered = IncidentStore(cfg.incidents_kept)  # versions already handed to sinks
         self.firing = sinks.FiringSet(cfg.alert_resend_ms / 1000, cfg.alert_ttl_ms / 1000)
-        self.http = HttpServer(make_app(self.store, self.metrics, self))
+        self.http = AppServer(make_app(self.store, self.metrics, self))
         self.policy = RetryPolicy(
             timeout_s=cfg.sink_timeout_ms / 1000,
             attempts=cfg.sink_attempts,
@@ -163,7 +164,7 @@ class AlertService:
 
     async def _start_consumer(self) -> bool:
         """Joins the group, waiting for the broker while it cannot be reached (see
-        daemon/broker_wait.py); False if stopped first."""
+        kafka/broker_wait.py); False if stopped first."""
         where = f"the Kafka broker at {self.cfg.bootstrap_servers}"
         self.connecting = True
         try:

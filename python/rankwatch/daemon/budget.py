@@ -11,7 +11,7 @@ share, and each other part is bounded by its own:
   45%, not 60%: in a burst of 10,000 short jobs the engine holds its whole share while jobs
   are fed, evicted and released, and the heaps hold more than it accounts (malloc's in-use
   bytes 46.5 MiB at the peak for 29 MiB accounted, 11.6 MiB free but resident); at 60% that
-  burst reached 1.3x the budget on a quiet machine (bench/RESULTS.md, "Session 7");
+  burst reached 1.3x the budget on a quiet machine (bench/history/11-memory.md, "Session 7");
 - fetch (`FETCH_PERCENT`): aiokafka's fetch response per request (`fetch_max_bytes`) and per
   partition (`max_partition_fetch_bytes`), held until the records are handed out;
 - batch (`BATCH_PERCENT`): the records handed to the engine per fetch (`max_batch_records`),
@@ -20,7 +20,7 @@ share, and each other part is bounded by its own:
   ledger (bounds.py);
 - outbox (`OUTBOX_PERCENT`): diagnoses on their way out, as JSON: the records the publisher
   keeps until the broker acknowledged them, and the updates held for the next checkpoint.
-  Above it the feed waits for acknowledgements (or checkpoints early): outbox.py. Without it
+  Above it the feed waits for acknowledgements (or checkpoints early): decision.py. Without it
   a burst of 10,000 jobs queued ~20,000 versions of ~7 KB with nothing slowing the feed.
   One engine poll hands out at most half of it (`poll_bytes`); a burst comes in parts, each
   published before the next is made (a poll of 1,105 diagnoses, 7.6 MiB, was seen at once);

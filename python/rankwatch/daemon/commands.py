@@ -10,33 +10,22 @@ import asyncio
 import gc
 import logging
 import sys
-from functools import partial
 from typing import Any
 
 import orjson
 
 from rankwatch.daemon.allocator import fix_thresholds, limit_arenas
-from rankwatch.daemon.config import (
-    AUTO_BOOL,
-    BOOL,
-    CHOICE,
-    CONNECTION_KEYS,
-    INT,
-    LIST,
+from rankwatch.inputs import InputError
+from rankwatch.logging_setup import quiet_kafka, setup_logging
+from rankwatch.settings.flags import add_option_flags, flag_values
+from rankwatch.settings.options import CONNECTION_KEYS, ConfigError, env_name
+from rankwatch.settings.run import (
     OPTIONS,
-    PATH,
-    ConfigError,
     DaemonConfig,
-    env_name,
-    flag_help,
-    flag_name,
+    connection_config,
     load_catalog,
     load_config,
-    parse_path,
-    parse_text,
 )
-from rankwatch.daemon.logs import quiet_kafka, setup_logging
-from rankwatch.inputs import InputError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -44,44 +33,6 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 def _error(message: str, code: int) -> int:
     print(f"rankwatch: {message}", file=sys.stderr)
     return code
-
-
-def _add_option_flags(p: argparse.ArgumentParser, keys: list[str] | None = None) -> None:
-    for key, f in OPTIONS.items():
-        if keys is not None and key not in keys:
-            continue
-        meta = f.metadata
-        kind = meta["kind"]
-        text = flag_help(meta, env_name(key))
-        kw: dict[str, Any] = {"dest": key, "default": argparse.SUPPRESS, "help": text}
-        if meta["metavar"]:
-            kw["metavar"] = meta["metavar"]
-        if kind == INT:
-            kw.update(type=int, metavar=meta["metavar"] or ("MS" if key.endswith("_ms") else "N"))
-        elif kind == BOOL:
-            kw["action"] = argparse.BooleanOptionalAction
-        elif kind == AUTO_BOOL:
-            kw.update(nargs="?", const=True, metavar="auto|true|false")
-            kw["type"] = partial(parse_text, key, where=flag_name(key))
-        elif kind == LIST:
-            kw["action"] = "append"
-        elif kind == CHOICE:
-            kw["choices"] = meta["choices"]
-        elif kind == PATH:
-            kw["metavar"] = "KEYS"
-        p.add_argument(flag_name(key), **kw)
-
-
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, f in OPTIONS.items():
-        if not hasattr(args, key):
-            continue
-        value = getattr(args, key)
-        if f.metadata["kind"] == PATH and isinstance(value, str):
-            value = parse_path(value, flag_name(key))
-        out[key] = value
-    return out
 
 
 # --- run ----------------------------------------------------------------------------------
@@ -105,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         await daemon.run()
 
     try:
-        cfg = load_config(args.config, overrides=_overrides(args))
+        cfg = load_config(args.config, overrides=flag_values(args, OPTIONS))
         catalog = load_catalog(cfg)
     except ConfigError as e:
         return _error(str(e), EXIT_USAGE)
@@ -124,18 +75,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 # --- replay ---------------------------------------------------------------------------------
 
 
-def _connection_config(args: argparse.Namespace) -> DaemonConfig:
-    overrides = _overrides(args)
-    return load_config(args.config, overrides=overrides, check=False)
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
     from aiokafka.errors import KafkaError
 
     from rankwatch.cli_inputs import find_inputs, say
-    from rankwatch.daemon.config import check_topic_name
-    from rankwatch.daemon.kafka_clients import connection_kwargs
-    from rankwatch.daemon.replay import ReplayFailed, replay_files
+    from rankwatch.kafka.clients import connection_kwargs
+    from rankwatch.kafka.replay import ReplayFailed, replay_files
+    from rankwatch.settings.run import check_topic_name
 
     if args.rate is not None and not 0 < args.rate < float("inf"):
         return _error("--rate must be a positive number of lines per second", EXIT_USAGE)
@@ -143,7 +89,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _error("--skip-records must be 0 or more", EXIT_USAGE)
     try:
         check_topic_name(args.topic, "--topic")
-        cfg = _connection_config(args)
+        cfg = connection_config(args)
         files, _ = find_inputs(args.paths, args.job, args.rank_pattern)
     except (ConfigError, InputError) as e:
         return _error(f"error: {e}", EXIT_USAGE)
@@ -192,9 +138,9 @@ class NotDiagnoses(Exception):
 async def _fleet(
     cfg: DaemonConfig, topic: str, since_ms: int | None, buckets: int
 ) -> dict[str, Any]:
-    from rankwatch.daemon.kafka_clients import reader_consumer
     from rankwatch.daemon.stats import read_topic, topic_stats
-    from rankwatch.daemon.tail import topic_partitions
+    from rankwatch.kafka.clients import reader_consumer
+    from rankwatch.kafka.tail import topic_partitions
 
     reader = reader_consumer(cfg)
     try:
@@ -220,7 +166,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.buckets < 1:
         return _error("--buckets must be at least 1", EXIT_USAGE)
     try:
-        cfg = _connection_config(args)
+        cfg = connection_config(args)
         since_ms = parse_since(args.since) if args.since else None
     except (ConfigError, SinceError) as e:
         return _error(str(e), EXIT_USAGE)
@@ -260,7 +206,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     r.add_argument("--config", metavar="FILE", help="TOML config file")
-    _add_option_flags(r)
+    add_option_flags(r, OPTIONS, env_name)
     r.set_defaults(func=cmd_run)
 
     p = subparsers.add_parser(
@@ -289,7 +235,7 @@ def register(subparsers: Any) -> None:
         help="regex with (?P<rank>...) that finds the rank in a file path",
     )
     p.add_argument("--config", metavar="FILE", help="TOML config file (connection settings)")
-    _add_option_flags(p, CONNECTION_KEYS)
+    add_option_flags(p, OPTIONS, env_name, keys=CONNECTION_KEYS)
     p.set_defaults(func=cmd_replay)
 
     s = subparsers.add_parser(
@@ -318,5 +264,5 @@ def register(subparsers: Any) -> None:
     )
     s.add_argument("--json", action="store_true", help="print rankwatch.fleet-stats/1 JSON")
     s.add_argument("--config", metavar="FILE", help="TOML config file (connection settings)")
-    _add_option_flags(s, CONNECTION_KEYS)
+    add_option_flags(s, OPTIONS, env_name, keys=CONNECTION_KEYS)
     s.set_defaults(func=cmd_stats)

@@ -101,11 +101,13 @@ class EngineWorker:
             self.note_diagnosed(d)
         return diagnoses
 
-    async def poll_lazily(self, now_ms: int, max_bytes: int = 0) -> Polled:
+    async def poll_lazily(self, now_ms: int, max_bytes: int = 0, hold: bool = False) -> Polled:
         """`poll`, decoding each diagnosis only when the iterator reaches it: a burst of
         thousands of jobs diagnosed at once is held as JSON, not as Python objects (about
-        five times larger). `max_bytes` bounds the JSON of one call (`Polled.more`)."""
-        encoded = await self._call(self.engine.poll_encoded, now_ms, max_bytes)
+        five times larger). `max_bytes` bounds the JSON of one call (`Polled.more`); `hold`
+        lets an open incident diagnosed within the last settle window wait
+        (`Engine.poll_encoded`)."""
+        encoded = await self._call(self.engine.poll_encoded, now_ms, max_bytes, hold)
         return Polled(encoded, self.note_diagnosed)
 
     def note_diagnosed(self, d: Diagnosis) -> None:
@@ -120,7 +122,9 @@ class EngineWorker:
         return stats
 
     def _stats_and_jobs(self) -> tuple[dict[str, Any], set[str]]:
-        return self.engine.stats(), set(self.engine.jobs())
+        # no memory breakdown: taken on every loop, its count from scratch cost a fifth of a
+        # storm's time; the budget is kept by the engine's running count
+        return self.engine.stats(breakdown=False), set(self.engine.jobs())
 
     async def drop_jobs(self, jobs: Iterable[str]) -> None:
         names = list(jobs)

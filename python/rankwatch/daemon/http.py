@@ -1,102 +1,71 @@
-"""`/metrics`, `/healthz` and `/readyz`: prometheus_client's WSGI exposition app (content
-negotiation, gzip, `name[]` filters) behind a small router, served by a threading WSGI server on
-a daemon thread so that a scrape never waits for the event loop.
+"""`rankwatch run`'s HTTP on aiohttp. `HttpServer` is `rankwatch run`'s `/metrics`, `/healthz` and
+`/readyz`: prometheus_client's aiohttp handler (content negotiation, gzip, `name[]` filters)
+behind a small router, served from a thread with an event loop of its own so that a scrape or
+a probe never waits for the daemon's loop.
 
-The probe callbacks run on the server's threads; they only read a few attributes of the
+The probe callbacks run on the server's thread; they only read a few attributes of the
 daemon."""
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from collections.abc import Callable, Coroutine
+from typing import Any
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.aiohttp import make_aiohttp_handler
 
-if TYPE_CHECKING:
-    from wsgiref.types import StartResponse, WSGIEnvironment
+from rankwatch.app_server import AppServer
 
 Probe = Callable[[], tuple[bool, bytes]]
 
 
-def http_url(host: str, port: int, path: str = "") -> str:
-    """`http://host:port/path`, with an IPv6 address in brackets as URLs need it."""
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{port}{path}"
-
-
-_STATUS = {
-    200: "200 OK",
-    404: "404 Not Found",
-    405: "405 Method Not Allowed",
-    503: "503 Service Unavailable",
-}
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes and probes every few seconds would drown the daemon's log."""
-
-
-class _Server(ThreadingWSGIServer):
-    allow_reuse_address = True
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
 class HttpServer:
     def __init__(self, registry: CollectorRegistry, health: Probe, ready: Probe) -> None:
-        self._metrics_app = make_wsgi_app(registry)
+        self._metrics = make_aiohttp_handler(registry)
         self._probes = {"/healthz": health, "/health": health, "/readyz": ready}
-        self._server: _Server | None = None
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._handle)
+        self._server = AppServer(app)
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.address: tuple[str, int] | None = None
 
     async def start(self, host: str, port: int) -> None:
-        kind = _Server6 if ":" in host else _Server
-        server = make_server(host, port, self._app, kind, handler_class=_QuietHandler)
-        self._server = server
-        sock = server.socket.getsockname()
-        self.address = (str(sock[0]), int(sock[1]))
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="rankwatch-http", daemon=True
-        )
+        loop = self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=loop.run_forever, name="rankwatch-http", daemon=True)
         self._thread.start()
+        try:
+            await self._on_thread(self._server.start(host, port))
+        except BaseException:
+            await self.close()
+            raise
+        self.address = self._server.address
 
     async def close(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            await asyncio.to_thread(server.shutdown)
-            server.server_close()
+        if self._loop is None or self._thread is None:
+            return
+        try:
+            await self._on_thread(self._server.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            await asyncio.to_thread(self._thread.join)
+            self._loop.close()
+            self._loop = self._thread = None
 
-    def _app(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        path = str(environ.get("PATH_INFO", "/"))
-        method = str(environ.get("REQUEST_METHOD", "GET"))
-        if method not in ("GET", "HEAD"):
-            return _reply(start_response, 405, b"method not allowed\n")
-        if path == "/metrics":
-            body: Iterable[bytes] = self._metrics_app(environ, start_response)
-            return body
-        probe = self._probes.get(path)
+    async def _on_thread(self, coro: Coroutine[Any, Any, None]) -> None:
+        assert self._loop is not None
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self._loop))
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            return web.Response(status=405, text="method not allowed\n")
+        if request.path == "/metrics":
+            return await self._metrics(request)
+        probe = self._probes.get(request.path)
         if probe is None:
-            return _reply(start_response, 404, b"not found: try /metrics, /healthz or /readyz\n")
-        ok, body_bytes = probe()
-        return _reply(start_response, 200 if ok else 503, body_bytes, "application/json")
-
-
-def _reply(
-    start_response: StartResponse,
-    status: int,
-    body: bytes,
-    content_type: str = "text/plain; charset=utf-8",
-) -> list[bytes]:
-    headers = [("Content-Type", content_type), ("Content-Length", str(len(body)))]
-    start_response(_STATUS[status], headers)
-    return [body]
+            return web.Response(status=404, text="not found: try /metrics, /healthz or /readyz\n")
+        ok, body = probe()
+        return web.Response(body=body, status=200 if ok else 503, content_type="application/json")

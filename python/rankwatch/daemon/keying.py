@@ -20,10 +20,11 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from rankwatch.daemon.config import AUTO, DaemonConfig, TopicConfig
 from rankwatch.daemon.feeding import header
-from rankwatch.daemon.kafka_clients import reader_consumer
-from rankwatch.daemon.tail import FETCH_TIMEOUT_MS, topic_partitions
+from rankwatch.kafka.clients import reader_consumer
+from rankwatch.kafka.tail import FETCH_TIMEOUT_MS, topic_partitions
+from rankwatch.settings.options import AUTO
+from rankwatch.settings.run import DaemonConfig, TopicConfig
 
 log = logging.getLogger("rankwatch.daemon")
 

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from rankwatch.daemon.decision import SKIP_REASONS as UNPUBLISHED_REASONS
 from rankwatch.daemon.fleet import FleetLedger, Incident, read_diagnosis, suspects
-from rankwatch.daemon.published import SKIP_REASONS as UNPUBLISHED_REASONS
 
 # `_created` series double every counter's series count for a timestamp nobody here reads.
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]

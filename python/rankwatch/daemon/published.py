@@ -1,6 +1,7 @@
-"""What was already published: diagnosis id -> content hash, rebuilt from the tail of the output
-topic at start and on assignment, so that a restarted or rebalanced daemon never publishes the
-same diagnosis twice and publishes an update under the same id only when the content changed.
+"""What was already published, the memory of the publish decision (`decision.py`): diagnosis
+id -> content hash, rebuilt from the tail of the output topic at start and on assignment, so
+that a restarted or rebalanced daemon never publishes the same diagnosis twice and publishes an
+update under the same id only when the content changed.
 
 Every version an id had on the topic counts, not only the latest: a daemon restarted after
 SIGKILL re-feeds the records after its last commit, and its engine passes again through the
@@ -36,10 +37,6 @@ from rankwatch.daemon.bounds import oldest_not_kept
 # Fields that change without the diagnosis changing. None today: `status` going from open to
 # final is news to every consumer (a settled diagnosis), so it is content.
 VOLATILE_FIELDS: frozenset[str] = frozenset()
-
-IDENTICAL, EARLIER, REPLAY, OVERLAP = "identical", "earlier", "replay", "overlap"
-SETTLED = "settled"  # a final version re-emitted by a replay (module docstring)
-SKIP_REASONS = (IDENTICAL, EARLIER, REPLAY, OVERLAP, SETTLED)
 
 # Earlier versions remembered per id (the latest is `Entry.hash`), as 8-byte prefixes of their
 # content hash in one bytes object: 32 versions cost 256 bytes. A restart can only replay
@@ -95,7 +92,8 @@ class Entry:
 
 
 class PublishedIndex:
-    """Decides, for each diagnosis the engine emits, whether it must be published."""
+    """What the output topic carries: every version of each id, the incident starts by job,
+    and the ids a replay suppressed for good (`shadowed`)."""
 
     def __init__(self, horizon_ms: int, retain_s: float) -> None:
         self.horizon_ms = horizon_ms
@@ -132,36 +130,15 @@ class PublishedIndex:
         self.by_job.setdefault(job, set()).add(did)
 
     def decide(self, diagnosis: dict[str, Any], replaying: bool) -> tuple[str | None, str]:
-        """(skip reason or None to publish, content hash).
+        """(skip reason or None to publish, content hash): the publish decision's `verdict`
+        (`decision.py`, which holds every rule) on this index."""
+        from rankwatch.daemon.decision import verdict  # decision.py imports this module
 
-        Outside a replay an id's update is published whenever its content differs from every
-        version the id had on the topic (an earlier one is skipped, see the module). While the
-        daemon re-reads input to rebuild state, the versions it already published came from at
-        least as much input, so a known id is not re-published, and an unknown id whose
-        incident overlaps a published one of the same job (the replay window cut the
-        incident, so it got another start) is suppressed for good, and so is one whose
-        incident the replayed input already settled (`final`, see the module)."""
-        did = str(diagnosis["id"])
-        chash = content_hash(diagnosis)
-        entry = self.entries.get(did)
-        if entry is not None:
-            if entry.hash == chash:
-                return IDENTICAL, chash
-            if replaying:
-                return REPLAY, chash
-            if entry.had(chash):
-                return EARLIER, chash
-            return None, chash
-        if did in self.shadowed:
-            return OVERLAP, chash
-        if replaying and diagnosis.get("status") == "final":
-            return SETTLED, chash
-        if replaying and self._overlaps(diagnosis):
-            self.shadowed.add(did)
-            return OVERLAP, chash
-        return None, chash
+        return verdict(self, diagnosis, replaying)
 
-    def _overlaps(self, diagnosis: dict[str, Any]) -> bool:
+    def overlaps(self, diagnosis: dict[str, Any]) -> bool:
+        """Whether a published incident of the diagnosis's job starts within the incident
+        horizon of its incident's start."""
         start = incident_start_ms(diagnosis)
         if start is None:
             return False

@@ -49,9 +49,6 @@ from aiokafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from rankwatch.daemon import kafka_clients
-from rankwatch.daemon.broker_wait import broker_unavailable
-from rankwatch.daemon.config import DaemonConfig
 from rankwatch.daemon.fitting import (
     VALUE_TRUNCATED_HEADER,
     fit_dead_letter,
@@ -59,6 +56,9 @@ from rankwatch.daemon.fitting import (
     record_size,
 )
 from rankwatch.daemon.metrics import DaemonMetrics
+from rankwatch.kafka import clients as kafka_clients
+from rankwatch.kafka.broker_wait import broker_unavailable
+from rankwatch.settings.run import DaemonConfig
 
 log = logging.getLogger("rankwatch.daemon")
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from rankwatch.daemon.config import DaemonConfig
-from rankwatch.daemon.tail import timestamps_before
+from rankwatch.kafka.tail import timestamps_before
+from rankwatch.settings.run import DaemonConfig
 
 
 @dataclass

@@ -43,10 +43,10 @@ from aiokafka.errors import (
 from aiokafka.partitioner import murmur2
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from rankwatch.daemon import kafka_clients
-from rankwatch.daemon.config import DaemonConfig
 from rankwatch.daemon.feeding import header
 from rankwatch.engine import Decoder
+from rankwatch.kafka import clients as kafka_clients
+from rankwatch.settings.run import DaemonConfig
 
 log = logging.getLogger("rankwatch.daemon.repartition")
 

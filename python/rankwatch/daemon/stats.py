@@ -20,7 +20,7 @@ from rankwatch.daemon.fleet import (
     read_diagnosis,
     suspects,
 )
-from rankwatch.daemon.tail import TopicTail
+from rankwatch.kafka.tail import TopicTail
 
 STATS_SCHEMA = "rankwatch.fleet-stats/1"  # later fields were only added
 TREND_BUCKETS = 8

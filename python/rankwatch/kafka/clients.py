@@ -8,7 +8,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from rankwatch.daemon.config import DaemonConfig
+from rankwatch.settings.run import DaemonConfig
 
 # How often a consumer refreshes topic metadata. aiokafka's default is five minutes, and a
 # subscription to a topic that does not exist yet (an input topic a pipeline creates on first

@@ -1,6 +1,7 @@
-"""Logging for the daemon commands: one format, and aiokafka's chatter rate-limited (the same
-message at most once per interval, as log-shipper instrumentation specs ask) or silenced for
-the short-lived commands, whose failures are reported as one line by the command itself."""
+"""Logging for the Kafka commands (`run`, `alert`, `replay`, `stats`, `simulate`): one format,
+and aiokafka's chatter rate-limited (the same message at most once per interval, as log-shipper
+instrumentation specs ask) or silenced for the short-lived commands, whose failures are
+reported as one line by the command itself."""
 
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from rankwatch.daemon.batch_sender import BatchSender
 from rankwatch.inputs import LogFile
+from rankwatch.kafka.batch_sender import BatchSender
 from rankwatch.logread import PartialRead, read_lines
 
 MAX_BATCH_BYTES = 512 * 1024

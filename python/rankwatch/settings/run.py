@@ -1,6 +1,8 @@
-"""The daemon's configuration: one TOML file, `RANKWATCH_<KEY>` environment overrides, and a
-command-line flag for every top-level key (flags win over the environment, which wins over the
-file). Units are in the names. Secrets are never shown: `describe()` masks them.
+"""The configuration of `rankwatch run` (and the connection settings `replay`, `stats` and
+`simulate` read from the same file), in the scheme of `rankwatch.settings.options`: one TOML
+file, `RANKWATCH_<KEY>` environment overrides, and a command-line flag for every top-level key
+(flags win over the environment, which wins over the file). Units are in the names. Secrets
+are never shown: `describe()` masks them.
 
 Per-topic decoder settings live only in the file, as tables::
 
@@ -16,91 +18,49 @@ table use the top-level decoder keys (`format`, `job_path`, ..., `max_record_byt
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-import difflib
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import orjson
 
 from rankwatch.catalog_loader import Catalog, CatalogError
 from rankwatch.daemon import budget
 from rankwatch.daemon.budget import BudgetSplit
 from rankwatch.engine import KEY_FORMATS, RECORD_FORMATS, Decoder, EngineConfig
 from rankwatch.safe_text import printable
+from rankwatch.settings.flags import flag_values
+from rankwatch.settings.layers import layered_values
+from rankwatch.settings.options import (
+    ADDR,
+    AUTO,
+    AUTO_BOOL,
+    BOOL,
+    CHOICE,
+    INT,
+    LIST,
+    LOG_LEVELS,
+    OPT_STR,
+    PATH,
+    SASL_MECHANISMS,
+    SECURITY_PROTOCOLS,
+    ConfigError,
+    Options,
+    check_value,
+    env_name,
+    option,
+    suggest,
+)
 
-ENV_PREFIX = "RANKWATCH_"
 PATH_KEYS = ("job_path", "rank_path", "host_path", "ts_path", "line_path", "source_path")
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")
 ISOLATION = ("read_uncommitted", "read_committed")
 INITIAL_OFFSET = ("window", "earliest", "latest")
-LOG_LEVELS = ("debug", "info", "warning", "error")
 # A fetch smaller than this cannot hold a record of usual size.
 MIN_PARTITION_FETCH_BYTES = 1024
-
-# Options every Kafka client of rankwatch takes (run, replay, stats, simulate, alert).
-CONNECTION_KEYS = [
-    "bootstrap_servers",
-    "client_id",
-    "request_timeout_ms",
-    "security_protocol",
-    "sasl_mechanism",
-    "sasl_username",
-    "sasl_password",
-    "ssl_cafile",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_password",
-]
-
-
-class ConfigError(ValueError):
-    """The configuration is invalid; the message names where the bad value came from."""
-
-
-# Kinds of values: how text (env, flags) is parsed and how values are checked.
-STR, OPT_STR, INT, BOOL, LIST, PATH, CHOICE, ADDR, AUTO_BOOL = (
-    "str",
-    "opt_str",
-    "int",
-    "bool",
-    "list",
-    "path",
-    "choice",
-    "addr",
-    "auto_bool",  # true, false, or "auto": decided at run time
-)
-AUTO = "auto"
-
-
-def _opt(
-    default: Any,
-    help: str,
-    *,
-    kind: str = STR,
-    minimum: int | None = None,
-    choices: tuple[str, ...] = (),
-    secret: bool = False,
-    metavar: str | None = None,
-) -> Any:
-    meta = {
-        "help": help,
-        "kind": kind,
-        "minimum": minimum,
-        "choices": choices,
-        "secret": secret,
-        "metavar": metavar,
-    }
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, repr=not secret, metadata=meta)
 
 
 _ENGINE = EngineConfig()
@@ -145,122 +105,124 @@ class DaemonConfig:
     variables and the flags."""
 
     # --- Kafka: what to read and write --------------------------------------------------------
-    bootstrap_servers: str = _opt("127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]")
-    topic: list[str] = _opt(  # noqa: RUF009
+    bootstrap_servers: str = option("127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]")
+    topic: list[str] = option(  # noqa: RUF009
         [], "input topic of log records (repeatable)", kind=LIST, metavar="TOPIC"
     )
-    output_topic: str = _opt("rankwatch.diagnoses", "topic the diagnoses are published to")
-    group_id: str = _opt("rankwatch", "Kafka consumer group of the daemons")
-    group_instance_id: str | None = _opt(
+    output_topic: str = option("rankwatch.diagnoses", "topic the diagnoses are published to")
+    group_id: str = option("rankwatch", "Kafka consumer group of the daemons")
+    group_instance_id: str | None = option(
         None, "static group membership id (KIP-345): a restart keeps its partitions", kind=OPT_STR
     )
-    client_id: str = _opt("rankwatch", "Kafka client id")
-    dead_letter_topic: str | None = _opt(
+    client_id: str = option("rankwatch", "Kafka client id")
+    dead_letter_topic: str | None = option(
         None, "copy rejected records here, with a rankwatch-reject-reason header", kind=OPT_STR
     )
-    dead_letter_max_bytes: int = _opt(
+    dead_letter_max_bytes: int = option(
         900_000, "truncate dead-letter copies to this many value bytes", kind=INT, minimum=1
     )
-    transactional_id: str | None = _opt(
+    transactional_id: str | None = option(
         None,
         "publish diagnoses and commit offsets in Kafka transactions under this id",
         kind=OPT_STR,
     )
     # --- Kafka: security ----------------------------------------------------------------------
-    security_protocol: str = _opt(
+    security_protocol: str = option(
         "PLAINTEXT", "Kafka security protocol", kind=CHOICE, choices=SECURITY_PROTOCOLS
     )
-    sasl_mechanism: str | None = _opt(None, "SASL mechanism", kind=CHOICE, choices=SASL_MECHANISMS)
-    sasl_username: str | None = _opt(None, "SASL user name", kind=OPT_STR)
-    sasl_password: str | None = _opt(
+    sasl_mechanism: str | None = option(
+        None, "SASL mechanism", kind=CHOICE, choices=SASL_MECHANISMS
+    )
+    sasl_username: str | None = option(None, "SASL user name", kind=OPT_STR)
+    sasl_password: str | None = option(
         None, "SASL password (never logged)", kind=OPT_STR, secret=True
     )
-    ssl_cafile: str | None = _opt(None, "CA bundle for SSL", kind=OPT_STR, metavar="FILE")
-    ssl_certfile: str | None = _opt(
+    ssl_cafile: str | None = option(None, "CA bundle for SSL", kind=OPT_STR, metavar="FILE")
+    ssl_certfile: str | None = option(
         None, "client certificate for SSL", kind=OPT_STR, metavar="FILE"
     )
-    ssl_keyfile: str | None = _opt(None, "client key for SSL", kind=OPT_STR, metavar="FILE")
-    ssl_password: str | None = _opt(
+    ssl_keyfile: str | None = option(None, "client key for SSL", kind=OPT_STR, metavar="FILE")
+    ssl_password: str | None = option(
         None, "password of the SSL key (never logged)", kind=OPT_STR, secret=True
     )
     # --- Kafka: consumer and producer tuning --------------------------------------------------
-    session_timeout_ms: int = _opt(10_000, "group session timeout", kind=INT, minimum=1)
-    heartbeat_interval_ms: int = _opt(3_000, "group heartbeat interval", kind=INT, minimum=1)
-    max_poll_interval_ms: int = _opt(300_000, "max time between fetches", kind=INT, minimum=1)
-    max_partition_fetch_bytes: int = _opt(
+    session_timeout_ms: int = option(10_000, "group session timeout", kind=INT, minimum=1)
+    heartbeat_interval_ms: int = option(3_000, "group heartbeat interval", kind=INT, minimum=1)
+    max_poll_interval_ms: int = option(300_000, "max time between fetches", kind=INT, minimum=1)
+    max_partition_fetch_bytes: int = option(
         0,
         "bytes fetched per partition per request (0: derived from memory_budget_bytes)",
         kind=INT,
         minimum=0,
     )
-    fetch_max_wait_ms: int = _opt(100, "broker wait for fetch_min_bytes", kind=INT, minimum=0)
-    fetch_min_bytes: int = _opt(1, "broker waits for this many bytes", kind=INT, minimum=1)
-    max_batch_records: int = _opt(
+    fetch_max_wait_ms: int = option(100, "broker wait for fetch_min_bytes", kind=INT, minimum=0)
+    fetch_min_bytes: int = option(1, "broker waits for this many bytes", kind=INT, minimum=1)
+    max_batch_records: int = option(
         0,
         "records handed to the engine per fetch (0: derived from memory_budget_bytes)",
         kind=INT,
         minimum=0,
     )
-    check_crcs: bool = _opt(True, "verify record CRCs (about 20%% of decode CPU)", kind=BOOL)
-    isolation_level: str = _opt(
+    check_crcs: bool = option(True, "verify record CRCs (about 20%% of decode CPU)", kind=BOOL)
+    isolation_level: str = option(
         "read_uncommitted", "isolation level for the input topics", kind=CHOICE, choices=ISOLATION
     )
-    initial_offset: str = _opt(
+    initial_offset: str = option(
         "window",
         "where a partition without a committed offset starts: the replay window, "
         "earliest or latest",
         kind=CHOICE,
         choices=INITIAL_OFFSET,
     )
-    linger_ms: int = _opt(5, "producer linger", kind=INT, minimum=0)
-    compression_type: str = _opt(
+    linger_ms: int = option(5, "producer linger", kind=INT, minimum=0)
+    compression_type: str = option(
         "none", "compression of published records", kind=CHOICE, choices=COMPRESSION
     )
-    request_timeout_ms: int = _opt(40_000, "Kafka request timeout", kind=INT, minimum=1)
+    request_timeout_ms: int = option(40_000, "Kafka request timeout", kind=INT, minimum=1)
     # --- daemon behaviour ---------------------------------------------------------------------
-    replay_window_ms: int = _opt(
+    replay_window_ms: int = option(
         30 * 60_000,
         "on assignment, re-read this much input before the committed offset to rebuild state",
         kind=INT,
         minimum=0,
     )
-    commit_interval_ms: int = _opt(
+    commit_interval_ms: int = option(
         1_000, "commit offsets (after publishes are acknowledged) this often", kind=INT, minimum=0
     )
-    poll_interval_ms: int = _opt(
+    poll_interval_ms: int = option(
         250, "poll the engine at least this often, even without input", kind=INT, minimum=10
     )
-    metrics_addr: str = _opt(
+    metrics_addr: str = option(
         "127.0.0.1:9464", "host:port of /metrics, /healthz and /readyz ('off' disables)", kind=ADDR
     )
-    suspect_window_ms: int = _opt(
+    suspect_window_ms: int = option(
         24 * 3_600_000,
         "a host that initiated incidents in two or more jobs this recently is a suspect",
         kind=INT,
         minimum=1,
     )
-    catalog: list[str] = _opt(  # noqa: RUF009
+    catalog: list[str] = option(  # noqa: RUF009
         [], "extra catalog file or folder (repeatable)", kind=LIST, metavar="PATH"
     )
-    log_level: str = _opt("info", "log level", kind=CHOICE, choices=LOG_LEVELS)
+    log_level: str = option("info", "log level", kind=CHOICE, choices=LOG_LEVELS)
     # --- default decoder (topics without a [topics.NAME] table) -------------------------------
-    format: str = _opt("canonical", "record format", kind=CHOICE, choices=RECORD_FORMATS)
-    job_path: list[str] | None = _opt(None, "field path of the job (JSON list)", kind=PATH)  # noqa: RUF009
-    rank_path: list[str] | None = _opt(None, "field path of the rank", kind=PATH)  # noqa: RUF009
-    host_path: list[str] | None = _opt(None, "field path of the host", kind=PATH)  # noqa: RUF009
-    ts_path: list[str] | None = _opt(None, "field path of the event time", kind=PATH)  # noqa: RUF009
-    line_path: list[str] | None = _opt(None, "field path of the log line", kind=PATH)  # noqa: RUF009
-    source_path: list[str] | None = _opt(None, "field path of the source id", kind=PATH)  # noqa: RUF009
-    job_header: str = _opt("job", "record header that carries the job")
-    max_record_bytes: int = _opt(1 << 20, "reject larger records", kind=INT, minimum=1)
-    key_format: str = _opt(
+    format: str = option("canonical", "record format", kind=CHOICE, choices=RECORD_FORMATS)
+    job_path: list[str] | None = option(None, "field path of the job (JSON list)", kind=PATH)  # noqa: RUF009
+    rank_path: list[str] | None = option(None, "field path of the rank", kind=PATH)  # noqa: RUF009
+    host_path: list[str] | None = option(None, "field path of the host", kind=PATH)  # noqa: RUF009
+    ts_path: list[str] | None = option(None, "field path of the event time", kind=PATH)  # noqa: RUF009
+    line_path: list[str] | None = option(None, "field path of the log line", kind=PATH)  # noqa: RUF009
+    source_path: list[str] | None = option(None, "field path of the source id", kind=PATH)  # noqa: RUF009
+    job_header: str = option("job", "record header that carries the job")
+    max_record_bytes: int = option(1 << 20, "reject larger records", kind=INT, minimum=1)
+    key_format: str = option(
         "job",
         "what a record key names: the job (whole key), or job/rank (a number after the last / "
         "is the rank)",
         kind=CHOICE,
         choices=KEY_FORMATS,
     )
-    repartition: bool | str = _opt(
+    repartition: bool | str = option(
         AUTO,
         "true: records are not partitioned by job (unkeyed, as Fluent Bit and Vector produce, "
         "or keyed by something else): re-key them by their job through the internal topic "
@@ -268,7 +230,7 @@ class DaemonConfig:
         "false: they are keyed by job; auto: decide at start from the topic's last records",
         kind=AUTO_BOOL,
     )
-    repartition_retention_ms: int = _opt(
+    repartition_retention_ms: int = option(
         7 * 24 * 3_600_000,
         "retention of the internal repartition topics when rankwatch creates them "
         "(keep it well above replay_window_ms)",
@@ -276,47 +238,47 @@ class DaemonConfig:
         minimum=60_000,
     )
     # --- engine -------------------------------------------------------------------------------
-    settle_ms: int = _opt(
+    settle_ms: int = option(
         _ENGINE.settle_ms, "event time to wait after an incident opens", kind=INT, minimum=0
     )
-    max_wait_ms: int = _opt(
+    max_wait_ms: int = option(
         _ENGINE.max_wait_ms,
         "wall time after which an open incident is diagnosed even if its job went silent",
         kind=INT,
         minimum=0,
     )
-    incident_horizon_ms: int = _opt(
+    incident_horizon_ms: int = option(
         _ENGINE.incident_horizon_ms, "hits this close belong to one incident", kind=INT, minimum=1
     )
-    ring_lines: int = _opt(_ENGINE.ring_lines, "lines kept per rank", kind=INT, minimum=1)
-    ring_bytes: int = _opt(_ENGINE.ring_bytes, "bytes kept per rank", kind=INT, minimum=1)
-    memory_budget_bytes: int = _opt(
+    ring_lines: int = option(_ENGINE.ring_lines, "lines kept per rank", kind=INT, minimum=1)
+    ring_bytes: int = option(_ENGINE.ring_bytes, "bytes kept per rank", kind=INT, minimum=1)
+    memory_budget_bytes: int = option(
         _ENGINE.memory_budget_bytes,
         "the daemon's memory budget above its baseline: the engine gets 45%%, fetches, "
         "batches and bookkeeping the rest",
         kind=INT,
         minimum=1 << 16,
     )
-    max_line_bytes: int = _opt(
+    max_line_bytes: int = option(
         _ENGINE.max_line_bytes, "longer lines are truncated", kind=INT, minimum=64
     )
-    preceding_lines: int = _opt(
+    preceding_lines: int = option(
         _ENGINE.preceding_lines, "lines before the root cause in a diagnosis", kind=INT, minimum=0
     )
-    max_hits_per_job: int = _opt(
+    max_hits_per_job: int = option(
         _ENGINE.max_hits_per_job, "signature hits kept per job", kind=INT, minimum=1
     )
-    clock_uncertainty_ms: int = _opt(
+    clock_uncertainty_ms: int = option(
         _ENGINE.clock_uncertainty_ms, "events closer than this are ties", kind=INT, minimum=0
     )
-    max_sources_per_job: int = _opt(
+    max_sources_per_job: int = option(
         _ENGINE.max_sources_per_job,
         "processes tracked per job; lines of further ones share one source and are counted in"
         " the diagnosis (the budget may lower it)",
         kind=INT,
         minimum=1,
     )
-    max_ts_ahead_ms: int = _opt(
+    max_ts_ahead_ms: int = option(
         _ENGINE.max_ts_ahead_ms,
         "a time a record or line carries more than this ahead of the broker's time of its "
         "record is taken as the broker's time plus this, and counted (a rank whose clock runs "
@@ -324,30 +286,30 @@ class DaemonConfig:
         kind=INT,
         minimum=0,
     )
-    release_quiet_ms: int = _opt(
+    release_quiet_ms: int = option(
         _ENGINE.release_quiet_ms,
         "a job quiet this long gets its final diagnoses and its state released (0: never)",
         kind=INT,
         minimum=0,
     )
     # --- Flight Recorder ----------------------------------------------------------------------
-    flight_recorder_dir: str | None = _opt(
+    flight_recorder_dir: str | None = option(
         None,
         "folder that jobs write PyTorch Flight Recorder dumps into, watched for new dumps (a "
         "dump's job: its first folder under DIR, or its name without the rank)",
         kind=OPT_STR,
         metavar="DIR",
     )
-    flight_recorder_poll_ms: int = _opt(
+    flight_recorder_poll_ms: int = option(
         2_000, "how often the Flight Recorder folder is scanned", kind=INT, minimum=100
     )
-    flight_recorder_quiet_ms: int = _opt(
+    flight_recorder_quiet_ms: int = option(
         5_000,
         "a job's dumps are read once none of them changed for this long",
         kind=INT,
         minimum=0,
     )
-    max_dump_bytes: int = _opt(
+    max_dump_bytes: int = option(
         256 << 20, "larger Flight Recorder dumps are reported and skipped", kind=INT, minimum=1024
     )
     # --- TOML only ----------------------------------------------------------------------------
@@ -438,160 +400,8 @@ class DaemonConfig:
         return f"DaemonConfig({self.describe()!r})"
 
 
-OPTIONS: dict[str, dataclasses.Field[Any]] = {
-    f.name: f for f in dataclasses.fields(DaemonConfig) if "kind" in f.metadata
-}
+OPTIONS: Options = {f.name: f for f in dataclasses.fields(DaemonConfig) if "kind" in f.metadata}
 TOPIC_KEYS = tuple(f.name for f in dataclasses.fields(TopicConfig))
-
-
-def env_name(key: str) -> str:
-    return ENV_PREFIX + key.upper()
-
-
-def flag_name(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
-def flag_help(meta: Mapping[str, Any], env: str) -> str:
-    """An option's help with the variable that sets it; a secret's says to prefer that, since
-    a flag's value shows in `ps` to every user of the host."""
-    if meta["secret"]:
-        return f"{meta['help']} [{env}: prefer it, or the config file; a flag shows in ps]"
-    return f"{meta['help']} [{env}]"
-
-
-# --- parsing values -------------------------------------------------------------------------
-
-
-def _suggest(key: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(key, known, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def parse_text(
-    key: str, text: str, where: str, options: Mapping[str, dataclasses.Field[Any]] = OPTIONS
-) -> Any:
-    """Turns the text of an environment variable or flag into a value of the key's kind
-    (`options`: the keys of another command that uses this scheme)."""
-    kind = options[key].metadata["kind"]
-    if kind == INT:
-        try:
-            return int(text.replace("_", ""))
-        except ValueError:
-            raise ConfigError(f"{where}: expected an integer, got {text!r}") from None
-    if kind == AUTO_BOOL and text.strip().lower() == AUTO:
-        return AUTO
-    if kind in (BOOL, AUTO_BOOL):
-        low = text.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{where}: expected true or false, got {text!r}")
-    if kind == LIST:
-        return [t.strip() for t in text.split(",") if t.strip()]
-    if kind == PATH:
-        return parse_path(text, where)
-    if text == "" and options[key].default is None:
-        return None
-    return text
-
-
-def parse_path(text: str, where: str) -> list[str]:
-    """A field path: a JSON list of keys, or a dotted path when no key contains a dot."""
-    text = text.strip()
-    if text.startswith("["):
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            raise ConfigError(f"{where}: not a JSON list of keys: {text!r}") from None
-        return _check_path(value, where)
-    return _check_path(text.split("."), where)
-
-
-def _check_path(value: Any, where: str) -> list[str]:
-    if not isinstance(value, list) or not value or not all(isinstance(k, str) and k for k in value):
-        raise ConfigError(f"{where}: a field path is a non-empty list of keys, got {value!r}")
-    return list(value)
-
-
-def _shown(key: str, value: Any, options: Mapping[str, dataclasses.Field[Any]] = OPTIONS) -> str:
-    """A value as an error message may show it: secrets only by their type."""
-    if options[key].metadata["secret"]:
-        return f"a value of type {type(value).__name__} (not shown: a secret)"
-    return repr(value)
-
-
-def _check_value(
-    key: str, value: Any, where: str, options: Mapping[str, dataclasses.Field[Any]] = OPTIONS
-) -> Any:
-    """Type- and range-checks one value (from any source); returns it normalised."""
-    meta = options[key].metadata
-    kind = meta["kind"]
-    if kind == INT:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {_shown(key, value, options)}")
-        minimum = meta["minimum"]
-        if minimum is not None and value < minimum:
-            raise ConfigError(f"{where}: must be at least {minimum:,}, got {value:,}")
-        return value
-    if kind == BOOL or (kind == AUTO_BOOL and value != AUTO):
-        if not isinstance(value, bool):
-            expected = "true or false" + (' or "auto"' if kind == AUTO_BOOL else "")
-            raise ConfigError(f"{where}: expected {expected}, got {_shown(key, value, options)}")
-        return value
-    if kind == AUTO_BOOL:
-        return value
-    if kind == LIST:
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(
-                f"{where}: expected a list of non-empty strings, got {_shown(key, value, options)}"
-            )
-        return list(value)
-    if kind == PATH:
-        if value is None:
-            return None
-        return _check_path(value, where)
-    if value is None and kind in (OPT_STR, CHOICE):
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a string, got {_shown(key, value, options)}")
-    if kind == CHOICE and value not in meta["choices"]:
-        raise ConfigError(
-            f"{where}: {_shown(key, value, options)} is not one of {', '.join(meta['choices'])}"
-        )
-    if kind == ADDR:
-        _check_addr(value, where)
-    if kind == STR and not value.strip():
-        raise ConfigError(f"{where}: must not be empty")
-    return value
-
-
-def _check_addr(value: str, where: str) -> None:
-    if value == "off":
-        return
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{where}: expected host:port or 'off', got {value!r}")
-
-
-# --- loading ----------------------------------------------------------------------------------
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        with open(p, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such config file") from None
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read config file: {e.strerror}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
-    return data
 
 
 def _topic_tables(raw: Any, where: str, base: TopicConfig) -> dict[str, TopicConfig]:
@@ -605,8 +415,8 @@ def _topic_tables(raw: Any, where: str, base: TopicConfig) -> dict[str, TopicCon
         values: dict[str, Any] = {}
         for key, value in table.items():
             if key not in TOPIC_KEYS:
-                raise ConfigError(f"{w}: unknown key {key!r}{_suggest(key, list(TOPIC_KEYS))}")
-            values[key] = _check_value(key, value, f"{w}.{key}")
+                raise ConfigError(f"{w}: unknown key {key!r}{suggest(key, list(TOPIC_KEYS))}")
+            values[key] = check_value(key, value, f"{w}.{key}", OPTIONS)
         out[name] = dataclasses.replace(base, **values)
     return out
 
@@ -621,32 +431,12 @@ def load_config(
     """Defaults, then the TOML file, then `RANKWATCH_<KEY>` variables, then `overrides`
     (already-typed values from flags). Raises ConfigError naming the source of a bad value.
     `check=False` skips the rules between keys (for commands that only need a connection)."""
-    values: dict[str, Any] = {}
-    topic_raw: Any = None
-    where_topics = ""
-    if path is not None:
-        data = read_toml(path)
-        for key, value in data.items():
-            if key == "topics":
-                topic_raw, where_topics = value, str(path)
-                continue
-            if key not in OPTIONS:
-                raise ConfigError(
-                    f"{path}: unknown key {key!r}{_suggest(key, [*OPTIONS, 'topics'])}"
-                )
-            values[key] = _check_value(key, value, f"{path}: {key}")
     env = os.environ if environ is None else environ
-    for key in OPTIONS:
-        name = env_name(key)
-        if name in env:
-            values[key] = _check_value(key, parse_text(key, env[name], name), name)
-    for key, value in (overrides or {}).items():
-        if key not in OPTIONS:
-            raise ConfigError(f"unknown option {key!r}")
-        values[key] = _check_value(key, value, flag_name(key))
+    env_names = [(key, env_name(key)) for key in OPTIONS]
+    values, tables = layered_values(OPTIONS, path, env, env_names, overrides, tables=("topics",))
     cfg = DaemonConfig(**values)
-    if topic_raw is not None:
-        cfg.topics = _topic_tables(topic_raw, where_topics, cfg.default_topic_config())
+    if "topics" in tables:
+        cfg.topics = _topic_tables(tables["topics"], str(path), cfg.default_topic_config())
     if check:
         check_config(cfg)
     return cfg
@@ -734,6 +524,13 @@ def check_budget(cfg: DaemonConfig) -> None:
     )
     if wrong:
         raise ConfigError("; ".join(wrong))
+
+
+def connection_config(args: argparse.Namespace) -> DaemonConfig:
+    """The settings of a command that only connects to Kafka (`replay`, `stats`, `simulate`):
+    the config file `args.config`, the environment and the flags, without the rules between
+    keys that only `rankwatch run` needs."""
+    return load_config(args.config, overrides=flag_values(args, OPTIONS), check=False)
 
 
 def load_catalog(cfg: DaemonConfig) -> Catalog:
