@@ -35,6 +35,22 @@ PAGERDUTY_SEVERITIES = {"critical", "error", "warning", "info"}
 PAGERDUTY_ACTIONS = {"trigger", "acknowledge", "resolve"}
 ISO_8601 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
+# A diagnosis as `rankwatch run` publishes it, for the alert tests to send.
+DIAGNOSIS: dict[str, Any] = {
+    "schema": "rankwatch.diagnosis/1",
+    "id": "rw-0123456789abcdef",
+    "job": "llama-7b",
+    "summary": "rank 3 on node-002: CUDA error raised on a rank",
+    "signature": {"id": "pt_cuda_error", "subsystem": "cuda", "severity": "critical"},
+    "root_cause": {"rank": 3, "host": "node-002", "line": "RuntimeError: CUDA error"},
+    "cause": "A kernel faulted.",
+    "fix": "Run compute-sanitizer.",
+    "verify": "Rerun.",
+    "collateral_rank_count": 5,
+    "collateral_ranks": "0-2,4-5",
+    "incident": {"start": "2026-11-30T12:01:09.212Z"},
+}
+
 
 # --- HTTP servers in a thread of their own ---------------------------------------------------
 

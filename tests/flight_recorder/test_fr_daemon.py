@@ -16,8 +16,8 @@ import orjson
 
 from daemon_fixtures import Daemon, read_topic, wait_for
 from flight_recorder.fr_data import DATA
-from rankwatch.daemon.replay import BatchSender, new_producer
 from rankwatch.flight_recorder.watch import DumpWatcher, Fed, job_of
+from rankwatch.kafka.replay import BatchSender, new_producer
 
 
 def test_job_of_a_dump_path(tmp_path: Path) -> None:
