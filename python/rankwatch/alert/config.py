@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rankwatch.http_url import http_url
+from rankwatch.settings.connection import GROUP_MEMBER_KEYS, GroupMember
 from rankwatch.settings.layers import layered_values
 from rankwatch.settings.options import (
     ADDR,
@@ -28,49 +29,26 @@ from rankwatch.settings.options import (
     LIST,
     LOG_LEVELS,
     OPT_STR,
-    SASL_MECHANISMS,
-    SECURITY_PROTOCOLS,
     ConfigError,
     Options,
     option,
 )
-from rankwatch.settings.options import CONNECTION_KEYS as KAFKA_CONNECTION_KEYS
 from rankwatch.settings.options import env_name as scheme_env_name
 from rankwatch.settings.run import DaemonConfig, load_config
 
 PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 WEBHOOK_FORMATS = ("json", "slack")
-CONNECTION_KEYS = (*KAFKA_CONNECTION_KEYS, "session_timeout_ms", "heartbeat_interval_ms")
 
 
 @dataclass
-class AlertConfig:
-    """Every option of `rankwatch alert`; field metadata drives TOML keys, variables and flags."""
+class AlertConfig(GroupMember):
+    """Every option of `rankwatch alert` (the Kafka connection inherited, declared once);
+    field metadata drives TOML keys, variables and flags."""
 
     # --- Kafka ----------------------------------------------------------------------------
-    bootstrap_servers: str = option("127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]")
     topic: str = option("rankwatch.diagnoses", "the diagnoses topic `rankwatch run` publishes to")
     group_id: str = option("rankwatch-alert", "consumer group of the alert deliverers")
-    client_id: str = option("rankwatch-alert", "Kafka client id")
-    request_timeout_ms: int = option(40_000, "Kafka request timeout", kind=INT, minimum=1)
-    session_timeout_ms: int = option(10_000, "group session timeout", kind=INT, minimum=1)
-    heartbeat_interval_ms: int = option(3_000, "group heartbeat interval", kind=INT, minimum=1)
-    security_protocol: str = option(
-        "PLAINTEXT", "Kafka security protocol", kind=CHOICE, choices=SECURITY_PROTOCOLS
-    )
-    sasl_mechanism: str | None = option(
-        None, "SASL mechanism", kind=CHOICE, choices=SASL_MECHANISMS
-    )
-    sasl_username: str | None = option(None, "SASL user name", kind=OPT_STR)
-    sasl_password: str | None = option(
-        None, "SASL password (never logged)", kind=OPT_STR, secret=True
-    )
-    ssl_cafile: str | None = option(None, "CA bundle for SSL", kind=OPT_STR, metavar="FILE")
-    ssl_certfile: str | None = option(None, "client certificate", kind=OPT_STR, metavar="FILE")
-    ssl_keyfile: str | None = option(None, "client key for SSL", kind=OPT_STR, metavar="FILE")
-    ssl_password: str | None = option(
-        None, "password of the SSL key (never logged)", kind=OPT_STR, secret=True
-    )
+    client_id: str = option("rankwatch-alert", "Kafka client id")  # its own default
     # --- incident pages and /metrics --------------------------------------------------------
     http_addr: str = option(
         "127.0.0.1:9465", "host:port of /incidents, /metrics and /healthz ('off')", kind=ADDR
@@ -159,7 +137,7 @@ class AlertConfig:
 
     def kafka(self) -> DaemonConfig:
         """The connection settings as a daemon config, for `rankwatch.kafka.clients`."""
-        values = {k: getattr(self, k) for k in CONNECTION_KEYS}
+        values = {k: getattr(self, k) for k in GROUP_MEMBER_KEYS}
         return load_config(None, overrides=values, environ={}, check=False)
 
     def describe(self) -> dict[str, Any]:

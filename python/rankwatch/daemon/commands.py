@@ -17,8 +17,9 @@ import orjson
 from rankwatch.daemon.allocator import fix_thresholds, limit_arenas
 from rankwatch.inputs import InputError
 from rankwatch.logging_setup import quiet_kafka, setup_logging
+from rankwatch.settings.connection import CONNECTION_KEYS
 from rankwatch.settings.flags import add_option_flags, flag_values
-from rankwatch.settings.options import CONNECTION_KEYS, ConfigError, env_name
+from rankwatch.settings.options import ConfigError, env_name
 from rankwatch.settings.run import (
     OPTIONS,
     DaemonConfig,

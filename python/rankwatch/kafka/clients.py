@@ -8,6 +8,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from rankwatch.settings.connection import KafkaConnection
 from rankwatch.settings.run import DaemonConfig
 
 # How often a consumer refreshes topic metadata. aiokafka's default is five minutes, and a
@@ -17,7 +18,7 @@ from rankwatch.settings.run import DaemonConfig
 METADATA_REFRESH_MS = 5_000
 
 
-def connection_kwargs(cfg: DaemonConfig) -> dict[str, Any]:
+def connection_kwargs(cfg: KafkaConnection) -> dict[str, Any]:
     """bootstrap, client id, timeouts and security: what every client needs."""
     kw: dict[str, Any] = {
         "bootstrap_servers": cfg.bootstrap_servers,

@@ -5,6 +5,19 @@ which wins over the file). A command declares its keys as dataclass fields made 
 a kind, checks values, and names flags and variables. Errors are `ConfigError`s naming where the
 bad value came from; a secret's value is never shown in one."""
 
+# Hand-written, not pydantic-settings (measured for issue 25 item 2; 2 shared cores, medians
+# of 9-11 runs): importing pydantic-settings 2.16 / pydantic 2.14 takes about 180 ms more than
+# this scheme (rankwatch.settings.run + alert.config: 66 ms; a pydantic-settings AlertConfig:
+# 185 ms), and it imports asyncio, which `analyze` must not (tests/unit/test_startup.py).
+# `rankwatch run --help` went from 191 to 297 ms, `analyze` on a 16-rank folder from 130 to
+# 224-244 ms (grep -F: 2 ms). The prototype of alert/config.py was longer, 274 lines against
+# 261, before flags or strict types: pydantic-settings merges the layers before validating,
+# so naming a bad value's layer (file: key, RANKWATCH_X, --flag) took sources of its own plus
+# a translation of pydantic's errors into these messages; in lax mode it takes
+# `sink_attempts = true`, "5" or 5.0 from the file, and strict mode refuses the environment's
+# text unless pydantic-settings' own env source (which loses the layer) reads it. SecretStr
+# would also change what `cfg.sasl_password` is.
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,27 +29,10 @@ from typing import Any
 import orjson
 
 ENV_PREFIX = "RANKWATCH_"
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # The declared keys of one command: name -> dataclass field made by `option()`.
 Options = Mapping[str, dataclasses.Field[Any]]
-
-# Options every Kafka client of rankwatch takes (run, replay, stats, simulate, alert).
-CONNECTION_KEYS = [
-    "bootstrap_servers",
-    "client_id",
-    "request_timeout_ms",
-    "security_protocol",
-    "sasl_mechanism",
-    "sasl_username",
-    "sasl_password",
-    "ssl_cafile",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_password",
-]
 
 
 class ConfigError(ValueError):

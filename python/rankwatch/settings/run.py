@@ -32,6 +32,7 @@ from rankwatch.daemon import budget
 from rankwatch.daemon.budget import BudgetSplit
 from rankwatch.engine import KEY_FORMATS, RECORD_FORMATS, Decoder, EngineConfig
 from rankwatch.safe_text import printable
+from rankwatch.settings.connection import GroupMember
 from rankwatch.settings.flags import flag_values
 from rankwatch.settings.layers import layered_values
 from rankwatch.settings.options import (
@@ -45,8 +46,6 @@ from rankwatch.settings.options import (
     LOG_LEVELS,
     OPT_STR,
     PATH,
-    SASL_MECHANISMS,
-    SECURITY_PROTOCOLS,
     ConfigError,
     Options,
     check_value,
@@ -66,46 +65,54 @@ MIN_PARTITION_FETCH_BYTES = 1024
 _ENGINE = EngineConfig()
 
 
-@dataclass(frozen=True)
+@dataclass
 class TopicConfig:
-    """How to decode the records of one input topic (see `rankwatch.engine.Decoder`)."""
+    """How to decode the records of one input topic (see `rankwatch.engine.Decoder`): the keys
+    of a `[topics.NAME]` table, and the top-level keys of `rankwatch run` that topics without
+    a table use (`DaemonConfig` inherits them)."""
 
-    format: str = "canonical"
-    job_path: list[str] | None = None
-    rank_path: list[str] | None = None
-    host_path: list[str] | None = None
-    ts_path: list[str] | None = None
-    line_path: list[str] | None = None
-    source_path: list[str] | None = None
-    job_header: str = "job"
-    max_record_bytes: int = 1 << 20
-    key_format: str = "job"
+    format: str = option("canonical", "record format", kind=CHOICE, choices=RECORD_FORMATS)
+    job_path: list[str] | None = option(None, "field path of the job (JSON list)", kind=PATH)  # noqa: RUF009
+    rank_path: list[str] | None = option(None, "field path of the rank", kind=PATH)  # noqa: RUF009
+    host_path: list[str] | None = option(None, "field path of the host", kind=PATH)  # noqa: RUF009
+    ts_path: list[str] | None = option(None, "field path of the event time", kind=PATH)  # noqa: RUF009
+    line_path: list[str] | None = option(None, "field path of the log line", kind=PATH)  # noqa: RUF009
+    source_path: list[str] | None = option(None, "field path of the source id", kind=PATH)  # noqa: RUF009
+    job_header: str = option("job", "record header that carries the job")
+    max_record_bytes: int = option(1 << 20, "reject larger records", kind=INT, minimum=1)
+    key_format: str = option(
+        "job",
+        "what a record key names: the job (whole key), or job/rank (a number after the last / "
+        "is the rank)",
+        kind=CHOICE,
+        choices=KEY_FORMATS,
+    )
     # not a decoder setting: where the records go first (True, False, or AUTO until decided)
-    repartition: bool | str = AUTO
+    repartition: bool | str = option(
+        AUTO,
+        "true: records are not partitioned by job (unkeyed, as Fluent Bit and Vector produce, "
+        "or keyed by something else): re-key them by their job through the internal topic "
+        "<group_id>-repartition-<topic> before analysis, so one daemon sees all of a job; "
+        "false: they are keyed by job; auto: decide at start from the topic's last records",
+        kind=AUTO_BOOL,
+    )
 
     def decoder(self, in_order: bool = True) -> Decoder:
-        return Decoder(
-            self.format,
-            job_path=self.job_path,
-            rank_path=self.rank_path,
-            host_path=self.host_path,
-            ts_path=self.ts_path,
-            line_path=self.line_path,
-            source_path=self.source_path,
-            job_header=self.job_header,
-            max_record_bytes=self.max_record_bytes,
-            key_format=self.key_format,
-            in_order=in_order,
-        )
+        settings = {key: getattr(self, key) for key in DECODER_KEYS}
+        return Decoder(**settings, in_order=in_order)
+
+
+TOPIC_KEYS = tuple(f.name for f in dataclasses.fields(TopicConfig))
+DECODER_KEYS = tuple(k for k in TOPIC_KEYS if k != "repartition")
 
 
 @dataclass
-class DaemonConfig:
-    """Every option of `rankwatch run`. Field metadata drives the TOML keys, the environment
-    variables and the flags."""
+class DaemonConfig(TopicConfig, GroupMember):
+    """Every option of `rankwatch run`: the Kafka connection and the default decoder are
+    inherited, declared once. Field metadata drives the TOML keys, the environment variables
+    and the flags."""
 
     # --- Kafka: what to read and write --------------------------------------------------------
-    bootstrap_servers: str = option("127.0.0.1:9092", "Kafka bootstrap servers, host:port[,...]")
     topic: list[str] = option(  # noqa: RUF009
         [], "input topic of log records (repeatable)", kind=LIST, metavar="TOPIC"
     )
@@ -114,7 +121,6 @@ class DaemonConfig:
     group_instance_id: str | None = option(
         None, "static group membership id (KIP-345): a restart keeps its partitions", kind=OPT_STR
     )
-    client_id: str = option("rankwatch", "Kafka client id")
     dead_letter_topic: str | None = option(
         None, "copy rejected records here, with a rankwatch-reject-reason header", kind=OPT_STR
     )
@@ -126,28 +132,7 @@ class DaemonConfig:
         "publish diagnoses and commit offsets in Kafka transactions under this id",
         kind=OPT_STR,
     )
-    # --- Kafka: security ----------------------------------------------------------------------
-    security_protocol: str = option(
-        "PLAINTEXT", "Kafka security protocol", kind=CHOICE, choices=SECURITY_PROTOCOLS
-    )
-    sasl_mechanism: str | None = option(
-        None, "SASL mechanism", kind=CHOICE, choices=SASL_MECHANISMS
-    )
-    sasl_username: str | None = option(None, "SASL user name", kind=OPT_STR)
-    sasl_password: str | None = option(
-        None, "SASL password (never logged)", kind=OPT_STR, secret=True
-    )
-    ssl_cafile: str | None = option(None, "CA bundle for SSL", kind=OPT_STR, metavar="FILE")
-    ssl_certfile: str | None = option(
-        None, "client certificate for SSL", kind=OPT_STR, metavar="FILE"
-    )
-    ssl_keyfile: str | None = option(None, "client key for SSL", kind=OPT_STR, metavar="FILE")
-    ssl_password: str | None = option(
-        None, "password of the SSL key (never logged)", kind=OPT_STR, secret=True
-    )
     # --- Kafka: consumer and producer tuning --------------------------------------------------
-    session_timeout_ms: int = option(10_000, "group session timeout", kind=INT, minimum=1)
-    heartbeat_interval_ms: int = option(3_000, "group heartbeat interval", kind=INT, minimum=1)
     max_poll_interval_ms: int = option(300_000, "max time between fetches", kind=INT, minimum=1)
     max_partition_fetch_bytes: int = option(
         0,
@@ -178,7 +163,6 @@ class DaemonConfig:
     compression_type: str = option(
         "none", "compression of published records", kind=CHOICE, choices=COMPRESSION
     )
-    request_timeout_ms: int = option(40_000, "Kafka request timeout", kind=INT, minimum=1)
     # --- daemon behaviour ---------------------------------------------------------------------
     replay_window_ms: int = option(
         30 * 60_000,
@@ -205,31 +189,6 @@ class DaemonConfig:
         [], "extra catalog file or folder (repeatable)", kind=LIST, metavar="PATH"
     )
     log_level: str = option("info", "log level", kind=CHOICE, choices=LOG_LEVELS)
-    # --- default decoder (topics without a [topics.NAME] table) -------------------------------
-    format: str = option("canonical", "record format", kind=CHOICE, choices=RECORD_FORMATS)
-    job_path: list[str] | None = option(None, "field path of the job (JSON list)", kind=PATH)  # noqa: RUF009
-    rank_path: list[str] | None = option(None, "field path of the rank", kind=PATH)  # noqa: RUF009
-    host_path: list[str] | None = option(None, "field path of the host", kind=PATH)  # noqa: RUF009
-    ts_path: list[str] | None = option(None, "field path of the event time", kind=PATH)  # noqa: RUF009
-    line_path: list[str] | None = option(None, "field path of the log line", kind=PATH)  # noqa: RUF009
-    source_path: list[str] | None = option(None, "field path of the source id", kind=PATH)  # noqa: RUF009
-    job_header: str = option("job", "record header that carries the job")
-    max_record_bytes: int = option(1 << 20, "reject larger records", kind=INT, minimum=1)
-    key_format: str = option(
-        "job",
-        "what a record key names: the job (whole key), or job/rank (a number after the last / "
-        "is the rank)",
-        kind=CHOICE,
-        choices=KEY_FORMATS,
-    )
-    repartition: bool | str = option(
-        AUTO,
-        "true: records are not partitioned by job (unkeyed, as Fluent Bit and Vector produce, "
-        "or keyed by something else): re-key them by their job through the internal topic "
-        "<group_id>-repartition-<topic> before analysis, so one daemon sees all of a job; "
-        "false: they are keyed by job; auto: decide at start from the topic's last records",
-        kind=AUTO_BOOL,
-    )
     repartition_retention_ms: int = option(
         7 * 24 * 3_600_000,
         "retention of the internal repartition topics when rankwatch creates them "
@@ -323,19 +282,7 @@ class DaemonConfig:
         return self.topics.get(name) or self.default_topic_config()
 
     def default_topic_config(self) -> TopicConfig:
-        return TopicConfig(
-            format=self.format,
-            job_path=self.job_path,
-            rank_path=self.rank_path,
-            host_path=self.host_path,
-            ts_path=self.ts_path,
-            line_path=self.line_path,
-            source_path=self.source_path,
-            job_header=self.job_header,
-            max_record_bytes=self.max_record_bytes,
-            key_format=self.key_format,
-            repartition=self.repartition,
-        )
+        return TopicConfig(**{key: getattr(self, key) for key in TOPIC_KEYS})
 
     def repartitioned_topics(self) -> list[str]:
         """Input topics whose records go through the repartition stage first (`auto` ones
@@ -401,7 +348,6 @@ class DaemonConfig:
 
 
 OPTIONS: Options = {f.name: f for f in dataclasses.fields(DaemonConfig) if "kind" in f.metadata}
-TOPIC_KEYS = tuple(f.name for f in dataclasses.fields(TopicConfig))
 
 
 def _topic_tables(raw: Any, where: str, base: TopicConfig) -> dict[str, TopicConfig]:

@@ -100,8 +100,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: Any) -> None:
+    from rankwatch.settings.connection import CONNECTION_KEYS
     from rankwatch.settings.flags import add_option_flags
-    from rankwatch.settings.options import CONNECTION_KEYS, env_name
+    from rankwatch.settings.options import env_name
     from rankwatch.settings.run import OPTIONS
 
     s = subparsers.add_parser(
