@@ -423,7 +423,7 @@ pub(super) fn cri(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     m.cri = true;
     m.cri_partial = tag == b'P';
     if m.ts_ms.is_none() {
-        m.ts_ms = Some(ts);
+        (m.ts_ms, m.ts_dated) = (Some(ts), true);
     }
     Some(end)
 }
@@ -447,7 +447,7 @@ pub(super) fn cloudwatch(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     } else if b.get(end) == Some(&b' ') {
         end += 1;
     }
-    m.ts_ms = Some(ts);
+    (m.ts_ms, m.ts_dated) = (Some(ts), true);
     Some(end)
 }
 

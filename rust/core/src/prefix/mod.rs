@@ -72,6 +72,11 @@ pub struct LineMeta {
     pub grank: Option<u32>,
     pub local_rank: Option<u16>,
     pub ts_ms: Option<i64>,
+    /// `ts_ms` came with its own date and year (an ISO stamp, a CRI envelope, `ctime()`,
+    /// epoch seconds). A year-less time read deeper in the line (c10, torch logging, vLLM)
+    /// does not replace it: it would take the configured default year, and a stamp every
+    /// line of the stream carries keeps lines with and without an inner time on one clock.
+    pub ts_dated: bool,
     pub level: Level,
     pub producer: Producer,
     /// Ray's de-duplication count: this line stands for that many more identical lines.
@@ -362,7 +367,8 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
 fn bracketed(rest: &[u8], year: i32, m: &mut LineMeta) -> Option<Step> {
     // `[2025-05-29 16:25:00] ` (NCCL 2.26+ WARN) and similar.
     if let Some((ts, n)) = iso_datetime(&rest[1..]) {
-        m.ts_ms = Some(ts);
+        let was = (m.ts_ms, m.ts_dated);
+        (m.ts_ms, m.ts_dated) = (Some(ts), true);
         if rest.get(1 + n) == Some(&b']') {
             return Some(Step::Prefix(
                 2 + n + usize::from(rest.get(2 + n) == Some(&b' ')),
@@ -371,7 +377,7 @@ fn bracketed(rest: &[u8], year: i32, m: &mut LineMeta) -> Option<Step> {
         if let Some(end) = producer::glog_tail(&rest[1 + n..], m) {
             return Some(Step::Producer(1 + n + end));
         }
-        m.ts_ms = None;
+        (m.ts_ms, m.ts_dated) = was;
     }
     if let Some(n) = producer::bracketed_level(rest, m) {
         return Some(Step::Producer(n));
@@ -406,7 +412,8 @@ fn dmesg_uptime(rest: &[u8]) -> Option<usize> {
     Some(3 + n + fr + usize::from(rest.get(3 + n + fr) == Some(&b' ')))
 }
 
-/// Layers that start with a capital letter: torch logging, stdlib logging, syslog.
+/// Layers that start with a capital letter: torch logging, stdlib logging, vLLM's logger,
+/// syslog.
 fn capitalised(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<Step> {
     // Posters paste an NCCL message without its `host:pid:tid [dev] file:line` header, the
     // marker first (`NCCL WARN NCCL cannot be captured ...`): the marker is the header.
@@ -419,6 +426,9 @@ fn capitalised(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<S
         return Some(Step::Producer(n));
     }
     if let Some(n) = producer::stdlib(rest, m) {
+        return Some(Step::Producer(n));
+    }
+    if let Some(n) = producer::level_date_site(rest, year, m) {
         return Some(Step::Producer(n));
     }
     if let Some(n) = ctime_stamp(rest, m) {
@@ -442,7 +452,7 @@ fn ctime_stamp(rest: &[u8], m: &mut LineMeta) -> Option<usize> {
         Some(b' ') => n + 1,
         _ => return None,
     };
-    m.ts_ms = Some(ts);
+    (m.ts_ms, m.ts_dated) = (Some(ts), true);
     Some(len)
 }
 
@@ -458,7 +468,7 @@ fn leading_time(rest: &[u8], pos: usize, m: &mut LineMeta) -> Option<Step> {
         return None;
     }
     k += 1;
-    m.ts_ms = Some(ts);
+    (m.ts_ms, m.ts_dated) = (Some(ts), true);
     if let Some((lvl, ln)) = producer::level_word(&rest[k..]) {
         m.level = lvl;
         k += ln;

@@ -283,6 +283,14 @@ fn file_line_close(b: &[u8], i: usize) -> Option<usize> {
     Some(end)
 }
 
+/// A year-less time a producer's header carries, unless the line already has a dated one
+/// (`LineMeta::ts_dated`).
+fn keep_dated_time(m: &mut LineMeta, ts: Option<i64>) {
+    if !m.ts_dated && ts.is_some() {
+        m.ts_ms = ts;
+    }
+}
+
 /// c10 `[E1130 12:00:01.123456789 File.cpp:616] ` or the old `[E File.cpp:475] `.
 pub(super) fn c10(b: &[u8], year: i32, m: &mut LineMeta) -> Option<usize> {
     if b.len() < 6 || b[0] != b'[' {
@@ -307,7 +315,7 @@ pub(super) fn c10(b: &[u8], year: i32, m: &mut LineMeta) -> Option<usize> {
     }
     let end = file_line_close(b, i)?;
     m.level = level;
-    m.ts_ms = ts;
+    keep_dated_time(m, ts);
     m.producer = Producer::C10;
     Some(end)
 }
@@ -341,10 +349,50 @@ pub(super) fn torch_log(b: &[u8], year: i32, m: &mut LineMeta) -> Option<usize> 
     i += 1 + n;
     let end = file_line_close(b, i)?;
     m.level = level;
-    m.ts_ms = Some(base + ms);
+    keep_dated_time(m, Some(base + ms));
     m.pid = u32::try_from(id).ok();
     m.producer = Producer::TorchLog;
     Some(end)
+}
+
+/// vLLM's logger: `ERROR 07-03 14:43:50 worker_base.py:148] ` (releases before 0.8) or
+/// `INFO 05-12 09:10:11 [core.py:58] ` (later ones; a few configurations add `.mmm` to the
+/// time). A multi-line message repeats the header on every line, tracebacks included.
+pub(super) fn level_date_site(b: &[u8], year: i32, m: &mut LineMeta) -> Option<usize> {
+    let (level, n) = level_word(b)?;
+    let i = n + 1;
+    // `MM-DD HH:MM:SS`: the date's dash makes it `MMDD` for mmdd_hms.
+    let d = b.get(i..i + 14)?;
+    if b[n] != b' ' || d[2] != b'-' || d[5] != b' ' {
+        return None;
+    }
+    let mmdd = [
+        d[0], d[1], d[3], d[4], b' ', d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13],
+    ];
+    let mut ts = mmdd_hms(&mmdd, 4, year)?;
+    let mut k = i + 14;
+    if b.get(k) == Some(&b'.') {
+        let frac = b[k + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        ts += i64::from(digits(&b[k + 1..], frac.min(3)).unwrap_or(0));
+        k += 1 + frac;
+    }
+    if b.get(k) != Some(&b' ') {
+        return None;
+    }
+    k += 1;
+    let site = if b.get(k) == Some(&b'[') {
+        1 + source_location(&b[k + 1..], b"]")?
+    } else {
+        source_location(&b[k..], b"]")?
+    };
+    k += site;
+    if b.get(k) == Some(&b' ') {
+        k += 1;
+    }
+    m.level = level;
+    keep_dated_time(m, Some(ts));
+    m.producer = Producer::Stdlib;
+    Some(k)
 }
 
 /// stdlib default format `LEVEL:logger.name:message`.
@@ -596,6 +644,7 @@ pub(super) fn ucx(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
     m.ts_ms = i64::try_from(secs)
         .ok()
         .map(|s| s * 1000 + i64::from(millis));
+    m.ts_dated = m.ts_ms.is_some();
     m.host = Some(host);
     m.pid = Some(pid);
     m.level = level;
@@ -779,6 +828,46 @@ mod tests {
         let mut m = LineMeta::default();
         let n = libfabric(b, 0, &mut m).unwrap();
         assert_eq!((&b[n..], m.pid), (&b"Failed"[..], Some(9)));
+    }
+
+    #[test]
+    fn vllm_logger_header_in_both_forms() {
+        let cases: [(&[u8], Level, &[u8]); 3] = [
+            (
+                b"ERROR 07-03 14:43:50 worker_base.py:148] Error executing method init_device.",
+                Level::Error,
+                b"Error executing method init_device.",
+            ),
+            (
+                b"WARNING 05-12 09:10:11 [core.py:58] Traceback (most recent call last):",
+                Level::Warn,
+                b"Traceback (most recent call last):",
+            ),
+            (
+                b"INFO 11-02 23:01:09.412 [pynccl.py:70] vLLM is using nccl==2.21.5",
+                Level::Info,
+                b"vLLM is using nccl==2.21.5",
+            ),
+        ];
+        for (b, level, rest) in cases {
+            let mut m = LineMeta::default();
+            let n = level_date_site(b, 2026, &mut m).unwrap();
+            assert_eq!((&b[n..], m.level), (rest, level));
+            assert!(m.ts_ms.is_some());
+        }
+        // Through the whole chain, behind Ray's actor label.
+        let line = "(RayWorkerWrapper pid=4139, ip=10.1.2.3) ERROR 07-03 14:43:50 \
+                    worker_base.py:148] Error executing method init_device.";
+        let m = crate::prefix::peel(line, 2026);
+        assert_eq!(m.message(line), "Error executing method init_device.");
+        assert_eq!(m.level, Level::Error);
+        // Words that only look like it: no date, no call site.
+        for b in [
+            &b"ERROR 07-03 the job failed"[..],
+            b"INFO 07-03 14:43:50 loading model",
+        ] {
+            assert!(level_date_site(b, 2026, &mut LineMeta::default()).is_none());
+        }
     }
 
     #[test]

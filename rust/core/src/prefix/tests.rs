@@ -45,6 +45,24 @@ fn c10_and_rank_prefixes() {
 }
 
 #[test]
+fn a_dated_stamp_is_not_replaced_by_a_year_less_inner_time() {
+    // kubectl --timestamps (UTC, with its year) before c10's local, year-less header: every
+    // line of the stream keeps the stamp's clock, with or without an inner time.
+    let stamp = crate::timefmt::iso_datetime(b"2024-08-16T01:09:38.174648046Z").map(|x| x.0);
+    assert!(stamp.is_some());
+    let (t, m) = msg("2024-08-16T01:09:38.174648046Z [rank2]:[E816 09:09:38.174648046 ProcessGroupNCCL.cpp:1515] [Rank 2] x");
+    assert_eq!((t, m.ts_ms, m.ts_dated), ("[Rank 2] x", stamp, true));
+    let (_, m) = msg(
+        "2024-08-16T01:09:38.174648046Z E0816 09:09:38.174000 7781 torch/distributed/run.py:900] y",
+    );
+    assert_eq!(m.ts_ms, stamp);
+    // Without a dated stamp the inner time is the line's, and its old form without a time
+    // leaves an outer year-less one (syslog) in place.
+    let (_, m) = msg("[E816 09:09:38.174648046 ProcessGroupNCCL.cpp:1515] [Rank 2] x");
+    assert!(m.ts_ms.is_some() && !m.ts_dated);
+}
+
+#[test]
 fn launchers_and_envelopes() {
     let line = " 5: [default5]:[rank13]:[E314 09:22:05.407719231 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 13]  failure detected";
     let (t, m) = msg(line);

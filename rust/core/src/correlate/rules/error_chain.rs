@@ -13,8 +13,13 @@
 //!   (`proxy.cc:872 -> 6 [Progress Thread]`) is where the error left the thread's top
 //!   function: that trace ends there and leads into nothing printed after it. When such a
 //!   line is all a process shows of a failure (an excerpt cut mid-trace), the process's next
-//!   failure line stands for it.
+//!   failure line stands for it (a warning or worse: an INFO `Abort COMPLETE` is a
+//!   consequence), or else its next trace, the first one wholly in view.
+//!   Cases: nccl-tests #231 (every thread of a process prints the same `-> 3` bootstrap
+//!   trace, the excerpt opening at one's last line), NCCL #1039 (a proxy thread's `-> 2`,
+//!   then the communicator's abort notice).
 
+use crate::catalog::Severity;
 use crate::correlate::board::Board;
 use crate::correlate::rules::Scope;
 use crate::correlate::view::View;
@@ -62,6 +67,12 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
                     start = next;
                     let why = "the error-return trace before this line ends an earlier failure \
                                that is not in view"
+                        .to_string();
+                    board.add(who, host, "error_chain", 0, why);
+                } else if let Some(next) = trace_after(v, scope, start) {
+                    start = next;
+                    let why = "the first error-return trace of this process wholly in view \
+                               starts here"
                         .to_string();
                     board.add(who, host, "error_chain", 0, why);
                 }
@@ -218,7 +229,8 @@ fn ends_trace(msg: &str) -> bool {
         .is_some_and(|(_, tag)| tag.to_ascii_lowercase().ends_with("thread"))
 }
 
-/// The first failure line (not a trace line) the same process printed after `start`.
+/// The first failure line (not a trace line) the same process printed after `start`. A
+/// notice at INFO (`Abort COMPLETE`) is what the failure led to, not an account of it.
 fn failure_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
     let s = v.hit(start);
     scope
@@ -230,6 +242,26 @@ fn failure_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
             h.source == s.source
                 && h.origin == s.origin
                 && h.field("error_return").is_none()
+                && v.sig(h).is_none_or(|sig| sig.severity >= Severity::Warning)
+                && h.line_no > s.line_no
+        })
+        .min_by_key(|&i| v.hit(i).line_no)
+}
+
+/// After the last line of a trace whose start is not in view, the process's next trace line:
+/// where its first trace wholly in view starts (a thread's failure, as the other threads of a
+/// process that fail alike print theirs one after another).
+fn trace_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
+    let s = v.hit(start);
+    scope
+        .hits
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let h = v.hit(i);
+            h.source == s.source
+                && h.origin == s.origin
+                && h.field("error_return").is_some()
                 && h.line_no > s.line_no
         })
         .min_by_key(|&i| v.hit(i).line_no)
@@ -333,6 +365,28 @@ mod tests {
         let unrelated = "[W socket.cpp:601] [c10d] The client socket will retry later.";
         let d = diagnose(&format!("{unrelated}\n{sum}\n"));
         assert_eq!(root_line(&d), sum);
+    }
+
+    #[test]
+    fn the_next_trace_stands_for_a_cut_one_when_no_failure_line_follows() {
+        // Every thread of one process prints the same trace; the excerpt opens at the last
+        // line of one of them. The next thread's trace is the first wholly in view.
+        let tail = "mb-7:2210:2265 [5] NCCL INFO group.cc:70 -> 3 [Async thread]";
+        let first = "mb-7:2210:2266 [6] NCCL INFO misc/socket.cc:47 -> 3";
+        let d = diagnose(&format!(
+            "{tail}\n{first}\nmb-7:2210:2266 [6] NCCL INFO bootstrap.cc:90 -> 3\n\
+             mb-7:2210:2266 [6] NCCL INFO group.cc:70 -> 3 [Async thread]\n"
+        ));
+        assert_eq!(root_line(&d), first);
+    }
+
+    #[test]
+    fn an_abort_notice_does_not_stand_for_a_cut_trace() {
+        let proxy = "wk-0:293:765 [0] NCCL INFO proxy.cc:614 -> 2 [Proxy Thread]";
+        let abort = "wk-0:293:763 [0] NCCL INFO comm 0x7fda2c015e20 rank 0 nranks 4 cudaDev 0 \
+            busId d9000 - Abort COMPLETE";
+        let d = diagnose(&format!("{proxy}\n{abort}\n"));
+        assert_eq!(root_line(&d), proxy);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! unclassified errors) is a weak suspect: a quarter of the symptom's weight. A symptom of
 //! weight 0 is only a marker for an evidence rule and makes no suspect.
 //!
+//! A symptom naming the rank it is about (`subject_rank`) counts against that rank.
+//!
 //! The most telling symptom is the one with the highest weight, except that the text after
 //! `Last error:` in PyTorch's NCCL error block comes first: it is NCCL's own account of the
 //! failure the block's wrapper line (`NCCL error in: ..., unhandled system error`) only names.
@@ -23,8 +25,14 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             None if !scope.classified => 0,
             None => continue,
         };
-        let who = v.printer(h);
-        let host = v.host_of(h.source);
+        // A symptom that names the process it is about (a launcher's `Process name:
+        // [[j,1],5]`) counts against that process, not the launcher that printed it.
+        let who = if h.field("subject_rank").is_some() {
+            v.subject(h)
+        } else {
+            v.printer(h)
+        };
+        let host = v.who_host(who).or_else(|| v.host_of(h.source));
         let c = board.cand(who, host);
         // The most telling symptom, the first of equals.
         let better = c.symptom.is_none_or(|s| {
