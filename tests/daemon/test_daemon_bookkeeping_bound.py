@@ -13,7 +13,7 @@ from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from rankwatch.daemon.bounds import max_entries
-from rankwatch.daemon.decision import IDENTICAL
+from rankwatch.daemon.decision import IDENTICAL, verdict
 from rankwatch.daemon.fleet import FleetLedger, Incident
 from rankwatch.daemon.jobs import JobMap
 from rankwatch.daemon.metrics import DaemonMetrics
@@ -128,7 +128,7 @@ def test_the_daemon_never_forgets_what_it_published_for_a_job_the_engine_holds()
         await daemon.engine.stats()  # as each loop does, then bounds the bookkeeping
         daemon._bound_bookkeeping()
         bound = max_entries(BUDGET)
-        assert daemon.index.decide(live, replaying=False)[0] == IDENTICAL
+        assert verdict(daemon.index, live, replaying=False)[0] == IDENTICAL
         assert daemon.jobmap.partitions_of("live") == {TopicPartition("in", 0)}
         assert live["id"] in {i.id for i in daemon.metrics.fleet.ledger.since(None)}
         assert len(daemon.index) == len(daemon.jobmap.last_seen) == bound

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from daemon_fixtures import parse_metrics
 from rankwatch.daemon.commands import register
+from rankwatch.daemon.decision import verdict
 from rankwatch.daemon.http import HttpServer
 from rankwatch.daemon.jobs import JobMap, job_of_key, partition_of_origin
 from rankwatch.daemon.metrics import BoundedLabel, DaemonMetrics
@@ -342,22 +343,22 @@ def diagnosis(did: str, job: str, start: str, **extra: Any) -> dict[str, Any]:
 def test_index_skips_identical_and_publishes_real_updates() -> None:
     idx = PublishedIndex(horizon_ms=20 * 60_000, retain_s=3600)
     d1 = diagnosis("rw-1", "j", "2026-11-30T12:00:00.000Z", confidence=0.5)
-    assert idx.decide(d1, replaying=False)[0] is None
+    assert verdict(idx, d1, replaying=False)[0] is None
     idx.remember(d1)
-    assert idx.decide(dict(d1), replaying=False)[0] == "identical"
+    assert verdict(idx, dict(d1), replaying=False)[0] == "identical"
     final = {**d1, "status": "final"}  # settled: news to every consumer, so it is published
-    assert idx.decide(final, replaying=False)[0] is None
+    assert verdict(idx, final, replaying=False)[0] is None
     better = {**d1, "confidence": 0.9}
-    assert idx.decide(better, replaying=False)[0] is None  # an update, same id
-    assert idx.decide(better, replaying=True)[0] == "replay"  # rebuilt from less input
+    assert verdict(idx, better, replaying=False)[0] is None  # an update, same id
+    assert verdict(idx, better, replaying=True)[0] == "replay"  # rebuilt from less input
     # the replay window cut the incident, so it got another start and id: suppressed for good
     cut = diagnosis("rw-2", "j", "2026-11-30T12:04:00.000Z")
-    assert idx.decide(cut, replaying=True)[0] == "overlap"
-    assert idx.decide(cut, replaying=False)[0] == "overlap"
+    assert verdict(idx, cut, replaying=True)[0] == "overlap"
+    assert verdict(idx, cut, replaying=False)[0] == "overlap"
     later = diagnosis("rw-3", "j", "2026-11-30T13:00:00.000Z")  # a new incident
-    assert idx.decide(later, replaying=True)[0] is None
+    assert verdict(idx, later, replaying=True)[0] is None
     other_job = diagnosis("rw-4", "k", "2026-11-30T12:00:00.000Z")
-    assert idx.decide(other_job, replaying=True)[0] is None
+    assert verdict(idx, other_job, replaying=True)[0] is None
 
 
 def test_index_loads_the_output_topic_and_the_hash_ignores_status() -> None:

@@ -129,13 +129,6 @@ class PublishedIndex:
         self.entries[did] = Entry(chash, job, incident_start_ms(diagnosis), time.time(), earlier)
         self.by_job.setdefault(job, set()).add(did)
 
-    def decide(self, diagnosis: dict[str, Any], replaying: bool) -> tuple[str | None, str]:
-        """(skip reason or None to publish, content hash): the publish decision's `verdict`
-        (`decision.py`, which holds every rule) on this index."""
-        from rankwatch.daemon.decision import verdict  # decision.py imports this module
-
-        return verdict(self, diagnosis, replaying)
-
     def overlaps(self, diagnosis: dict[str, Any]) -> bool:
         """Whether a published incident of the diagnosis's job starts within the incident
         horizon of its incident's start."""
