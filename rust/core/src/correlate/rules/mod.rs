@@ -24,6 +24,7 @@ mod silence;
 mod stack_dumps;
 mod symptoms;
 mod transport_mismatch;
+mod unexplained_error;
 
 use super::board::Board;
 use super::view::View;
@@ -76,6 +77,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("transport_mismatch", transport_mismatch::apply),
     ("identity_outlier", identity_outlier::apply),
     ("identity_pair", identity_pair::apply),
+    ("unexplained_error", unexplained_error::apply),
     ("symptoms", symptoms::apply),
 ];
 

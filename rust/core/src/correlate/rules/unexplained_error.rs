@@ -1,0 +1,97 @@
+//! An error no signature knows, printed before anything the catalog recognises, in an incident
+//! where every recognised line is a symptom: the symptoms (timeouts, aborts, a launcher's exit
+//! reports, a peer's closed socket) followed from something the catalog does not know, and
+//! the first error in view is the best account of it (another library's own error: UCX,
+//! TensorFlow, an inference server's worker).
+//!
+//! It weighs little: more than a process that only printed symptoms (a quarter of a symptom's
+//! weight, 4 at most for the strongest), less than any comparison of ranks (a sequence-number
+//! lag, a desync report, a collective mismatch, silence, 10 and more), which name the culprit
+//! of a hang from what the ranks say about themselves. A traceback's header is not an error of
+//! its own: the exception at its end says what failed.
+//!
+//! Cases (held-out, found before this rule): UCX's `mm_iface failed to allocate receive FIFO`
+//! before a segfault and vLLM's `Error executing method init_device` before its worker's
+//! teardown were first in view and unknown to the catalog.
+
+use super::Scope;
+use crate::correlate::board::Board;
+use crate::correlate::view::View;
+use crate::prefix::peel;
+
+/// Above a symptom-only process's weight (at most 4), below any comparison of ranks (10+).
+const WEIGHT: i32 = 6;
+
+pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
+    if !scope.classified
+        || board
+            .cands
+            .values()
+            .any(|c| c.cause.is_some() || c.config.is_some())
+    {
+        return;
+    }
+    let recognised = |i: usize| v.hit(i).sig.is_some();
+    let Some(first_known) = scope
+        .hits
+        .iter()
+        .copied()
+        .filter(|&i| recognised(i))
+        .min_by_key(|&i| v.order_key(i))
+    else {
+        return;
+    };
+    let Some(err) = scope
+        .hits
+        .iter()
+        .copied()
+        .filter(|&i| !recognised(i) && !v.hit(i).warn_only && !traceback_header(v, i))
+        .filter(|&i| v.order_key(i) < v.order_key(first_known))
+        .min_by_key(|&i| v.order_key(i))
+    else {
+        return;
+    };
+    let h = v.hit(err);
+    let (who, host) = (v.printer(h), v.host_of(h.source));
+    let why = "printed an error no signature knows before the first line the catalog \
+               recognises"
+        .to_string();
+    board.add(who, host, "unexplained_error", WEIGHT, why);
+    board.cand(who, host).first_line = Some(err);
+}
+
+fn traceback_header(v: &View, i: usize) -> bool {
+    let text = &v.hit(i).text;
+    let meta = peel(text, v.cfg.default_year);
+    meta.message(text)
+        .trim_start()
+        .starts_with("Traceback (most recent call last)")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::correlate::testkit::{diagnose, root_line};
+
+    const UCX: &str = "[1718010101.123456] [gpu-a3:4410:0]        mm_posix.c:194  UCX  ERROR \
+        shared memory segment could not be mapped: Cannot allocate memory";
+    const SEGV: &str = "Fatal Python error: Segmentation fault";
+    const TIMEOUT: &str = "[rank1]:[E905 03:12:44.174648046 ProcessGroupNCCL.cpp:616] [Rank 1] \
+        Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, \
+        NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600034 milliseconds before timing out.";
+
+    #[test]
+    fn an_unknown_error_before_the_symptoms_is_where_they_start() {
+        let d = diagnose(&format!("{UCX}\n{TIMEOUT}\n"));
+        assert_eq!(root_line(&d), UCX);
+    }
+
+    #[test]
+    fn a_known_cause_or_a_later_unknown_error_changes_nothing() {
+        // After the first recognised line, an unknown error is part of the aftermath.
+        let d = diagnose(&format!("{TIMEOUT}\n{UCX}\n"));
+        assert_eq!(root_line(&d), TIMEOUT);
+        // A known cause outranks it (a signal report is one).
+        let d = diagnose(&format!("{UCX}\n{SEGV}\n"));
+        assert_ne!(root_line(&d), UCX);
+    }
+}
