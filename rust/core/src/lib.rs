@@ -23,6 +23,7 @@ pub mod files;
 pub mod filetext;
 pub mod flight_recorder;
 pub mod flight_recorder_analysis;
+pub mod flight_recorder_files;
 pub mod hextoken;
 pub mod identity;
 pub mod job;
