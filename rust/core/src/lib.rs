@@ -31,6 +31,8 @@ pub mod jsonfields;
 pub mod matcher;
 pub mod memsize;
 pub mod prefix;
+pub mod ras_capture;
+pub mod ras_monitor;
 pub mod records;
 pub mod report;
 pub mod ring;

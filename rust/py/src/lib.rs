@@ -688,6 +688,7 @@ impl PyEngine {
             "ring_shrinks": s.ring_shrinks,
             "compacted_hits": s.compacted_hits, "sources_capped": s.sources_capped,
             "ts_ahead_clamped": s.ts_ahead_clamped,
+            "ras_reports_over_cap": s.ras_reports_over_cap,
             "diagnoses_emitted": s.diagnoses_emitted, "memory_bytes": s.memory_bytes,
             "peak_memory_bytes": s.peak_memory_bytes,
             "memory_budget_bytes": self.inner.cfg.memory_budget_bytes,
