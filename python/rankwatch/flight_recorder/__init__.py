@@ -153,9 +153,9 @@ class FlightRecorderResult:
 
 
 # What one checked entry is charged against the memory budget. Measured when entries were
-# Python tuples (1,024 dumps of 2,000 entries took about 1.6 GB); kept in Rust they take
-# about 160 bytes (the whole process peaks at 0.46 GB for those dumps), so the charge is
-# conservative, and left as it was.
+# Python tuples (1,024 dumps of 2,000 entries took about 1.6 GB); kept in Rust, packed, they
+# take 104 bytes and their share of the values they refer to, so the charge is conservative,
+# and left as it was.
 BYTES_PER_ENTRY = 800
 MIN_ENTRIES_KEPT = 64
 # Threads that read, decode and check dumps at once (in Rust, without the GIL).
