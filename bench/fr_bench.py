@@ -7,14 +7,20 @@ reading every dump (checked) and analyzing them.
         [--memory-budget-bytes 1073741824] [--dir DIR]
 
 With --dir, the dumps are written to DIR once and read from there on later calls (so that
-two versions of rankwatch can be timed in turns on the same files).
+two versions of rankwatch can be timed in turns on the same files). With --before PYTHONPATH
+(a copy of an older python/ tree with its extension), each of --turns turns runs the bench
+in a fresh process twice, that build then this one, on the same dumps, and prints the medians
+of both side by side (wall, CPU, peak RSS of each process).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,6 +92,52 @@ def make_dump(rank: int, ranks: int, entries: int) -> bytes:
     return pickle.dumps(doc, protocol=2)
 
 
+def compare(args: argparse.Namespace) -> int:
+    """--before: fresh processes in turns, before then after, on the same dumps."""
+    here = Path(__file__).resolve()
+    after_path = str(here.parents[1] / "python")
+    base = [
+        sys.executable,
+        str(here),
+        f"--ranks={args.ranks}",
+        f"--entries={args.entries}",
+        f"--runs={args.runs}",
+        f"--memory-budget-bytes={args.memory_budget_bytes}",
+        f"--dir={args.dir}",
+    ]
+    got: dict[str, list[tuple[float, float, float, float]]] = {"before": [], "after": []}
+    for turn in range(args.turns):
+        for which, path in (("before", args.before), ("after", after_path)):
+            env = {**os.environ, "PYTHONPATH": path}
+            load = os.getloadavg()[0]
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(
+                base, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+            )
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            _, status, usage = os.wait4(proc.pid, 0)
+            whole = time.perf_counter() - t0
+            m = re.search(r"median ([\d.]+) s .*CPU median ([\d.]+) s", out)
+            if status != 0 or m is None:
+                print(f"turn {turn} {which}: failed ({status}): {out[-300:]}", file=sys.stderr)
+                return 1
+            row = (float(m.group(1)), float(m.group(2)), whole, usage.ru_maxrss / 1e6)
+            got[which].append(row)
+            print(
+                f"turn {turn} {which:6} load {load:.1f}: read+analyze {row[0]:.2f} s, CPU "
+                f"{row[1]:.2f} s, whole process {whole:.2f} s, peak RSS {row[3]:.2f} GB",
+                file=sys.stderr,
+            )
+    for which, rows in got.items():
+        med = [statistics.median(r[i] for r in rows) for i in range(4)]
+        print(
+            f"{which:6}: read+analyze median {med[0]:.2f} s "
+            f"({', '.join(f'{r[0]:.2f}' for r in rows)}), CPU {med[1]:.2f} s, whole process "
+            f"{med[2]:.2f} s, peak RSS {med[3]:.2f} GB over {len(rows)} fresh processes"
+        )
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=1024)
@@ -99,7 +151,18 @@ def main() -> int:
         "within its share; 0 keeps every entry",
     )
     ap.add_argument("--dir", type=Path, help="write the dumps here once, and reuse them")
+    ap.add_argument(
+        "--before",
+        metavar="PYTHONPATH",
+        help="compare with this python/ tree (and its extension), in fresh processes in turns "
+        "(needs --dir)",
+    )
+    ap.add_argument("--turns", type=int, default=5, help="turns of --before")
     args = ap.parse_args()
+    if args.before:
+        if args.dir is None:
+            ap.error("--before needs --dir (both builds read the same dumps)")
+        return compare(args)
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.dir or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)

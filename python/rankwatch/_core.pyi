@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,6 +96,12 @@ def fr_read_pickle(
     keep_last: int | None,
     work_limit: int | None,
 ) -> tuple[dict[str, Any], FrEntries, int] | None: ...
+def fr_read_files(
+    paths: Sequence[str | os.PathLike[str]],
+    keep_last: int | None,
+    max_bytes: int,
+    threads: int,
+) -> list[tuple[dict[str, Any], FrEntries, int] | None]: ...
 
 class FrEntries:
     """One Flight Recorder dump's checked entries, kept in Rust."""

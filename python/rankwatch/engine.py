@@ -38,6 +38,7 @@ class EngineConfig:
     release_quiet_ms: int = 60 * 60_000
     max_sources_per_job: int = 100_000
     max_ts_ahead_ms: int = 60_000
+    ras_report_bytes: int = 16 << 20  # an NCCL RAS report is read whole up to this size
     default_year: int = field(default_factory=_this_year)
 
     def to_json(self) -> str:

@@ -23,18 +23,25 @@ SKIP_SUFFIXES = {".json", ".toml", ".yaml", ".yml", ".py", ".pyc", ".so", ".png"
 _RAS_JSON_HEAD = re.compile(
     rb'^\s*\{\s*"nccl_version"\s*:\s*"[^"]*"\s*,.*?"communicators', re.DOTALL
 )
+# The first event of `ncclras -m -f json` (NCCL 2.29.2+), after the banner the client prints
+# on stderr where that was captured too.
+_RAS_MONITOR_JSON_HEAD = re.compile(
+    rb'^(?:RAS Monitor Mode[^\n]*\n=*\n)?\s*\{\s*"timestamp"\s*:\s*"[^"]*"\s*,'
+    rb'\s*"group"\s*:\s*"(?:LIFECYCLE|TRACE)"\s*,\s*"event"\s*:\s*"PEER_'
+)
 
 
 def is_ras_json(path: Path) -> bool:
     """Whether a file is an `ncclras -f json` report, by its content: a JSON object whose
-    first key is `nccl_version` and which lists `communicators` (only the first 4 KiB are
-    read). Such a file is read as a log: the engine's RAS rule reads the report."""
+    first key is `nccl_version` and which lists `communicators`, or the events of
+    `ncclras -m -f json` (only the first 4 KiB are read). Such a file is read as a log: the
+    engine's RAS rule reads the report or the events."""
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
     except OSError:
         return False
-    return _RAS_JSON_HEAD.match(head) is not None
+    return _RAS_JSON_HEAD.match(head) is not None or _RAS_MONITOR_JSON_HEAD.match(head) is not None
 
 
 # Per-rank names: rank-3.log, rank_3.out, rank3.txt, rank-3.log.gz, Open MPI rank.3/stdout.

@@ -9,6 +9,7 @@ from typing import Any
 
 from conftest import analyze_dir
 from rankwatch import Catalog
+from rankwatch.engine import EngineConfig
 from rankwatch.local import discover
 
 HOSTS = ["trn-a07", "trn-a08"]
@@ -252,7 +253,9 @@ def json_missing(rank: int, dead: bool, comma: bool = True) -> str:
     )
 
 
-def ras_json(ranks: list[str], missing: list[str] | None = None, version: str = "2.29.2") -> str:
+def ras_json(
+    ranks: list[str], missing: list[str] | None = None, version: str = "2.29.2", size: int = RANKS
+) -> str:
     missing = missing or []
     return (
         "{\n"
@@ -265,7 +268,7 @@ def ras_json(ranks: list[str], missing: list[str] | None = None, version: str = 
         "    {\n"
         '      "hash": "0x3be0917c55a2d64f",\n'
         '      "secondary_hash": "0x91c2e07d11aa4b30:0x5e7f0c21d9b84a16",\n'
-        f'      "size": {RANKS},\n'
+        f'      "size": {size},\n'
         f'      "ranks_count": {len(ranks)},\n'
         f'      "missing_ranks_count": {len(missing)},\n'
         '      "ranks": [\n' + ",\n".join(ranks) + "\n      ],\n"
@@ -368,17 +371,99 @@ def test_hostile_json_reports_are_skipped_without_a_crash(tmp_path: Path, catalo
     assert analyze(d, catalog) == []
 
 
-def test_a_json_report_too_large_to_keep_is_noted_beside_another_failure(
+def big_report(tmp_path: Path) -> Path:
+    """A 1,024-rank job's JSON report (over 20,000 lines, where a process's ring keeps 256):
+    rank 333's process is dead, rank 901's unresponsive; no logs beside it."""
+    n = 1024
+    ranks = [json_rank(r, 410) for r in range(n) if r not in (333, 901)]
+    gone = [json_missing(333, dead=True), json_missing(901, dead=False)]
+    d = tmp_path / "job"
+    d.mkdir(parents=True)
+    (d / "ras.json").write_text(ras_json(ranks, gone, size=n))
+    return d
+
+
+def test_a_json_report_of_1024_ranks_is_read_whole(tmp_path: Path, catalog: Catalog) -> None:
+    d = big_report(tmp_path)
+    assert (d / "ras.json").read_text().count("\n") > 20 * 1024
+    [diag] = analyze(d, catalog)
+    assert diag["cause_signature"]["id"] == "ras_process_dead"
+    assert diag["root_cause"]["rank"] == 333
+    assert str(pid(333)) in diag["cause"]
+    suspects = {s["rank"]: " ".join(s["reasons"]) for s in diag["suspects"] if s["rank"]}
+    assert list(suspects) == [333, 901]
+    assert "dead" in suspects[333] and "no data from rank 901" in suspects[901]
+
+
+def test_a_report_over_the_cap_is_counted_and_noted_not_read(
     tmp_path: Path, catalog: Catalog
 ) -> None:
-    big = ras_json([json_rank(r, 5 + (r == 0)) for r in range(RANKS)] * 40)
-    d = job(tmp_path, big, name="ras.json")
+    d = big_report(tmp_path)
     crash = (
         f"\n{host(2)}:{pid(2)}:{pid(2) + 9} [2] enqueue.cc:1404 NCCL WARN Cuda failure "
         "'an illegal memory access was encountered'\n"
     )
     (d / "rank-2.log").write_text(rank_log(2, crash))
+    diagnoses, stats = analyze_dir(d, catalog, EngineConfig(ras_report_bytes=256 << 10))
+    [diag] = diagnoses
+    assert stats["ras_reports_over_cap"] == 1
+    assert diag["cause_signature"]["id"] != "ras_process_dead"
+    notes = [o for o in diag.get("odd_context") or [] if o["field"] == "ncclras report"]
+    assert notes and "ras_report_bytes" in notes[0]["problem"], diag.get("odd_context")
+
+
+# --- ncclras -m (monitor mode, NCCL 2.29.2+): `rasClientsNotifyEvent` in client_support.cc
+
+
+def monitor_text(rank: int) -> str:
+    """What `ncclras -m -e all` printed while rank's process died (its peers first lost
+    contact, then RAS declared it dead); another process's loss recovered."""
+    gpu = rank % 4
+    return (
+        f"[2026-03-02 09:13:41] PEER_UNRESPONSIVE: Process {pid(1)} on node {ip(1)} managing "
+        "GPU 1 peer not responding for 5s (keepalive warning)\n"
+        f"[2026-03-02 09:13:42] PEER_RECOVERED: Process {pid(1)} on node {ip(1)} managing "
+        "GPU 1 peer responding again\n"
+        f"[2026-03-02 09:13:50] PEER_KEEPALIVE_TIMEOUT: Process {pid(rank)} on node {ip(rank)} "
+        f"managing GPU {gpu} keepalive timeout after 20s, terminating connection\n"
+        f"[2026-03-02 09:14:31] PEER_TIMEOUT_DEAD: {ip(rank)}<41203> peer failed to respond "
+        "for 60s, declaring dead\n"
+        f"[2026-03-02 09:14:31] PEER_DEAD: Process {pid(rank)} on node {ip(rank)} managing "
+        f"GPU {gpu} \n"
+    )
+
+
+def monitor_json(rank: int) -> str:
+    return (
+        "{\n"
+        '  "timestamp": "2026-03-02 09:14:31",\n'
+        '  "group": "LIFECYCLE",\n'
+        '  "event": "PEER_DEAD",\n'
+        '  "peer": {\n'
+        f'    "host": "{ip(rank)}",\n'
+        f'    "pid": {pid(rank)},\n'
+        f'    "cuda_devs": [{rank % 4}],\n'
+        f'    "nvml_devs": [{rank % 4}]\n'
+        "  },\n"
+        '  "details": ""\n'
+        "}\n"
+    )
+
+
+def test_a_peer_the_monitor_declares_dead_is_the_root(tmp_path: Path, catalog: Catalog) -> None:
+    d = job(tmp_path, monitor_text(5), name="ras-monitor.log")
     [diag] = analyze(d, catalog)
-    assert diag["cause_signature"]["id"] != "ras_rank_behind"
-    notes = [o for o in diag.get("odd_context") or [] if o["field"] == "ncclras JSON report"]
-    assert notes and "beginning" in notes[0]["problem"]
+    assert diag["cause_signature"]["id"] == "ras_process_dead"
+    assert diag["root_cause"]["rank"] == 5 and diag["root_cause"]["host"] == "trn-a08"
+    assert diag["facts"]["pid"] == str(pid(5))
+    # the loss that recovered blames nobody
+    assert all(s["rank"] != 1 for s in diag["suspects"])
+
+
+def test_the_monitor_s_json_events_name_the_same_rank(tmp_path: Path, catalog: Catalog) -> None:
+    d = job(tmp_path, monitor_json(5), name="ras-monitor.json")
+    files, _ = discover([d])
+    assert "ras-monitor.json" in {f.path.name for f in files}
+    [diag] = analyze(d, catalog)
+    assert diag["cause_signature"]["id"] == "ras_process_dead"
+    assert diag["root_cause"]["rank"] == 5

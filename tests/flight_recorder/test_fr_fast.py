@@ -11,9 +11,16 @@ import pytest
 
 from flight_recorder.fr_data import DATA, real_doc
 from flight_recorder.test_fr_hostile import WRONG, code_running_pickles
-from rankwatch.flight_recorder import load_dump
+from rankwatch import _core
+from rankwatch.flight_recorder import MAX_DUMP_BYTES, load_dump, read_dumps
 from rankwatch.flight_recorder.model import Dump
-from rankwatch.flight_recorder.reader import _decode, _fast_pickle, _rank_of, check_dump
+from rankwatch.flight_recorder.reader import (
+    _decode,
+    _fast_pickle,
+    _rank_of,
+    check_dump,
+    taken_dump,
+)
 
 PICKLES = sorted(p for p in DATA.glob("*/nccl_trace_rank_*") if p.read_bytes()[:1] == b"\x80")
 
@@ -102,3 +109,35 @@ def test_truncated_and_bombs_are_not_taken(tmp_path: Path) -> None:
 def test_load_dump_uses_it(tmp_path: Path) -> None:
     path = DATA / "hang" / "nccl_trace_rank_0"
     same(load_dump(path), slow(path.read_bytes(), path))
+
+
+def test_files_read_in_one_call_match_the_reader_and_leave_the_rest(tmp_path: Path) -> None:
+    """`fr_read_files` (the batch `read_dumps` uses): every clean pickle is taken as the
+    Python reader takes it; hostile, odd and JSON files are left to that reader, which then
+    says why, and nothing runs."""
+    marker = tmp_path / "ran"
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    odd: list[Path] = []
+    for i, data in enumerate(code_running_pickles(marker).values()):
+        odd.append(hostile / f"nccl_trace_rank_{100 + i}")
+        odd[-1].write_bytes(data + b"entries version pg_config")
+    truncated = (DATA / "hang" / "nccl_trace_rank_0").read_bytes()
+    odd.append(hostile / "nccl_trace_rank_200")
+    odd[-1].write_bytes(truncated[: len(truncated) // 2])
+    odd.append(hostile / "nccl_trace_rank_201")
+    with open(odd[-1], "wb") as f:
+        f.write(b"\x80\x02}q\x00(X\x07\x00\x00\x00entries")
+        f.truncate(2 << 30)  # sparse, over the size limit
+    odd.append(hostile)  # a folder
+    odd.append(tmp_path / "absent")
+    paths = [*PICKLES, *odd]
+    for keep in (None, 3):
+        got = _core.fr_read_files([str(p) for p in paths], keep, MAX_DUMP_BYTES, 2)
+        assert [g is not None for g in got] == [True] * len(PICKLES) + [False] * len(odd)
+        for path, g in zip(PICKLES, got, strict=False):
+            assert g is not None
+            same(taken_dump(g, path), slow(path.read_bytes(), path, keep))
+    dumps, problems, _ = read_dumps(paths, memory_bytes=None)
+    assert len(dumps) == len(PICKLES) and len(problems) == len(odd)
+    assert not marker.exists()

@@ -12,12 +12,12 @@ from __future__ import annotations
 import glob
 import os
 import stat
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rankwatch import _core
 from rankwatch.flight_recorder.analysis import Analysis, Finding, analyze, rank_list
 from rankwatch.flight_recorder.model import Dump, Entry
 from rankwatch.flight_recorder.reader import (
@@ -26,6 +26,7 @@ from rankwatch.flight_recorder.reader import (
     load_dump,
     no_gc,
     sniff,
+    taken_dump,
 )
 from rankwatch.flight_recorder.render import RankLines, render
 from rankwatch.safe_text import printable
@@ -152,12 +153,12 @@ class FlightRecorderResult:
 
 
 # What one checked entry is charged against the memory budget. Measured when entries were
-# Python tuples (1,024 dumps of 2,000 entries took about 1.6 GB); kept in Rust they take
-# about 160 bytes (the whole process peaks at 0.46 GB for those dumps), so the charge is
-# conservative, and left as it was.
+# Python tuples (1,024 dumps of 2,000 entries took about 1.6 GB); kept in Rust, packed, they
+# take 104 bytes and their share of the values they refer to, so the charge is conservative,
+# and left as it was.
 BYTES_PER_ENTRY = 800
 MIN_ENTRIES_KEPT = 64
-# Dumps read at once (the GIL is released while one is decoded and checked).
+# Threads that read, decode and check dumps at once (in Rust, without the GIL).
 READER_THREADS = min(4, os.cpu_count() or 1)
 
 
@@ -186,16 +187,20 @@ def read_dumps(
         except DumpError as e:
             return e
 
-    workers = min(READER_THREADS, len(paths))
     with no_gc():  # millions of entries and no cycles: the collector would only rescan them
-        if workers <= 1:
-            loaded: Iterable[Dump | DumpError] = map(load, paths)
-            for p, got in zip(paths, loaded, strict=True):
-                _take_one(p, got, dumps, problems, notes, on_problem)
-        else:
-            with ThreadPoolExecutor(workers, thread_name_prefix="fr-read") as pool:
-                for p, got in zip(paths, pool.map(load, paths), strict=True):
-                    _take_one(p, got, dumps, problems, notes, on_problem)
+        # clean pickled dumps are read, decoded and checked in Rust on a few threads; what it
+        # leaves (JSON, anything odd or hostile) is read here, where the reason is given
+        fast = _core.fr_read_files(list(paths), keep, max_bytes, READER_THREADS)
+        for p, got in zip(paths, fast, strict=True):
+            loaded: Dump | DumpError
+            if got is None:
+                loaded = load(p)
+            else:
+                try:
+                    loaded = taken_dump(got, p)
+                except DumpError as e:
+                    loaded = e
+            _take_one(p, loaded, dumps, problems, notes, on_problem)
     dropped = [d for d in dumps if d.dropped_entries]
     if dropped:
         notes.append(

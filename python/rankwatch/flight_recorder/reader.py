@@ -156,6 +156,12 @@ def _fast_pickle(
     got = _core.fr_read_pickle(data, keep_last, work_limit)
     if got is None:
         return None
+    return taken_dump(got, path, rank)
+
+
+def taken_dump(got: tuple[dict[str, Any], Any, int], path: Path, rank: int | None = None) -> Dump:
+    """A dump from what the Rust reader took whole (`fr_read_pickle`, `fr_read_files`):
+    its top-level values checked here, its entries kept where they are. Raises DumpError."""
     top, table, start = got
     if rank is None:
         rank = _rank_of(top, path)

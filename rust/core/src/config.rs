@@ -24,6 +24,9 @@ pub struct Config {
     /// its record is taken as the broker's time plus this (and counted): one rank's clock
     /// running ahead must not move the job's event time past its incidents' windows.
     pub max_ts_ahead_ms: i64,
+    /// An NCCL RAS report (text or JSON) is read whole up to this size, whatever the ring
+    /// keeps; a longer one is counted and not read (`ras_capture`).
+    pub ras_report_bytes: usize,
 }
 
 impl Default for Config {
@@ -44,6 +47,7 @@ impl Default for Config {
             release_quiet_ms: 60 * 60_000,
             max_sources_per_job: 100_000,
             max_ts_ahead_ms: 60_000,
+            ras_report_bytes: 16 << 20,
         }
     }
 }

@@ -5,6 +5,7 @@ mod apply;
 mod files;
 mod lines;
 mod local_routes;
+mod ras_lines;
 
 pub use files::{FileInput, FilesReport};
 
@@ -49,6 +50,8 @@ pub struct Stats {
     /// Jobs whose state was released after their final diagnoses (quiet for
     /// `release_quiet_ms`).
     pub jobs_released: u64,
+    /// NCCL RAS reports longer than `ras_report_bytes`, not read.
+    pub ras_reports_over_cap: u64,
 }
 
 /// Identity a caller knows about a stream before reading it.

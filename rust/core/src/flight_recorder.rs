@@ -25,8 +25,9 @@ const MAX_TEXT: usize = 4096;
 const MAX_NAME: usize = 256;
 const MAX_DTYPE: usize = 64;
 
-/// One value of a decoded pickle. Containers hold node ids.
-#[derive(Debug, Clone, PartialEq)]
+/// One value of a decoded pickle. Containers hold a span of `Doc::items` (node ids; a dict's
+/// keys and values alternate), so building one allocates nothing of its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Node {
     None,
     Bool(bool),
@@ -37,21 +38,75 @@ pub enum Node {
     /// UTF-8 text: a range of the input.
     Str(u32, u32),
     Bytes(u32, u32),
-    List(Vec<u32>),
-    Tuple(Vec<u32>),
-    Dict(Vec<(u32, u32)>),
+    List(Span),
+    Tuple(Span),
+    /// `len` pairs: `2 * len` ids, key then value.
+    Dict(Span),
+}
+
+/// Where a container's items lie in `Doc::items`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    pub start: u32,
+    pub len: u32,
+}
+
+/// The vectors a decoded pickle lives in, handed from one dump to the next
+/// ([`parse_reusing`], [`Doc::into_arena`]) so that their memory is not allocated and
+/// faulted in again per dump.
+#[derive(Debug, Default)]
+pub struct Arena {
+    nodes: Vec<Node>,
+    items: Vec<u32>,
+    stack: Vec<u32>,
+    marks: Vec<usize>,
+    memo: Vec<u32>,
 }
 
 /// A decoded pickle: its nodes and the root's id.
 pub struct Doc<'a> {
     data: &'a [u8],
     pub nodes: Vec<Node>,
+    items: Vec<u32>,
     pub root: u32,
+    rest: Arena,
 }
 
 impl<'a> Doc<'a> {
+    /// The vectors, emptied, for [`parse_reusing`].
+    pub fn into_arena(self) -> Arena {
+        let mut a = self.rest;
+        a.nodes = self.nodes;
+        a.items = self.items;
+        a.nodes.clear();
+        a.items.clear();
+        a
+    }
+
     pub fn node(&self, id: u32) -> &Node {
         &self.nodes[id as usize]
+    }
+
+    /// The ids of a list's or tuple's items (empty for any other node).
+    pub fn seq(&self, id: u32) -> &[u32] {
+        match self.nodes[id as usize] {
+            Node::List(s) | Node::Tuple(s) => self.span(s, 1),
+            _ => &[],
+        }
+    }
+
+    /// A dict's (key, value) pairs (none for any other node).
+    pub fn pairs(&self, id: u32) -> impl DoubleEndedIterator<Item = (u32, u32)> + '_ {
+        let ids = match self.nodes[id as usize] {
+            Node::Dict(s) => self.span(s, 2),
+            _ => &[],
+        };
+        ids.chunks_exact(2).map(|kv| (kv[0], kv[1]))
+    }
+
+    fn span(&self, s: Span, width: usize) -> &[u32] {
+        let start = s.start as usize;
+        &self.items[start..start + s.len as usize * width]
     }
 
     /// The text of a `Str` node.
@@ -72,14 +127,10 @@ impl<'a> Doc<'a> {
 
     /// The value under a text key of a dict node (the last one, as Python's dict keeps).
     pub fn get(&self, dict: u32, key: &str) -> Option<u32> {
-        match self.node(dict) {
-            Node::Dict(items) => items
-                .iter()
-                .rev()
-                .find(|(k, _)| self.text(*k) == Some(key))
-                .map(|&(_, v)| v),
-            _ => None,
-        }
+        self.pairs(dict)
+            .rev()
+            .find(|(k, _)| self.text(*k) == Some(key))
+            .map(|(_, v)| v)
     }
 }
 
@@ -102,32 +153,104 @@ fn le_u(b: &[u8]) -> u64 {
 
 /// Decodes a pickle with the restricted opcode set (see the module doc).
 pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
+    parse_reusing(data, Arena::default())
+}
+
+/// Whether a node may be a dict key in Python (containers may not; tuples are left to the
+/// Python reader).
+fn hashable(n: &Node) -> bool {
+    !matches!(n, Node::List(_) | Node::Dict(_) | Node::Tuple(_))
+}
+
+/// Adds `new` (ids, `width` per item) to the container `span` in `items`: in place where
+/// the container's items are the last ones written (the common case: one APPENDS or
+/// SETITEMS per container), else moved to the end first. Moved ids count against `moved`,
+/// bounded by the input's length so that a pickle cannot make the copies quadratic.
+fn add_items(
+    items: &mut Vec<u32>,
+    span: &mut Span,
+    new: &[u32],
+    width: usize,
+    moved: &mut usize,
+    limit: usize,
+) -> Result<(), NotTaken> {
+    let start = span.start as usize;
+    let end = start + span.len as usize * width;
+    if span.len == 0 {
+        span.start = items.len() as u32;
+    } else if end != items.len() {
+        *moved += end - start;
+        if *moved > limit {
+            return Err(NotTaken(
+                "containers filled piecemeal past what the input holds",
+            ));
+        }
+        span.start = items.len() as u32;
+        items.extend_from_within(start..end);
+    }
+    items.extend_from_slice(new);
+    span.len += (new.len() / width) as u32;
+    if items.len() >= u32::MAX as usize {
+        return Err(NotTaken("too many items"));
+    }
+    Ok(())
+}
+
+/// [`parse`] with the vectors of an [`Arena`] (emptied first).
+pub fn parse_reusing(data: &[u8], arena: Arena) -> Result<Doc<'_>, NotTaken> {
     if data.len() >= u32::MAX as usize {
         return Err(NotTaken("too large for the fast reader"));
     }
+    let Arena {
+        mut nodes,
+        mut items,
+        mut stack,
+        mut marks,
+        mut memo,
+    } = arena;
+    nodes.clear();
+    items.clear();
+    stack.clear();
+    marks.clear();
+    memo.clear();
     // a node takes at least one byte of pickle and most take several
-    let mut nodes: Vec<Node> = Vec::with_capacity(data.len() / 8);
-    let mut stack: Vec<u32> = Vec::new();
-    let mut marks: Vec<usize> = Vec::new();
+    nodes.reserve(data.len() / 8);
+    items.reserve(data.len() / 8);
     // memo index -> node (u32::MAX: unset); a real pickle numbers its memo from 0, one
     // index per memoized value, so an index past the input's length is not taken
-    let mut memo: Vec<u32> = Vec::new();
     let mut memo_len = 0u32;
+    let mut moved = 0usize;
     let mut pos = 0usize;
     // (a macro, not a closure: each node is written where it is built)
     macro_rules! push_node {
-        ($nodes:expr, $stack:expr, $n:expr) => {{
-            $stack.push($nodes.len() as u32);
-            $nodes.push($n);
+        ($n:expr) => {{
+            stack.push(nodes.len() as u32);
+            nodes.push($n);
         }};
     }
-    let pop_mark = |stack: &mut Vec<u32>, marks: &mut Vec<usize>| -> Result<Vec<u32>, NotTaken> {
-        let m = marks.pop().ok_or(NotTaken("no mark"))?;
-        if m > stack.len() {
-            return Err(NotTaken("mark past the stack"));
-        }
-        Ok(stack.split_off(m))
-    };
+    // the index of the last mark, popped, checked against the stack
+    macro_rules! pop_mark {
+        () => {{
+            let m = marks.pop().ok_or(NotTaken("no mark"))?;
+            if m > stack.len() {
+                return Err(NotTaken("mark past the stack"));
+            }
+            m
+        }};
+    }
+    // a new container of the stack's items from `from`
+    macro_rules! collect {
+        ($from:expr, $kind:ident) => {{
+            let from = $from;
+            let span = Span {
+                start: items.len() as u32,
+                len: (stack.len() - from) as u32,
+            };
+            items.extend_from_slice(&stack[from..]);
+            stack.truncate(from);
+            push_node!(Node::$kind(span));
+        }};
+    }
     loop {
         let op = *take(data, &mut pos, 1)?
             .first()
@@ -141,34 +264,47 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
             }
             b'.' => {
                 let root = stack.pop().ok_or(NotTaken("empty stack at STOP"))?;
-                return Ok(Doc { data, nodes, root });
+                let rest = Arena {
+                    stack,
+                    marks,
+                    memo,
+                    ..Arena::default()
+                };
+                return Ok(Doc {
+                    data,
+                    nodes,
+                    items,
+                    root,
+                    rest,
+                });
             }
             b'(' => marks.push(stack.len()),
             b'0' => {
                 stack.pop().ok_or(NotTaken("pop of an empty stack"))?;
             }
             b'1' => {
-                pop_mark(&mut stack, &mut marks)?;
+                let m = pop_mark!();
+                stack.truncate(m);
             }
             b'2' => {
                 let top = *stack.last().ok_or(NotTaken("dup of an empty stack"))?;
                 stack.push(top);
             }
-            b'N' => push_node!(nodes, stack, Node::None),
-            0x88 => push_node!(nodes, stack, Node::Bool(true)),
-            0x89 => push_node!(nodes, stack, Node::Bool(false)),
+            b'N' => push_node!(Node::None),
+            0x88 => push_node!(Node::Bool(true)),
+            0x89 => push_node!(Node::Bool(false)),
             b'J' => {
                 let b = take(data, &mut pos, 4)?;
                 let v = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                push_node!(nodes, stack, Node::Int(i64::from(v)));
+                push_node!(Node::Int(i64::from(v)));
             }
             b'K' => {
                 let b = take(data, &mut pos, 1)?;
-                push_node!(nodes, stack, Node::Int(i64::from(b[0])));
+                push_node!(Node::Int(i64::from(b[0])));
             }
             b'M' => {
                 let b = take(data, &mut pos, 2)?;
-                push_node!(nodes, stack, Node::Int(le_u(b) as i64));
+                push_node!(Node::Int(le_u(b) as i64));
             }
             0x8a => {
                 let n = take(data, &mut pos, 1)?[0] as usize;
@@ -183,12 +319,12 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                 } else {
                     Node::BigInt
                 };
-                push_node!(nodes, stack, node);
+                push_node!(node);
             }
             b'G' => {
                 let b = take(data, &mut pos, 8)?;
                 let v = f64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-                push_node!(nodes, stack, Node::Float(v));
+                push_node!(Node::Float(v));
             }
             b'X' | 0x8c | 0x8d | b'B' | b'C' | 0x8e => {
                 let width = match op {
@@ -207,82 +343,60 @@ pub fn parse(data: &[u8]) -> Result<Doc<'_>, NotTaken> {
                     std::str::from_utf8(b).map_err(|_| NotTaken("text that is not UTF-8"))?;
                     Node::Str(start as u32, n as u32)
                 };
-                push_node!(nodes, stack, node);
+                push_node!(node);
             }
-            b']' => push_node!(nodes, stack, Node::List(Vec::new())),
-            b')' => push_node!(nodes, stack, Node::Tuple(Vec::new())),
-            b'}' => push_node!(nodes, stack, Node::Dict(Vec::new())),
-            b'l' => {
-                let items = pop_mark(&mut stack, &mut marks)?;
-                push_node!(nodes, stack, Node::List(items));
-            }
-            b't' => {
-                let items = pop_mark(&mut stack, &mut marks)?;
-                push_node!(nodes, stack, Node::Tuple(items));
-            }
+            b']' => push_node!(Node::List(Span::default())),
+            b')' => push_node!(Node::Tuple(Span::default())),
+            b'}' => push_node!(Node::Dict(Span::default())),
+            b'l' => collect!(pop_mark!(), List),
+            b't' => collect!(pop_mark!(), Tuple),
             0x85..=0x87 => {
                 let n = (op - 0x84) as usize;
                 if stack.len() < n || marks.last().is_some_and(|&m| m > stack.len() - n) {
                     return Err(NotTaken("tuple of missing items"));
                 }
-                let items = stack.split_off(stack.len() - n);
-                push_node!(nodes, stack, Node::Tuple(items));
+                collect!(stack.len() - n, Tuple);
             }
             b'd' => {
-                let items = pop_mark(&mut stack, &mut marks)?;
-                let pairs = pairs(&nodes, &items)?;
-                push_node!(nodes, stack, Node::Dict(pairs));
+                let from = pop_mark!();
+                check_pairs(&nodes, &stack[from..])?;
+                let span = Span {
+                    start: items.len() as u32,
+                    len: ((stack.len() - from) / 2) as u32,
+                };
+                items.extend_from_slice(&stack[from..]);
+                stack.truncate(from);
+                push_node!(Node::Dict(span));
             }
-            b'a' | b'e' => {
-                // the items are the top of the stack: moved into the list in place
-                let from = if op == b'a' {
-                    stack
+            b'a' | b'e' | b's' | b'u' => {
+                // the items are the top of the stack: added to the container below them
+                let from = match op {
+                    b'a' => stack
                         .len()
                         .checked_sub(1)
-                        .ok_or(NotTaken("append to nothing"))?
-                } else {
-                    let m = marks.pop().ok_or(NotTaken("no mark"))?;
-                    if m > stack.len() {
-                        return Err(NotTaken("mark past the stack"));
-                    }
-                    m
-                };
-                let target = below(&stack, &marks, from).ok_or(NotTaken("append to nothing"))?;
-                match &mut nodes[target as usize] {
-                    Node::List(v) => v.extend_from_slice(&stack[from..]),
-                    _ => return Err(NotTaken("append to something other than a list")),
-                }
-                stack.truncate(from);
-            }
-            b's' | b'u' => {
-                let from = if op == b's' {
-                    stack
+                        .ok_or(NotTaken("append to nothing"))?,
+                    b's' => stack
                         .len()
                         .checked_sub(2)
-                        .ok_or(NotTaken("setitem without key and value"))?
-                } else {
-                    let m = marks.pop().ok_or(NotTaken("no mark"))?;
-                    if m > stack.len() {
-                        return Err(NotTaken("mark past the stack"));
-                    }
-                    m
+                        .ok_or(NotTaken("setitem without key and value"))?,
+                    _ => pop_mark!(),
                 };
-                let target = below(&stack, &marks, from).ok_or(NotTaken("setitem on nothing"))?;
-                let items = &stack[from..];
-                if !items.len().is_multiple_of(2) {
-                    return Err(NotTaken("odd number of dict items"));
+                let target =
+                    below(&stack, &marks, from).ok_or(NotTaken("add to nothing"))? as usize;
+                let new = &stack[from..];
+                let (span, width) = match (&mut nodes[target], op) {
+                    (Node::List(s), b'a' | b'e') => (*s, 1),
+                    (Node::Dict(s), b's' | b'u') => (*s, 2),
+                    _ => return Err(NotTaken("add to something other than a list or dict")),
+                };
+                if width == 2 {
+                    check_pairs(&nodes, new)?;
                 }
-                for kv in items.chunks_exact(2) {
-                    if matches!(
-                        nodes[kv[0] as usize],
-                        Node::List(_) | Node::Dict(_) | Node::Tuple(_)
-                    ) {
-                        return Err(NotTaken("unhashable key"));
-                    }
-                }
-                match &mut nodes[target as usize] {
-                    Node::Dict(v) => v.extend(items.chunks_exact(2).map(|kv| (kv[0], kv[1]))),
-                    _ => return Err(NotTaken("setitem on something other than a dict")),
+                let mut span = span;
+                add_items(&mut items, &mut span, new, width, &mut moved, data.len())?;
+                match &mut nodes[target] {
+                    Node::List(s) | Node::Dict(s) => *s = span,
+                    _ => {}
                 }
                 stack.truncate(from);
             }
@@ -334,19 +448,20 @@ fn below(stack: &[u32], marks: &[usize], from: usize) -> Option<u32> {
     stack.get(i).copied()
 }
 
-/// Key-value pairs of a dict being built; keys must be hashable in Python (text, numbers,
-/// booleans, None, bytes here; tuples and the rest are left to the Python reader).
-fn pairs(nodes: &[Node], items: &[u32]) -> Result<Vec<(u32, u32)>, NotTaken> {
+/// Key-value ids of a dict being built: an even number, and keys hashable in Python (text,
+/// numbers, booleans, None, bytes here; tuples and the rest are left to the Python reader).
+fn check_pairs(nodes: &[Node], items: &[u32]) -> Result<(), NotTaken> {
     if !items.len().is_multiple_of(2) {
         return Err(NotTaken("odd number of dict items"));
     }
-    items
+    if items
         .chunks_exact(2)
-        .map(|kv| match nodes[kv[0] as usize] {
-            Node::List(_) | Node::Dict(_) | Node::Tuple(_) => Err(NotTaken("unhashable key")),
-            _ => Ok((kv[0], kv[1])),
-        })
-        .collect()
+        .all(|kv| hashable(&nodes[kv[0] as usize]))
+    {
+        Ok(())
+    } else {
+        Err(NotTaken("unhashable key"))
+    }
 }
 
 // --- the checks ---------------------------------------------------------------------------
@@ -368,9 +483,10 @@ pub struct Frame {
 
 pub const STATES: [&str; 3] = ["scheduled", "started", "completed"];
 
-/// One checked entry; the numbers index the tables of `Checked`.
+/// One checked entry's values; the numbers index the tables of `Checked`. Kept packed as an
+/// [`Entry`] (a job holds millions of them: 104 bytes instead of 160).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub struct EntryValues {
     pub pos: usize,
     pub record_id: i64,
     pub group: u32,
@@ -391,6 +507,102 @@ pub struct Entry {
     pub timeout_ms: Option<i64>,
     pub frames: u32,
     pub fp: u32,
+}
+
+/// One checked entry, packed: the optional numbers as values and one bit each saying
+/// whether they are there. Read through the methods named after [`EntryValues`]' fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub record_id: i64,
+    pub seq: i64,
+    /// pg_id, p2p_seq, time_created_ns, time_started_ns, time_completed_ns, timeout_ms
+    opt: [i64; 6],
+    pos: u32,
+    pub group: u32,
+    pub name: u32,
+    pub input_sizes: u32,
+    pub output_sizes: u32,
+    pub input_dtypes: u32,
+    pub output_dtypes: u32,
+    pub frames: u32,
+    pub fp: u32,
+    /// bit i: opt[i] is there; bit 6: retired is there, bit 7: its value
+    present: u8,
+    pub state: u8, // index into STATES
+    pub is_p2p: bool,
+}
+
+impl Entry {
+    pub fn pack(v: &EntryValues) -> Entry {
+        let mut present = 0u8;
+        let mut opt = [0i64; 6];
+        for (i, o) in [
+            v.pg_id,
+            v.p2p_seq,
+            v.time_created_ns,
+            v.time_started_ns,
+            v.time_completed_ns,
+            v.timeout_ms,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if let Some(x) = o {
+                opt[i] = x;
+                present |= 1 << i;
+            }
+        }
+        if let Some(r) = v.retired {
+            present |= 1 << 6 | u8::from(r) << 7;
+        }
+        Entry {
+            record_id: v.record_id,
+            seq: v.seq,
+            opt,
+            // at most MAX_ENTRIES (a million) entries are read
+            pos: u32::try_from(v.pos).unwrap_or(u32::MAX),
+            group: v.group,
+            name: v.name,
+            input_sizes: v.input_sizes,
+            output_sizes: v.output_sizes,
+            input_dtypes: v.input_dtypes,
+            output_dtypes: v.output_dtypes,
+            frames: v.frames,
+            fp: v.fp,
+            present,
+            state: v.state,
+            is_p2p: v.is_p2p,
+        }
+    }
+
+    fn opt(&self, i: usize) -> Option<i64> {
+        (self.present & (1 << i) != 0).then_some(self.opt[i])
+    }
+
+    pub fn pos(&self) -> usize {
+        self.pos as usize
+    }
+    pub fn pg_id(&self) -> Option<i64> {
+        self.opt(0)
+    }
+    pub fn p2p_seq(&self) -> Option<i64> {
+        self.opt(1)
+    }
+    pub fn time_created_ns(&self) -> Option<i64> {
+        self.opt(2)
+    }
+    pub fn time_started_ns(&self) -> Option<i64> {
+        self.opt(3)
+    }
+    pub fn time_completed_ns(&self) -> Option<i64> {
+        self.opt(4)
+    }
+    pub fn timeout_ms(&self) -> Option<i64> {
+        self.opt(5)
+    }
+    pub fn retired(&self) -> Option<bool> {
+        (self.present & (1 << 6) != 0).then_some(self.present & (1 << 7) != 0)
+    }
 }
 
 /// A dump whose kept entries all passed: the entries, and the values they share, each once.
@@ -543,10 +755,11 @@ pub fn check(
     if !matches!(doc.node(root), Node::Dict(_)) {
         return None;
     }
-    let entries = match doc.node(doc.get(root, "entries")?) {
-        Node::List(v) => v,
-        _ => return None,
-    };
+    let entries_id = doc.get(root, "entries")?;
+    if !matches!(doc.node(entries_id), Node::List(_)) {
+        return None;
+    }
+    let entries = doc.seq(entries_id);
     if entries.len() > MAX_ENTRIES {
         return None;
     }
@@ -602,11 +815,11 @@ fn entry<'a>(
     t: &mut Tables<'a>,
     shape_work: &mut Vec<usize>,
 ) -> Option<Entry> {
-    let Node::Dict(items) = doc.node(raw) else {
+    if !matches!(doc.node(raw), Node::Dict(_)) {
         return None;
-    };
+    }
     let mut slots: [Option<u32>; FIELDS] = [None; FIELDS];
-    for &(k, v) in items {
+    for (k, v) in doc.pairs(raw) {
         if let Some(i) = t.slot(doc, k) {
             slots[i] = Some(v); // the last one wins, as in a Python dict
         }
@@ -645,7 +858,7 @@ fn entry<'a>(
         out.fps.push(key);
         out.fps.len() as u32 - 1
     });
-    Some(Entry {
+    Some(Entry::pack(&EntryValues {
         pos,
         record_id: record_id.unwrap_or(pos as i64),
         group,
@@ -666,7 +879,7 @@ fn entry<'a>(
         timeout_ms,
         frames,
         fp,
-    })
+    }))
 }
 
 fn name<'a>(doc: &Doc<'a>, id: u32, out: &mut Checked, t: &mut Tables<'a>) -> Option<u32> {
@@ -765,7 +978,8 @@ fn group<'a>(
             pg_id.map(|v| v.to_string()).unwrap_or_default(),
             String::new(),
         ),
-        Some(Node::List(v) | Node::Tuple(v)) if v.len() == 2 => {
+        Some(Node::List(v) | Node::Tuple(v)) if v.len == 2 => {
+            let v = doc.seq(node?);
             (clip(doc.text(v[0])?), clip(doc.text(v[1])?))
         }
         _ => return None,
@@ -799,15 +1013,17 @@ fn sizes<'a>(
     flat.clear();
     match id.map(|id| doc.node(id)) {
         None | Some(Node::None) => flat.push(0),
-        Some(Node::List(v)) => {
+        Some(Node::List(_)) => {
+            let v = doc.seq(id?);
             if v.len() > MAX_TENSORS {
                 return None;
             }
             flat.push(v.len() as i64);
             for &s in v {
-                let Node::List(dims) = doc.node(s) else {
+                if !matches!(doc.node(s), Node::List(_)) {
                     return None;
-                };
+                }
+                let dims = doc.seq(s);
                 if dims.len() > MAX_DIMS {
                     return None;
                 }
@@ -867,7 +1083,8 @@ fn dtypes<'a>(
     names.clear();
     match id.map(|id| doc.node(id)) {
         None | Some(Node::None) => {}
-        Some(Node::List(v)) => {
+        Some(Node::List(_)) => {
+            let v = doc.seq(id?);
             if v.len() > MAX_TENSORS {
                 return None;
             }
@@ -906,7 +1123,8 @@ fn frames<'a>(
         return Some(got);
     }
     let mut list = Vec::new();
-    if let Some(Node::List(v)) = id.map(|id| doc.node(id)) {
+    if let Some(id) = id.filter(|&id| matches!(doc.node(id), Node::List(_))) {
+        let v = doc.seq(id);
         list.reserve(v.len().min(MAX_FRAMES));
         for &f in v.iter().take(MAX_FRAMES) {
             let got = match t.frames.get(&f) {
@@ -1036,7 +1254,7 @@ impl Builder {
         });
         let key = [op, input_sizes, output_sizes, input_dtypes, output_dtypes];
         let fp = intern(&mut self.fps, &mut out.fps, key, |k| *k);
-        out.entries.push(Entry {
+        out.entries.push(Entry::pack(&EntryValues {
             pos: e.pos,
             record_id: e.record_id,
             group,
@@ -1057,7 +1275,7 @@ impl Builder {
             timeout_ms: e.timeout_ms,
             frames,
             fp,
-        });
+        }));
     }
 
     pub fn finish(self) -> Checked {
@@ -1072,13 +1290,13 @@ impl Checked {
         let name = &self.names[e.name as usize];
         let (pg, pg_desc) = self.groups[e.group as usize].clone();
         OwnedEntry {
-            pos: e.pos,
+            pos: e.pos(),
             record_id: e.record_id,
             pg,
             pg_desc,
-            pg_id: e.pg_id,
+            pg_id: e.pg_id(),
             seq: e.seq,
-            p2p_seq: e.p2p_seq,
+            p2p_seq: e.p2p_seq(),
             is_p2p: e.is_p2p,
             op: self.ops[name.op as usize].clone(),
             backend: name.backend.clone(),
@@ -1088,11 +1306,11 @@ impl Checked {
             input_dtypes: self.dtypes[e.input_dtypes as usize].clone(),
             output_dtypes: self.dtypes[e.output_dtypes as usize].clone(),
             state: e.state,
-            retired: e.retired,
-            time_created_ns: e.time_created_ns,
-            time_started_ns: e.time_started_ns,
-            time_completed_ns: e.time_completed_ns,
-            timeout_ms: e.timeout_ms,
+            retired: e.retired(),
+            time_created_ns: e.time_created_ns(),
+            time_started_ns: e.time_started_ns(),
+            time_completed_ns: e.time_completed_ns(),
+            timeout_ms: e.timeout_ms(),
             frames: self.frame_lists[e.frames as usize]
                 .iter()
                 .map(|&f| self.frames[f as usize].clone())
@@ -1166,7 +1384,7 @@ mod tests {
         assert_eq!(c.entries.len(), 2);
         let e = &c.entries[1];
         assert_eq!(
-            (e.pos, e.record_id, e.seq, e.state, e.is_p2p),
+            (e.pos(), e.record_id, e.seq, e.state, e.is_p2p),
             (1, 1, 7, 2, false)
         );
         assert_eq!(c.ops[c.names[e.name as usize].op as usize], "all_reduce");
@@ -1177,7 +1395,7 @@ mod tests {
         assert_eq!(c.entries[0].fp, e.fp);
         let kept = check(&doc, Some(1), None).unwrap();
         assert_eq!(
-            (kept.start, kept.entries.len(), kept.entries[0].pos),
+            (kept.start, kept.entries.len(), kept.entries[0].pos()),
             (1, 1, 1)
         );
     }
@@ -1218,6 +1436,28 @@ mod tests {
         data.extend_from_slice(b"e.");
         let doc = parse(&data).unwrap();
         assert!(doc.nodes.len() < 10);
+    }
+
+    #[test]
+    fn containers_filled_piecemeal_keep_their_items_within_a_bound() {
+        // two lists appended to in turns: each append moves the other's items
+        let turns = |n: usize| {
+            let mut p = b"\x80\x02(]q\x00]q\x01".to_vec();
+            for i in 0..n {
+                p.extend_from_slice(&[b'h', (i % 2) as u8, b'K', (i % 2) as u8 + 1, b'a', b'0']);
+            }
+            p.extend_from_slice(b"t.");
+            p
+        };
+        let data = turns(6);
+        let doc = parse(&data).unwrap();
+        let lists = doc.seq(doc.root);
+        for (l, want) in lists.iter().zip([1, 2]) {
+            let got: Vec<_> = doc.seq(*l).iter().map(|&i| *doc.node(i)).collect();
+            assert_eq!(got, vec![Node::Int(want); 3]);
+        }
+        // moving more ids than the input has bytes is refused (quadratic otherwise)
+        assert!(parse(&turns(20_000)).is_err());
     }
 
     #[test]
@@ -1278,5 +1518,53 @@ mod tests {
         }
         assert_eq!(again.frames.len(), 1); // equal frames share one value here
         assert!(again.heap_bytes() > 2 * std::mem::size_of::<Entry>());
+    }
+
+    #[test]
+    fn entries_pack_their_optional_values() {
+        assert!(std::mem::size_of::<Entry>() <= 104);
+        let mut v = EntryValues {
+            pos: 3,
+            record_id: -1,
+            group: 0,
+            pg_id: None,
+            seq: 9,
+            p2p_seq: Some(0),
+            is_p2p: true,
+            name: 1,
+            input_sizes: 2,
+            output_sizes: 3,
+            input_dtypes: 4,
+            output_dtypes: 5,
+            state: 2,
+            retired: Some(false),
+            time_created_ns: Some(i64::MIN),
+            time_started_ns: None,
+            time_completed_ns: Some(i64::MAX),
+            timeout_ms: None,
+            frames: 6,
+            fp: 7,
+        };
+        let e = Entry::pack(&v);
+        assert_eq!(
+            (
+                e.pos(),
+                e.pg_id(),
+                e.p2p_seq(),
+                e.retired(),
+                e.time_created_ns()
+            ),
+            (3, None, Some(0), Some(false), Some(i64::MIN))
+        );
+        assert_eq!(
+            (e.time_started_ns(), e.time_completed_ns(), e.timeout_ms()),
+            (None, Some(i64::MAX), None)
+        );
+        v.retired = None;
+        v.pg_id = Some(0);
+        let e = Entry::pack(&v);
+        assert_eq!((e.retired(), e.pg_id()), (None, Some(0)));
+        v.retired = Some(true);
+        assert_eq!(Entry::pack(&v).retired(), Some(true));
     }
 }

@@ -378,7 +378,7 @@ impl<'a, 'd> Group<'a, 'd> {
         Group {
             name,
             desc,
-            pg_id: e0.pg_id,
+            pg_id: e0.pg_id(),
             dumps,
             rows,
             members,
@@ -638,7 +638,7 @@ impl<'a, 'd> Group<'a, 'd> {
             .find(|(d, _)| self.dumps[*d as usize].rank == rank)?;
         let c = self.dumps[*d as usize].dump;
         idx.iter()
-            .filter_map(|&i| c.entries[i as usize].time_created_ns)
+            .filter_map(|&i| c.entries[i as usize].time_created_ns())
             .min()
     }
 
@@ -687,12 +687,12 @@ impl<'a, 'd> Group<'a, 'd> {
                 let oldest = self.oldest_time(peer_rank);
                 for &at in posted.iter().skip(matched) {
                     let e = self.entry(at);
-                    if let (Some(oldest), Some(t)) = (oldest, e.time_created_ns) {
+                    if let (Some(oldest), Some(t)) = (oldest, e.time_created_ns()) {
                         if t < oldest {
                             continue; // the peer's ring no longer reaches back that far
                         }
                     }
-                    let seq = e.p2p_seq.filter(|&s| s != 0).unwrap_or(e.seq);
+                    let seq = e.p2p_seq().filter(|&s| s != 0).unwrap_or(e.seq);
                     let mut f = self.finding(kind, seq, &[peer_rank], &[poster]);
                     f.entry = Some(at);
                     f.peer = Some(poster);

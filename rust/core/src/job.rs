@@ -63,6 +63,10 @@ pub struct Source {
     /// A second producer's source (`SourceKey::StreamPid`): its host may come from its file's
     /// name.
     pub host_from_name: bool,
+    /// The last NCCL RAS report this source printed, kept whole (`ras_capture`).
+    pub ras_report: Option<Box<crate::ras_capture::Capture>>,
+    /// The events of `ncclras -m` this source printed (`ras_monitor`).
+    pub ras_monitor: Option<Box<crate::ras_monitor::Monitor>>,
 }
 
 /// Frames kept per stack: the innermost ones say where the thread is.
@@ -142,6 +146,8 @@ impl Source {
             + self.coll_calls_bytes()
             + self.comm_ids_bytes()
             + self.stack.as_ref().map_or(0, Stack::heap_bytes)
+            + self.ras_report.as_ref().map_or(0, |c| c.heap_bytes())
+            + self.ras_monitor.as_ref().map_or(0, |m| m.heap_bytes())
     }
 
     pub fn comm_ids_bytes(&self) -> usize {

@@ -21,6 +21,7 @@ pub struct EngineOptions {
     release_quiet_ms: Option<u64>,
     max_sources_per_job: Option<u64>,
     max_ts_ahead_ms: Option<u64>,
+    ras_report_bytes: Option<u64>,
 }
 
 /// Sets `field` to `value` when given; an error names the option when it does not fit.
@@ -89,6 +90,11 @@ impl EngineOptions {
             "max_ts_ahead_ms",
             self.max_ts_ahead_ms,
             &mut c.max_ts_ahead_ms,
+        )?;
+        set(
+            "ras_report_bytes",
+            self.ras_report_bytes,
+            &mut c.ras_report_bytes,
         )?;
         c.ring_lines = c.ring_lines.max(1);
         c.ring_bytes = c.ring_bytes.max(256);

@@ -422,8 +422,19 @@ impl<'a> View<'a> {
     }
 
     fn ring_line(&self, src: u32, seq: u64) -> Option<RingLine> {
-        let ring = &self.job.sources[src as usize].ring;
-        ring.lines().into_iter().find(|l| l.seq == seq)
+        let s = &self.job.sources[src as usize];
+        if let Some(l) = s.ring.lines().into_iter().find(|l| l.seq == seq) {
+            return Some(l);
+        }
+        // a line of an NCCL RAS report or monitor kept apart from the ring (its message)
+        let kept = s.ras_report.as_ref().and_then(|c| c.line(seq));
+        let kept = kept.or_else(|| s.ras_monitor.as_ref().and_then(|m| m.line(seq)))?;
+        Some(RingLine {
+            seq,
+            ts_ms: None,
+            continuation: false,
+            text: kept.to_string(),
+        })
     }
 
     /// Lines of `srcs` before `at` (seq, source, time), oldest first, at most `limit`. When

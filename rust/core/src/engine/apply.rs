@@ -178,6 +178,7 @@ impl Engine {
             beyond_cap,
         };
         let opened = self.classify(job, st, line, &line_ctx, found);
+        self.capture_ras(job, src, line, d, (found.0, found.1));
         // A warning or worse that no signature recognises is still evidence; whether a
         // warning-only incident is a failure is decided from the job's outcome.
         if !opened && d.level >= Level::Warn && !d.continuation {

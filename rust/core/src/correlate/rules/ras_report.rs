@@ -27,6 +27,7 @@ use crate::report::OddContext;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod json;
+mod monitor;
 
 const W_DEAD: i32 = 50;
 const W_MISSING: i32 = 35;
@@ -44,6 +45,9 @@ struct Proc {
     gpu: Option<String>,
     /// The line that names it.
     seq: u64,
+    /// Ranks in the communicator `comm_rank` is of, where a process is listed outside one
+    /// (a dead process of the JSON report, which states its rank).
+    comm_size: Option<u32>,
 }
 
 /// Ranks that share one value (an operation count, a status, an error), with the line that
@@ -125,6 +129,7 @@ fn process_line(m: &str, seq: u64) -> Option<Proc> {
         node: Some(node.to_string()),
         gpu: Some(gpus.to_string()),
         seq,
+        comm_size: None,
     })
 }
 
@@ -336,9 +341,23 @@ fn rank_line(r: &mut Report, section: Section, rest: &str, seq: u64) {
     }
 }
 
-/// The report lines of `src`: its ring, plus the incident's hits of it (the ring may have
-/// moved on), as peeled messages in order.
-fn report_lines(v: &View, scope: &Scope, src: u32) -> Vec<(u64, String)> {
+/// The report lines of `src`: its last report kept whole where it has one (`ras_capture`),
+/// else its ring plus the incident's hits of it (the ring may have moved on), as peeled
+/// messages in order; `Err` when its last report was longer than the cap.
+fn report_lines(v: &View, scope: &Scope, src: u32) -> Result<Vec<(u64, String)>, String> {
+    if let Some(c) = &v.job.sources[src as usize].ras_report {
+        if c.over_cap() {
+            return Err(format!(
+                "it is longer than the {} bytes a report is read up to (ras_report_bytes)",
+                v.cfg.ras_report_bytes
+            ));
+        }
+        return Ok(c.lines.clone());
+    }
+    Ok(ring_lines(v, scope, src))
+}
+
+fn ring_lines(v: &View, scope: &Scope, src: u32) -> Vec<(u64, String)> {
     let year = v.cfg.default_year;
     let mut by_seq: BTreeMap<u64, String> = BTreeMap::new();
     let mut put = |seq: u64, text: &str| {
@@ -447,7 +466,7 @@ fn apply_report(cx: &Ctx, r: &Report, board: &mut Board) {
         cx.blame(
             board,
             p,
-            None,
+            p.comm_size,
             p.seq,
             ("ras_process_dead", W_DEAD),
             why,
@@ -655,6 +674,16 @@ fn last_report(lines: &[(u64, String)]) -> Result<Report, String> {
     }
 }
 
+/// The incident's hits of `src`, by seq.
+fn hits_of(scope: &Scope, v: &View, src: u32) -> BTreeMap<u64, usize> {
+    scope
+        .hits
+        .iter()
+        .filter(|&&i| v.hit(i).source == src)
+        .map(|&i| (v.hit(i).seq, i))
+        .collect()
+}
+
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let srcs: BTreeSet<u32> = scope
         .hits
@@ -663,14 +692,28 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         .filter(|h| v.sig(h).is_some_and(|s| s.id.starts_with("ras_report_")))
         .map(|h| h.source)
         .collect();
+    // Sources with monitor events: their deaths open an incident; a loss that never
+    // recovered counts in any incident of the job.
+    if !scope.hits.is_empty() {
+        for (src, s) in v.job.sources.iter().enumerate() {
+            if let Some(m) = s.ras_monitor.as_deref().filter(|m| !m.events.is_empty()) {
+                let cx = Ctx {
+                    v,
+                    src: src as u32,
+                    hits: hits_of(scope, v, src as u32),
+                    world: None,
+                };
+                monitor::apply(&cx, m, board);
+            }
+        }
+    }
     for src in srcs {
-        let lines = report_lines(v, scope, src);
-        let report = match last_report(&lines) {
+        let report = match report_lines(v, scope, src).and_then(|lines| last_report(&lines)) {
             Ok(r) => r,
             Err(why) => {
                 // Reported beside the diagnosis, and skipped: no finding from part of a report.
                 scope.notes.borrow_mut().push(OddContext::new(
-                    "ncclras JSON report",
+                    "ncclras report",
                     Some(v.job.sources[src as usize].origin.as_ref()),
                     "not read",
                     &why,
@@ -678,16 +721,10 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
                 continue;
             }
         };
-        let hits = scope
-            .hits
-            .iter()
-            .filter(|&&i| v.hit(i).source == src)
-            .map(|&i| (v.hit(i).seq, i))
-            .collect();
         let cx = Ctx {
             v,
             src,
-            hits,
+            hits: hits_of(scope, v, src),
             world: report.sizes.values().copied().max(),
         };
         apply_report(&cx, &report, board);
@@ -748,6 +785,40 @@ mod tests {
         assert!(rank != 4 && rank != 5, "{rank}");
         assert_eq!(d[0].json["facts"]["lagging_ranks"], "0-3,6-15");
         assert_eq!(d[0].json["facts"]["ahead_ranks"], "4-5");
+    }
+
+    #[test]
+    fn a_text_report_of_1024_ranks_longer_than_the_ring_is_read_whole() {
+        // a verbose report: the 300 ranks behind listed one by one after their group's line,
+        // more lines than the 256 a process keeps
+        let mut body = String::from(
+            "Warnings\n========\n\n#0-0 (7c1e00a2b4d3f950) MISMATCH\n  \
+             Communicator ranks have different AllReduce operation counts\n  \
+             724 ranks have launched up to operation 2210\n  \
+             300 ranks have launched up to operation 2209\n",
+        );
+        for r in 0..300 {
+            body.push_str(&format!(
+                "  Rank {r} -- GPU {} managed by process {} on node gpu-{}\n",
+                r % 8,
+                30_000 + r,
+                r / 8
+            ));
+        }
+        let text = report("MISMATCH", &body)
+            .replace(
+                "        16        16   RUNNING",
+                "      1024      1024   RUNNING",
+            )
+            .replace(
+                "      2          8            1         16       16",
+                "    128          8            1       1024     1024",
+            );
+        assert!(text.lines().count() > 300);
+        let d = diagnose(&text);
+        assert_eq!(d[0].json["cause_signature"]["id"], "ras_rank_behind");
+        assert_eq!(d[0].json["facts"]["lagging_ranks"], "0-299");
+        assert_eq!(d[0].json["facts"]["ahead_ranks"], "724 ranks");
     }
 
     #[test]
@@ -850,29 +921,64 @@ mod tests {
             assert_eq!(j[0].json["facts"]["ahead_ranks"], "0,2-3");
         }
 
-        #[test]
-        fn a_report_larger_than_memory_keeps_is_noted_not_guessed_at() {
-            // 16 ranks: more lines than the 256 a process keeps.
-            let all: Vec<String> = (0..16)
+        /// `n` ranks on nodes of eight; `dead` missing and considered dead.
+        fn big(n: u32, dead: u32) -> String {
+            let node = |r: u32| format!("10.7.{}.{}", r / 8 / 250, r / 8 % 250 + 1);
+            let ranks: Vec<String> = (0..n)
+                .filter(|&r| r != dead)
                 .map(|r| {
                     rank(
                         r,
-                        "10.7.0.2",
-                        7740 + r as i64,
-                        [0, 0, 0, 0, 5 + u64::from(r == 0)],
+                        &node(r),
+                        20_000 + i64::from(r),
+                        [0, 0, 12, 0, 7],
                         (0, 0, false),
                     )
                 })
                 .collect();
+            let gone = missing(dead, &node(dead), 20_000 + i64::from(dead), true, true);
+            doc(&ranks, &[gone])
+        }
+
+        #[test]
+        fn a_report_of_1024_ranks_is_read_whole_past_the_ring() {
+            let text = big(1024, 700);
+            assert!(text.lines().count() > 20 * 1024); // a ring keeps 256 lines
+            let d = diagnose(&text);
+            assert_eq!(d[0].json["cause_signature"]["id"], "ras_process_dead");
+            assert!(d[0].json["cause"].as_str().unwrap().contains("20700"));
+            assert_eq!(d[0].json["root_cause"]["rank"], 700);
+            let suspects: Vec<_> = d[0].json["suspects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|s| s["rank"].as_u64())
+                .collect();
+            assert_eq!(suspects, vec![700]);
+        }
+
+        #[test]
+        fn a_report_over_the_cap_is_counted_and_noted_not_read() {
+            use crate::correlate::testkit::shipped_catalog;
+            use crate::{Config, Engine, StreamHints};
+            use std::sync::Arc;
+            let cfg = Config {
+                ras_report_bytes: 64 << 10,
+                ..Config::default()
+            };
+            let mut e = Engine::new(Arc::new(shipped_catalog()), cfg);
+            let id = e.open_stream("j", "ras.json", StreamHints::default());
             let failing = format!(
                 "{}gpu-b2:7741:7790 [1] NCCL WARN Cuda failure 'an illegal memory access was encountered'\n",
-                doc(&all, &[])
+                big(256, 3)
             );
-            let d = diagnose(&failing);
-            assert_ne!(d[0].json["cause_signature"]["id"], "ras_rank_behind");
+            e.feed(id, failing.as_bytes(), Some(1_000));
+            let d = e.finish();
+            assert_eq!(e.stats.ras_reports_over_cap, 1);
+            assert_ne!(d[0].json["cause_signature"]["id"], "ras_process_dead");
             let notes = d[0].json["odd_context"].to_string();
             assert!(
-                notes.contains("ncclras JSON report") && notes.contains("beginning"),
+                notes.contains("ncclras report") && notes.contains("ras_report_bytes"),
                 "{notes}"
             );
         }

@@ -247,6 +247,7 @@ fn proc_of(rank: Option<u32>, host: &str, pid: i64, gpu: i64, seq: u64) -> Proc 
         node: (host != "unknown" && !host.is_empty()).then(|| host.to_string()),
         gpu: (gpu >= 0).then(|| gpu.to_string()),
         seq,
+        comm_size: None,
     }
 }
 
@@ -292,7 +293,7 @@ fn convert(doc: &JReport, seqs: &[Vec<u64>]) -> Report {
             let p = proc_of(Some(m.rank), &m.host, m.pid, m.cuda_dev, seq);
             if m.status.considered_dead && dead_seen.insert((m.pid, m.host.clone())) {
                 r.dead.push(Proc {
-                    comm_rank: None,
+                    comm_size: Some(jc.size),
                     ..p.clone()
                 });
             }
