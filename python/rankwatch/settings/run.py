@@ -251,6 +251,13 @@ class DaemonConfig(TopicConfig, GroupMember):
         kind=INT,
         minimum=0,
     )
+    ras_report_bytes: int = option(
+        _ENGINE.ras_report_bytes,
+        "an NCCL RAS report (ncclras text or JSON) is read whole up to this size; a longer one "
+        "is counted and skipped",
+        kind=INT,
+        minimum=1024,
+    )
     # --- Flight Recorder ----------------------------------------------------------------------
     flight_recorder_dir: str | None = option(
         None,
