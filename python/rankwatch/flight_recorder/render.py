@@ -108,112 +108,150 @@ def entry_line(rank: int, why: str, e: Entry) -> str:
     return f"{_stamp(e.time_ns())}[rank{rank}]: {text}{_facts(facts)}"
 
 
-def finding_line(rank: int, f: Finding) -> str:
-    e, o = f.entry, f.other
-    base: list[tuple[str, object]] = [("pg", f.pg_id), ("pg_name", f.pg)]
-    missing = rank_list(f.missing_dumps) if f.missing_dumps else None
+# What one finding says: its text, its facts and the time of the entry it rests on.
+_Said = tuple[str, list[tuple[str, object]], int | None]
+
+
+def _base(f: Finding) -> list[tuple[str, object]]:
+    return [("pg", f.pg_id), ("pg_name", f.pg)]
+
+
+def _missing(f: Finding) -> str | None:
+    return rank_list(f.missing_dumps) if f.missing_dumps else None
+
+
+def _mismatch_gap(rank: int, f: Finding) -> _Said:
+    # A rank of the odd side that recorded nothing at this sequence id (a gap in its buffer):
+    # what the others called is all there is to show.
+    seen = f.other if f.other is not None else f.entry
     others = rank_list(f.other_ranks)
-    if f.kind == "mismatch" and (e is None or o is None):
-        # A rank of the odd side that recorded nothing at this sequence id (a gap in its
-        # buffer): what the others called is all there is to show.
-        seen = o if o is not None else e
+    text = (
+        f"collective mismatch at #{f.seq} of {_pg(seen, f)}: rank {rank} has no record of "
+        f"it, while rank(s) {others} called {_shape(seen) if seen is not None else '?'}"
+    )
+    facts = [*_base(f), ("seq", f.seq), ("other_ranks", others), ("missing_dumps", _missing(f))]
+    return text, facts, seen.time_ns() if seen is not None else None
+
+
+def _mismatch(rank: int, f: Finding) -> _Said:
+    e, o = f.entry, f.other
+    if e is None or o is None:
+        return _mismatch_gap(rank, f)
+    odd = rank_list(f.culprits) if f.tie else str(rank)
+    others = rank_list(f.other_ranks)
+    text = (
+        f"collective mismatch at #{f.seq} of {_pg(e, f)}: rank {odd} called {_shape(e)}"
+        + (f" from {_site(e)}" if _site(e) else "")
+        + f", while rank(s) {others} called {_shape(o)}"
+        + (f" from {_site(o)}" if _site(o) else "")
+        + (" (two equal groups: no majority says which side is wrong)" if f.tie else "")
+    )
+    facts = [
+        *_base(f),
+        *_entry_facts(e),
+        ("other_ranks", others),
+        *_entry_facts(o, "other_"),
+        ("missing_dumps", _missing(f)),
+    ]
+    return text, facts, e.time_ns()
+
+
+def _not_scheduled(rank: int, f: Finding) -> _Said:
+    e, o = f.entry, f.other
+    want = o.op_type if o is not None else "?"
+    last = f"#{e.seq} {_shape(e)}" if e is not None else "none recorded"
+    others = rank_list(f.other_ranks)
+    text = (
+        f"rank {rank} never called collective #{f.seq} ({want}) of {_pg(o, f)} that "
+        f"rank(s) {others} wait in; its last collective was {last}"
+        + (f" from {_site(e)}" if _site(e) else "")
+    )
+    facts = [
+        *_base(f),
+        ("seq", f.seq),
+        ("op_type", want),
+        ("last_enqueued", e.seq if e is not None else None),
+        ("last_op_type", e.op_type if e is not None else None),
+        ("call_site", _site(e)),
+        ("waiting_ranks", others),
+        ("other_call_site", _site(o)),
+        ("missing_dumps", _missing(f)),
+    ]
+    return text, facts, e.time_ns() if e is not None else None
+
+
+def _behind(rank: int, f: Finding) -> _Said:
+    e, o = f.entry, f.other
+    others = rank_list(f.other_ranks)
+    text = (
+        f"rank {rank} is behind: its last completed collective of {_pg(e, f)} is "
+        f"#{e.seq - 1 if e is not None else '?'} while rank(s) {others} completed #{f.seq}"
+        + (f"; it is stuck in #{e.seq} {_shape(e)} ({e.state})" if e is not None else "")
+        + (f" from {_site(e)}" if _site(e) else "")
+    )
+    facts = [
+        *_base(f),
+        *(_entry_facts(e) if e is not None else []),
+        ("last_completed", e.seq - 1 if e is not None else None),
+        ("other_ranks", others),
+        ("other_call_site", _site(o)),
+    ]
+    return text, facts, e.time_ns() if e is not None else None
+
+
+def _no_dump(rank: int, f: Finding) -> _Said:
+    o = f.other
+    want = _shape(o) if o is not None else "?"
+    others = rank_list(f.other_ranks)
+    text = (
+        f"rank {rank} wrote no dump while rank(s) {others} wait in collective #{f.seq} "
+        f"{want} of {_pg(o, f)}"
+        + (f" from {_site(o)}" if _site(o) else "")
+        + ": it may have died or hung before it could dump"
+    )
+    facts = [
+        *_base(f),
+        ("seq", f.seq),
+        ("op_type", o.op_type if o is not None else None),
+        ("waiting_ranks", others),
+        ("other_call_site", _site(o)),
+        ("missing_dumps", _missing(f)),
+    ]
+    return text, facts, o.time_ns() if o is not None else None
+
+
+def _unmatched_p2p(rank: int, f: Finding) -> _Said:
+    e, peer = f.entry, f.peer
+    assert e is not None
+    site = f", from {_site(e)}" if _site(e) else ""
+    if f.kind == "unmatched_send":
         text = (
-            f"collective mismatch at #{f.seq} of {_pg(seen, f)}: rank {rank} has no record of "
-            f"it, while rank(s) {others} called {_shape(seen) if seen is not None else '?'}"
+            f"rank {peer} sent {e.numel_in():,} {e.dtype()} elements to rank {rank} "
+            f"(send #{e.p2p_seq} of {_pg(e, f)}{site}), but rank {rank} never posted the "
+            "matching recv"
         )
-        facts = [*base, ("seq", f.seq), ("other_ranks", others), ("missing_dumps", missing)]
-        when = seen.time_ns() if seen is not None else None
-    elif f.kind == "mismatch":
-        assert e is not None and o is not None
-        odd = rank_list(f.culprits) if f.tie else str(rank)
+        role = ("sender_rank", peer)
+    else:
         text = (
-            f"collective mismatch at #{f.seq} of {_pg(e, f)}: rank {odd} called {_shape(e)}"
-            + (f" from {_site(e)}" if _site(e) else "")
-            + f", while rank(s) {others} called {_shape(o)}"
-            + (f" from {_site(o)}" if _site(o) else "")
-            + (" (two equal groups: no majority says which side is wrong)" if f.tie else "")
+            f"rank {peer} waits to receive {e.numel_out():,} {e.dtype()} elements from "
+            f"rank {rank} (recv #{e.p2p_seq} of {_pg(e, f)}{site}), but rank {rank} never "
+            "posted the matching send"
         )
-        facts = [
-            *base,
-            *_entry_facts(e),
-            ("other_ranks", others),
-            *_entry_facts(o, "other_"),
-            ("missing_dumps", missing),
-        ]
-        when = e.time_ns()
-    elif f.kind == "not_scheduled":
-        want = o.op_type if o is not None else "?"
-        last = f"#{e.seq} {_shape(e)}" if e is not None else "none recorded"
-        text = (
-            f"rank {rank} never called collective #{f.seq} ({want}) of {_pg(o, f)} that "
-            f"rank(s) {others} wait in; its last collective was {last}"
-            + (f" from {_site(e)}" if _site(e) else "")
-        )
-        facts = [
-            *base,
-            ("seq", f.seq),
-            ("op_type", want),
-            ("last_enqueued", e.seq if e is not None else None),
-            ("last_op_type", e.op_type if e is not None else None),
-            ("call_site", _site(e)),
-            ("waiting_ranks", others),
-            ("other_call_site", _site(o)),
-            ("missing_dumps", missing),
-        ]
-        when = e.time_ns() if e is not None else None
-    elif f.kind == "behind":
-        text = (
-            f"rank {rank} is behind: its last completed collective of {_pg(e, f)} is "
-            f"#{e.seq - 1 if e is not None else '?'} while rank(s) {others} completed #{f.seq}"
-            + (f"; it is stuck in #{e.seq} {_shape(e)} ({e.state})" if e is not None else "")
-            + (f" from {_site(e)}" if _site(e) else "")
-        )
-        facts = [
-            *base,
-            *(_entry_facts(e) if e is not None else []),
-            ("last_completed", e.seq - 1 if e is not None else None),
-            ("other_ranks", others),
-            ("other_call_site", _site(o)),
-        ]
-        when = e.time_ns() if e is not None else None
-    elif f.kind == "no_dump":
-        want = _shape(o) if o is not None else "?"
-        text = (
-            f"rank {rank} wrote no dump while rank(s) {others} wait in collective #{f.seq} "
-            f"{want} of {_pg(o, f)}"
-            + (f" from {_site(o)}" if _site(o) else "")
-            + ": it may have died or hung before it could dump"
-        )
-        facts = [
-            *base,
-            ("seq", f.seq),
-            ("op_type", o.op_type if o is not None else None),
-            ("waiting_ranks", others),
-            ("other_call_site", _site(o)),
-            ("missing_dumps", missing),
-        ]
-        when = o.time_ns() if o is not None else None
-    else:  # unmatched p2p
-        assert e is not None
-        peer = f.peer
-        if f.kind == "unmatched_send":
-            text = (
-                f"rank {peer} sent {e.numel_in():,} {e.dtype()} elements to rank {rank} "
-                f"(send #{e.p2p_seq} of {_pg(e, f)}"
-                + (f", from {_site(e)}" if _site(e) else "")
-                + f"), but rank {rank} never posted the matching recv"
-            )
-            facts = [*base, *_entry_facts(e), ("sender_rank", peer)]
-        else:
-            text = (
-                f"rank {peer} waits to receive {e.numel_out():,} {e.dtype()} elements from "
-                f"rank {rank} (recv #{e.p2p_seq} of {_pg(e, f)}"
-                + (f", from {_site(e)}" if _site(e) else "")
-                + f"), but rank {rank} never posted the matching send"
-            )
-            facts = [*base, *_entry_facts(e), ("receiver_rank", peer)]
-        facts.append(("missing_dumps", missing))
-        when = e.time_ns()
+        role = ("receiver_rank", peer)
+    facts = [*_base(f), *_entry_facts(e), role, ("missing_dumps", _missing(f))]
+    return text, facts, e.time_ns()
+
+
+_BY_KIND = {
+    "mismatch": _mismatch,
+    "not_scheduled": _not_scheduled,
+    "behind": _behind,
+    "no_dump": _no_dump,
+}
+
+
+def finding_line(rank: int, f: Finding) -> str:
+    text, facts, when = _BY_KIND.get(f.kind, _unmatched_p2p)(rank, f)
     return f"{_stamp(when)}[rank{rank}]: {PREFIX}{text}{_facts(facts)}"
 
 
