@@ -50,29 +50,30 @@ def service(catalog: Any) -> Iterator[Service]:
 
 
 def live(daemon: Service) -> bool:
-    return daemon.health()[0]
+    return daemon.checks.live()[0]
 
 
 def test_a_loop_that_stands_still_is_unhealthy_only_while_kafka_answers(service: Service) -> None:
     now = time.monotonic()
     service.last_alive = now - 120  # the loop has not turned for two minutes
-    service.kafka_checked = now
-    service.kafka_up = True
+    probe = service.probe
+    probe.kafka_checked = now
+    probe.kafka_up = True
     assert not live(service)  # wedged: Kafka answers, the loop does not move
-    service.kafka_up = False
+    probe.kafka_up = False
     assert live(service)  # a broker outage: waiting, not wedged
-    body = orjson.loads(service.health()[1])
+    body = orjson.loads(service.checks.live()[1])
     assert body["status"] == "ok" and body["waiting"] == "broker unreachable"
-    assert not service.readiness()[0]
-    service.kafka_up, service.output_missing = True, True
+    assert not service.checks.ready()[0]
+    probe.kafka_up, probe.output_missing = True, True
     assert live(service)  # the output topic is gone: held, not wedged
-    service.output_missing = False
-    service.kafka_checked = now - 60
-    service.kafka_up = False
+    probe.output_missing = False
+    probe.kafka_checked = now - 60
+    probe.kafka_up = False
     assert not live(service)  # no recent probe: the event loop itself may be stuck
     service.connecting = True
     assert live(service)  # waiting for the broker at start
-    assert "waiting for the broker" in orjson.loads(service.readiness()[1])["reasons"]
+    assert "waiting for the broker" in orjson.loads(service.checks.ready()[1])["reasons"]
 
 
 def test_systemd_hears_from_the_daemon_while_it_is_live_and_only_then(
@@ -88,10 +89,10 @@ def test_systemd_hears_from_the_daemon_while_it_is_live_and_only_then(
 
     def heard(**state: Any) -> set[str]:
         for k, v in state.items():
-            setattr(service, k, v)
+            setattr(service.probe if hasattr(service.probe, k) else service, k, v)
 
         async def listen() -> set[str]:
-            task = asyncio.create_task(service._keep_alive())
+            task = asyncio.create_task(service.checks.keep_alive())
             await asyncio.sleep(0.3)
             task.cancel()
             got: set[str] = set()

@@ -273,13 +273,13 @@ def test_kafka_probe_marks_the_broker_down_and_up(daemon_kafka: str, tmp_path: P
         try:
             with contextlib.suppress(KafkaError):
                 await service.reader.start()
-            task = asyncio.create_task(service._probe_kafka())
+            task = asyncio.create_task(service.probe.run(service.reader))
             await asyncio.sleep(3)
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             value = parse_metrics(service.metrics.render().decode())["rankwatch_kafka_up"]
-            return value, service.readiness()
+            return value, service.checks.ready()
         finally:
             await service.reader.stop()
             service.engine.close()

@@ -36,7 +36,7 @@ from rankwatch.daemon.bounds import max_entries
 from rankwatch.daemon.decision import Decision
 from rankwatch.daemon.engine_worker import EngineWorker
 from rankwatch.daemon.feeding import PartitionBatch
-from rankwatch.daemon.health import Health
+from rankwatch.daemon.health import BrokerProbe, Health
 from rankwatch.daemon.http import HttpServer
 from rankwatch.daemon.jobs import JobMap, partition_of_origin
 from rankwatch.daemon.keying import decide_repartition
@@ -83,7 +83,7 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.daemon.on_assigned(set(assigned))
 
 
-class Daemon(Health):
+class Daemon:
     def __init__(self, cfg: DaemonConfig, catalog: Catalog | None = None) -> None:
         self.cfg = cfg
         catalog = catalog if catalog is not None else load_catalog(cfg)
@@ -97,9 +97,10 @@ class Daemon(Health):
         self.index = PublishedIndex(cfg.incident_horizon_ms, retain_s)
         self.jobmap = JobMap()
         self.max_entries = max_entries(cfg.memory_budget_bytes)  # per bookkeeping structure
-        self.http = HttpServer(self.metrics.registry, self.health, self.readiness)
+        self.probe = BrokerProbe(cfg, self.metrics)
+        self.checks = Health(self, self.probe)
+        self.http = HttpServer(self.metrics.registry, self.checks.live, self.checks.ready)
         self.notifier = Notifier()
-        self.init_health()
         self.connecting = False  # waiting for the broker at start
         self._kafka_probe: asyncio.Task[None] | None = None
         self._keepalive: asyncio.Task[None] | None = None
@@ -158,13 +159,13 @@ class Daemon(Health):
             except OSError as e:
                 raise DaemonError(f"metrics_addr {self.cfg.metrics_addr}: {e.strerror}") from None
             log.info("metrics on %s", http_url(*(self.http.address or listen), "/metrics"))
-        self._keepalive = asyncio.create_task(self._keep_alive())
+        self._keepalive = asyncio.create_task(self.checks.keep_alive())
         try:
             if not await self._connect():
                 return  # stopped while waiting for the broker
             self.decision.publisher = self.publisher
             self.started = True
-            self._kafka_probe = asyncio.create_task(self._probe_kafka())
+            self._kafka_probe = asyncio.create_task(self.probe.run(self.reader))
             self.source.run_repartition(self._fail)
             self._start_flight_recorder()
             while not self.stopping.is_set() and self.failure is None:
@@ -230,7 +231,7 @@ class Daemon(Health):
         for topic in [*cfg.input_topics(), cfg.output_topic]:
             if topic not in topics:
                 awaiting(topic)
-        self.output_seen = cfg.output_topic in topics
+        self.probe.output_seen = cfg.output_topic in topics
         self.source.consumer.subscribe(cfg.analysis_topics(), listener=_Listener(self))
         log.info(
             "consuming %s as group %s from %s; diagnoses to %s%s%s",
