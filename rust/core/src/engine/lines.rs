@@ -9,7 +9,7 @@ use crate::catalog::Catalog;
 use crate::digits;
 use crate::fieldre::FieldSpan;
 use crate::memsize;
-use crate::prefix::{docker_json, is_exception_line, peel, Level, LineMeta};
+use crate::prefix::{docker_json, is_exception_line, peel, KnownLabels, Level, LineMeta};
 use crate::scandb::Scanner;
 use std::ops::Range;
 use std::sync::Arc;
@@ -98,6 +98,7 @@ pub(crate) struct LineState {
     line_no: u64,
     after_last_error: bool,
     in_traceback: bool,
+    labels: KnownLabels,
 }
 
 impl LineState {
@@ -107,7 +108,9 @@ impl LineState {
 
     /// Heap the state owns: the waiting partial line and CRI pieces.
     pub(crate) fn heap_bytes(&self) -> usize {
-        crate::memsize::vec(&self.partial) + crate::memsize::string(&self.envelope_buf)
+        crate::memsize::vec(&self.partial)
+            + crate::memsize::string(&self.envelope_buf)
+            + self.labels.heap_bytes()
     }
 }
 
@@ -577,6 +580,13 @@ impl LineDecoder {
             return self.envelope_piece(st, &piece.text, complete, piece.ts_ms, t, out);
         }
         let meta = peel(line, self.year);
+        let meta = match st.labels.peel_behind(line, &meta, self.year) {
+            Some(again) => again,
+            None => {
+                st.labels.learn(line, &meta);
+                meta
+            }
+        };
         if meta.cri {
             let content = &line[meta.msg_start..];
             return self.envelope_piece(st, content, !meta.cri_partial, meta.ts_ms, t, out);

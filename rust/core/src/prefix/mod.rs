@@ -10,13 +10,16 @@
 mod anchor;
 mod docker_json;
 mod fast;
+mod labels;
 mod launcher;
 mod pg_rank;
 mod producer;
 mod progress;
 
 pub use docker_json::{docker_json, DockerPiece};
+pub use labels::KnownLabels;
 pub use pg_rank::{pg_rank, PgRank};
+pub use progress::is_bar_line;
 
 use crate::timefmt::{ctime, iso_datetime, leading_number, syslog_time};
 

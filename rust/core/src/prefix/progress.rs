@@ -16,8 +16,24 @@ pub(super) fn progress_bar(b: &[u8]) -> Option<usize> {
     memchr::memchr_iter(b'%', window).find_map(|p| bar_after_percent(b, p))
 }
 
+/// Whether `line` is a progress bar and nothing else (a bar's last drawing kept in the log).
+pub fn is_bar_line(line: &str) -> bool {
+    let b = line.as_bytes();
+    let window = &b[..b.len().min(PERCENT_WINDOW)];
+    memchr::memchr_iter(b'%', window).any(|p| {
+        bar_close(b, p).is_some_and(|close| b[close + 1..].iter().all(u8::is_ascii_whitespace))
+    })
+}
+
 /// The bar's end when the `%` at `p` opens `N%|bar| n/total [..]` or `N% n/total [..]`.
 fn bar_after_percent(b: &[u8], p: usize) -> Option<usize> {
+    let close = bar_close(b, p)?;
+    let rest = &b[close + 1..];
+    (!rest.iter().all(u8::is_ascii_whitespace)).then_some(close + 1)
+}
+
+/// The index of the `]` that closes the bar whose `%` is at `p`.
+fn bar_close(b: &[u8], p: usize) -> Option<usize> {
     if p == 0 || !b[p - 1].is_ascii_digit() {
         return None;
     }
@@ -36,9 +52,7 @@ fn bar_after_percent(b: &[u8], p: usize) -> Option<usize> {
     if !b[k..end].starts_with(b" [") {
         return None;
     }
-    let close = k + 2 + memchr::memchr(b']', &b[k + 2..end])?;
-    let rest = &b[close + 1..];
-    (!rest.iter().all(u8::is_ascii_whitespace)).then_some(close + 1)
+    Some(k + 2 + memchr::memchr(b']', &b[k + 2..end])?)
 }
 
 /// A tqdm counter: digits, maybe scaled (`1.2k`, `3M`) or unknown (`?`).
@@ -59,7 +73,21 @@ fn count(b: &[u8], keep: impl Fn(u8) -> bool) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::progress_bar;
+    use super::{is_bar_line, progress_bar};
+
+    #[test]
+    fn a_bar_alone_is_a_bar_line() {
+        assert!(is_bar_line(
+            "Preparing test set...:  39%|███▉      | 26/67 [24:51<30:30, 44.65s/it]"
+        ));
+        assert!(is_bar_line(
+            "Loading shards:  33% 1/3 [00:05<00:10,  5.02s/it]  "
+        ));
+        assert!(!is_bar_line(
+            " 12%|█▏        | 3/25 [00:09<01:07,  3.07s/it]ERROR: failed"
+        ));
+        assert!(!is_bar_line("GPU util 95% of 8/8 devices [ok]"));
+    }
 
     fn behind(line: &str) -> Option<&str> {
         progress_bar(line.as_bytes()).map(|n| &line[n..])
