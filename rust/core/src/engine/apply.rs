@@ -169,7 +169,7 @@ impl Engine {
             learn_source_identity(job, st, src, &d.meta, host);
         }
         let placed = self.place_in_time(job, st, src, d);
-        track_record(job, st, line, d, &self.catalog);
+        track_record(job, st, line, d, found.1.is_empty(), &self.catalog);
         self.remember_line(job, st, src, line, d, placed.at.ts);
         let line_ctx = LineCtx {
             src,
@@ -776,7 +776,14 @@ fn learn_source_identity(
 
 /// Follows records across lines: a continuation joins the open hit's record (up to its cap),
 /// any other line starts a record.
-fn track_record(job: &mut Job, st: &mut Stream, line: &str, d: &Decoded, catalog: &Catalog) {
+fn track_record(
+    job: &mut Job,
+    st: &mut Stream,
+    line: &str,
+    d: &Decoded,
+    unmatched: bool,
+    catalog: &Catalog,
+) {
     if d.level >= Level::Error {
         job.failure_seen = true;
     }
@@ -788,6 +795,12 @@ fn track_record(job: &mut Job, st: &mut Stream, line: &str, d: &Decoded, catalog
     let Some(hit) = st.open_hit.and_then(|h| job.hits.get_mut(h)) else {
         return;
     };
+    if unmatched && names_the_exception(hit, d, line) {
+        let before = memsize::string(&hit.text);
+        hit.text = line.to_string();
+        hit.line_no = d.line_no;
+        job.content_bytes = (job.content_bytes + memsize::string(&hit.text)).saturating_sub(before);
+    }
     let is_cause = hit
         .sig
         .is_some_and(|s| catalog.signatures[s as usize].role == Role::Cause);
@@ -799,6 +812,21 @@ fn track_record(job: &mut Job, st: &mut Stream, line: &str, d: &Decoded, catalog
         job.content_bytes =
             (job.content_bytes + added + memsize::vec(&hit.record)).saturating_sub(before);
     }
+}
+
+/// Whether `line` is the exception that ends the traceback an unclassified hit opened with its
+/// `Traceback (most recent call last):` header. The header says only that something failed;
+/// the exception line says what, so it becomes the hit's line (the first exception of a
+/// chain: the header's text is gone after it). Only for an exception no signature knows: one
+/// that a signature knows is a hit of its own.
+fn names_the_exception(hit: &Hit, d: &Decoded, line: &str) -> bool {
+    hit.sig.is_none()
+        && d.level >= Level::Error
+        && hit
+            .text
+            .trim_end()
+            .ends_with("Traceback (most recent call last):")
+        && crate::prefix::is_exception_line(d.meta.message(line))
 }
 
 /// How many lines of its record a hit keeps.
