@@ -4,6 +4,7 @@
 //! Rules run in the order of [`RULES`]; a later rule may read what earlier ones wrote.
 
 mod bad_interface;
+mod bar_at_timeout;
 mod busy_at_entry;
 mod cause_signature;
 mod collective_mismatch;
@@ -68,6 +69,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("collective_mismatch", collective_mismatch::apply),
     ("progress", progress::apply),
     ("busy_at_entry", busy_at_entry::apply),
+    ("bar_at_timeout", bar_at_timeout::apply),
     ("stack_dumps", stack_dumps::apply),
     ("ras_report", ras_report::apply),
     ("silence", silence::apply),

@@ -1,0 +1,177 @@
+//! A process still drawing a progress bar when the others time out in a collective is the one
+//! they wait for: it is doing work the others are not (preparing a dataset, an evaluation, a
+//! scan on one rank) and has not joined the collective. `progress` and `busy_at_entry` tell
+//! this from times; this rule needs none. In a console where the ranks share one stream, the
+//! order of the lines shows it: the bar's last drawings come right before the watchdog
+//! timeouts, from a process that prints no failure of its own and is none of the waiting ranks.
+//!
+//! +15: more than a symptom's share (so it wins over the first timeout), less than
+//! `busy_at_entry` (+30), whose times say the same thing more surely; a cause signature anywhere
+//! in the incident still wins. Only one such process may stand out, it must have drawn at least
+//! two frames of its bar, two ranks or more must wait, and a rank below the highest waiting one
+//! must be missing from them: where every rank waits, the bar was one of theirs (a console
+//! where a rank's bar and its own timeout land on different sources).
+//!
+//! Cases: a Lightning job whose rank 0 writes an HDF5 test set for over 30 minutes while
+//! ranks 1 and 2 time out in ALLREDUCE #3 (the bar was at 26/67 when they did).
+
+use crate::catalog::Role;
+use crate::correlate::board::{Board, LineRef};
+use crate::correlate::collectives::{who_list, Entry};
+use crate::correlate::rules::Scope;
+use crate::correlate::view::{View, Who};
+use crate::prefix::{is_bar_line, peel};
+use std::collections::BTreeSet;
+
+const FINDING: &str = "progress_bar_at_timeout";
+const WEIGHT: i32 = 15;
+/// A bar's frames among this many of the process's last lines.
+const LAST_LINES: usize = 8;
+
+pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
+    let Some(finding) = v.cat.index_of(FINDING) else {
+        return;
+    };
+    let waiting: Vec<&Entry> = scope.collectives(v).iter().filter(|e| e.waiting).collect();
+    let waiters: BTreeSet<Who> = waiting.iter().map(|e| e.who).collect();
+    if !someone_missing(&waiters) {
+        return;
+    }
+    let Some(first_hit) = scope.hits.iter().map(|&i| v.hit(i).seq).min() else {
+        return;
+    };
+    // A process that printed a failure of its own is no bystander; a rankless source that only
+    // echoes the waiters' symptoms (`Some NCCL operations have failed…`) may still be one.
+    let failed: BTreeSet<u32> = scope
+        .hits
+        .iter()
+        .map(|&i| v.hit(i))
+        .filter(|h| v.sig(h).is_none_or(|s| s.role != Role::Symptom))
+        .map(|h| h.source)
+        .collect();
+    let drawing: Vec<(u32, u64)> = (0..v.job.sources.len() as u32)
+        .filter(|&si| !failed.contains(&si) && !waits(v, si, &waiters))
+        .filter_map(|si| bar_before(v, si, first_hit).map(|seq| (si, seq)))
+        .collect();
+    let [(src, seq)] = drawing[..] else {
+        return;
+    };
+    let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
+    let host = v.who_host(who);
+    let first = waiting[0];
+    let waiting_ranks = who_list(&waiters.iter().copied().collect::<Vec<_>>());
+    let facts = vec![
+        ("coll_seq".to_string(), first.seq.to_string()),
+        ("coll_op".to_string(), first.fp.op.clone()),
+        ("coll_group".to_string(), first.group.clone()),
+        ("waiting_ranks".to_string(), waiting_ranks.clone()),
+    ];
+    if board.cand(who, host).has_rule("busy_at_entry") {
+        return; // times said it already
+    }
+    let c = board.cand(who, host);
+    c.stated = c.stated.or(Some(LineRef::Ring(src, seq)));
+    c.finding = c.finding.take().or(Some((finding, facts)));
+    let why = format!(
+        "still drawing a progress bar when {waiting_ranks} timed out in #{} of {}",
+        first.seq, first.group
+    );
+    board.add(who, host, "bar_at_timeout", WEIGHT, why);
+}
+
+/// Two ranks or more wait, and a rank below the highest of them does not.
+fn someone_missing(waiters: &BTreeSet<Who>) -> bool {
+    let ranks: Vec<u32> = waiters
+        .iter()
+        .filter_map(|w| match w {
+            Who::Rank(r) => Some(*r),
+            _ => None,
+        })
+        .collect();
+    ranks.len() >= 2
+        && ranks
+            .iter()
+            .max()
+            .is_some_and(|&m| (m as usize) + 1 > ranks.len())
+}
+
+fn waits(v: &View, src: u32, waiters: &BTreeSet<Who>) -> bool {
+    waiters.contains(&Who::Source(src))
+        || v.rank_of(src)
+            .is_some_and(|r| waiters.contains(&Who::Rank(r)))
+}
+
+/// The line of the bar's last frame, when the source's last lines before `first_hit` end with
+/// a bar that drew two frames or more.
+fn bar_before(v: &View, src: u32, first_hit: u64) -> Option<u64> {
+    let lines = v.job.sources[src as usize].ring.lines();
+    let before: Vec<_> = lines.iter().filter(|l| l.seq < first_hit).collect();
+    let last = before.last()?;
+    let is_bar = |text: &str| is_bar_line(peel(text, v.cfg.default_year).message(text));
+    if !is_bar(&last.text) {
+        return None;
+    }
+    let frames = before
+        .iter()
+        .rev()
+        .take(LAST_LINES)
+        .filter(|l| is_bar(&l.text))
+        .count();
+    (frames >= 2).then_some(last.seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::correlate::testkit::{diagnose, root_line};
+
+    const TIMEOUTS: &str = "\
+[E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800008 milliseconds before timing out.
+[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800008 milliseconds before timing out.
+[E ProcessGroupNCCL.cpp:489] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.
+";
+
+    #[test]
+    fn the_process_drawing_a_bar_into_the_timeouts_is_the_root() {
+        let last = "Scanning shards:  40%|████      | 8/20 [31:02<46:30, 232.5s/it]";
+        let log = format!(
+            "Scanning shards:  35%|███▌      | 7/20 [27:10<50:20, 232.3s/it]\n{last}\n{TIMEOUTS}"
+        );
+        let d = diagnose(&log);
+        assert_eq!(root_line(&d), last);
+        let j = &d[0].json;
+        assert_eq!(j["cause_signature"]["id"], "progress_bar_at_timeout");
+        assert!(
+            j["cause"].as_str().unwrap().contains("#3"),
+            "{}",
+            j["cause"]
+        );
+    }
+
+    #[test]
+    fn one_frame_or_a_bar_long_before_is_no_evidence() {
+        let one = "Scanning shards:  40%|████      | 8/20 [31:02<46:30, 232.5s/it]";
+        let d = diagnose(&format!("{one}\n{TIMEOUTS}"));
+        assert_ne!(
+            d[0].json["cause_signature"]["id"],
+            "progress_bar_at_timeout"
+        );
+        let log = format!("{one}\n{one}\nloading done, starting training\n{TIMEOUTS}");
+        let d = diagnose(&log);
+        assert_ne!(
+            d[0].json["cause_signature"]["id"],
+            "progress_bar_at_timeout"
+        );
+    }
+
+    #[test]
+    fn a_bar_where_every_rank_waits_was_one_of_theirs() {
+        let bar = "Epoch 3:  52%|█████▏    | 520/1000 [10:02<09:16, 1.16s/it]";
+        let rank0 = TIMEOUTS.lines().next().unwrap().replace("Rank 1", "Rank 0");
+        let log = format!("{bar}\n{bar}\n{rank0}\n{TIMEOUTS}");
+        let d = diagnose(&log);
+        assert_ne!(
+            d[0].json["cause_signature"]["id"],
+            "progress_bar_at_timeout"
+        );
+    }
+}
