@@ -332,7 +332,17 @@ fn elastic_summary_row(rest: &[u8]) -> bool {
 fn opens_python_error(rest: &[u8]) -> bool {
     rest.starts_with(b"Traceback (most recent call last):")
         || rest.starts_with(b"  File \"")
+        || opens_cpp_trace(rest)
         || std::str::from_utf8(rest).is_ok_and(|s| is_exception_line(s) && s.contains(": "))
+}
+
+/// The lines of a c10 exception's C++ trace: `Exception raised from f at file:N (most recent
+/// call first):` and its `frame #N: ` lines.
+fn opens_cpp_trace(rest: &[u8]) -> bool {
+    let frame = rest
+        .strip_prefix(b"frame #")
+        .is_some_and(|r| r.first().is_some_and(u8::is_ascii_digit));
+    frame || (rest.starts_with(b"Exception raised from ") && rest.ends_with(b"):"))
 }
 
 /// grep's file-name column when several files were searched: `LOG1.3.txt:` (and the line

@@ -389,3 +389,21 @@ fn bracketed_tags_that_are_not_a_vendor_nccl_header() {
         assert_ne!(peeled(line).m.producer, Producer::Nccl, "{line}");
     }
 }
+
+#[test]
+fn pdsh_label_before_a_c10_exception_trace() {
+    let p = peeled("gpu-b12: Exception raised from ncclCommWatchdog at /src/c10d/ProcessGroupNCCL.cpp:1418 (most recent call first):");
+    assert_eq!(
+        p.msg,
+        "Exception raised from ncclCommWatchdog at /src/c10d/ProcessGroupNCCL.cpp:1418 (most recent call first):"
+    );
+    assert_eq!(p.host, Some("gpu-b12"));
+    let p = peeled("gpu-b12: frame #3: <unknown function> + 0x94ac3 (0x7f10 in /lib/libc.so.6)");
+    assert_eq!(
+        p.msg,
+        "frame #3: <unknown function> + 0x94ac3 (0x7f10 in /lib/libc.so.6)"
+    );
+    // Prose that happens to open the same way stays prose.
+    let p = peeled("Note: frame #one was dropped");
+    assert_eq!(p.host, None);
+}
