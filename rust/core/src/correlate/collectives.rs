@@ -270,15 +270,19 @@ pub fn describe(fp: &Fingerprint, trace: bool) -> String {
     s
 }
 
-/// Ranks (or, where a process's rank is unknown, its source number) as ranges.
-pub fn who_list(whos: &[Who]) -> String {
-    let ranks: BTreeSet<u32> = whos
-        .iter()
+/// The ranks among `whos` (sources and hosts left out).
+pub fn ranks_of<'a>(whos: impl IntoIterator<Item = &'a Who>) -> BTreeSet<u32> {
+    whos.into_iter()
         .filter_map(|w| match w {
             Who::Rank(r) => Some(*r),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// Ranks (or, where a process's rank is unknown, its source number) as ranges.
+pub fn who_list(whos: &[Who]) -> String {
+    let ranks = ranks_of(whos);
     let others = whos.len() - ranks.len();
     let mut s = rank_ranges(&ranks);
     if others > 0 {

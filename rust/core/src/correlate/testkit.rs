@@ -48,6 +48,16 @@ pub fn root_line(d: &[Diagnosis]) -> String {
         .to_string()
 }
 
+/// Asserts that the first diagnosis roots at `line` with the finding `id`, whose cause text
+/// holds `cause_has`.
+pub fn assert_finding(d: &[Diagnosis], line: &str, id: &str, cause_has: &str) {
+    assert_eq!(root_line(d), line);
+    let j = &d[0].json;
+    assert_eq!(j["cause_signature"]["id"], id);
+    let cause = j["cause"].as_str().unwrap();
+    assert!(cause.contains(cause_has), "{cause}");
+}
+
 /// Diagnoses of several files of one job (name, text), fed in order, at the end of input.
 pub fn diagnose_files(files: &[(&str, &str)]) -> Vec<Diagnosis> {
     let mut e = Engine::new(Arc::new(shipped_catalog()), Config::default());

@@ -17,7 +17,7 @@
 
 use crate::catalog::Role;
 use crate::correlate::board::{Board, LineRef};
-use crate::correlate::collectives::{who_list, Entry};
+use crate::correlate::collectives::{ranks_of, who_list, Entry};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
 use crate::prefix::{is_bar_line, peel};
@@ -122,7 +122,7 @@ fn bar_before(v: &View, src: u32, first_hit: u64) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use crate::correlate::testkit::{diagnose, root_line};
+    use crate::correlate::testkit::{assert_finding, diagnose};
 
     const TIMEOUTS: &str = "\
 [E ProcessGroupNCCL.cpp:475] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800008 milliseconds before timing out.
@@ -136,15 +136,7 @@ mod tests {
         let log = format!(
             "Scanning shards:  35%|███▌      | 7/20 [27:10<50:20, 232.3s/it]\n{last}\n{TIMEOUTS}"
         );
-        let d = diagnose(&log);
-        assert_eq!(root_line(&d), last);
-        let j = &d[0].json;
-        assert_eq!(j["cause_signature"]["id"], "progress_bar_at_timeout");
-        assert!(
-            j["cause"].as_str().unwrap().contains("#3"),
-            "{}",
-            j["cause"]
-        );
+        assert_finding(&diagnose(&log), last, "progress_bar_at_timeout", "#3");
     }
 
     #[test]
