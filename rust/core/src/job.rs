@@ -45,6 +45,9 @@ pub struct Source {
     pub rank: Option<u32>,
     /// (rank, nranks) from the NCCL communicator init line with the largest nranks.
     pub init_rank: Option<(u32, u32)>,
+    /// Where (job sequence number) this process last printed NCCL's `Init START` or
+    /// `Init COMPLETE`.
+    pub init_seen_at: Option<u64>,
     pub cuda_dev: Option<u16>,
     pub bus_id: Option<String>,
     pub ring: Ring,

@@ -388,7 +388,9 @@ fn stuck_stack_lines(view: &View) -> Vec<(board::LineRef, &'static str)> {
 
 /// An incident made only of unrecognised warnings is a failure only when the job shows a
 /// failure outcome somewhere (healthy runs print benign warnings too). A cause that matters
-/// only between hosts does not make one in a job that provably ran on one host.
+/// only between hosts does not make one in a job that provably ran on one host, and an NCCL
+/// error-return trace does not make one when its process went on with init after it (NCCL
+/// probes optional transports, GDR support for one, and goes on without them).
 fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
     let one_host = std::cell::OnceCell::new();
     job.failure_seen
@@ -398,9 +400,25 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
                 .sig
                 .is_some_and(|s| cat.signatures[s as usize].only_across_hosts);
             // Not a failure: a warning, or a between-hosts cause in a one-host job.
-            !(h.warn_only || across && *one_host.get_or_init(|| on_one_host(job)))
+            !(h.warn_only
+                || across && *one_host.get_or_init(|| on_one_host(job))
+                || probe_survived(job, cat, h))
         })
 }
+
+/// An error-return trace printed before its process's next `Init START` or `Init COMPLETE`.
+fn probe_survived(job: &Job, cat: &Catalog, h: &crate::job::Hit) -> bool {
+    let is_trace = h
+        .sig
+        .is_some_and(|s| cat.signatures[s as usize].id == ERROR_RETURN);
+    is_trace
+        && job.sources[h.source as usize]
+            .init_seen_at
+            .is_some_and(|at| at > h.seq)
+}
+
+/// NCCL's `file:line -> N` error-return trace.
+pub(crate) const ERROR_RETURN: &str = "nccl_error_return";
 
 /// Every rank of the job's largest communicator was seen, all on one host.
 fn on_one_host(job: &Job) -> bool {
@@ -510,6 +528,22 @@ mod tests {
             one_host_run(socket)
         );
         assert_eq!(diagnose(&failed).len(), 1);
+    }
+
+    #[test]
+    fn an_error_trace_before_init_completes_is_a_probe_not_a_failure() {
+        let probe = "ws-2:881:881 [0] misc/ibvwrap.cc:173 NCCL WARN lib wrapper not initialized.\n\
+             ws-2:881:881 [0] NCCL INFO transport/net_ib/gdr.cc:56 -> 3\n\
+             ws-2:881:881 [0] NCCL INFO Using network Socket\n";
+        for phase in ["START", "COMPLETE"] {
+            let went_on = format!(
+                "ws-2:881:920 [0] NCCL INFO comm 0x55a0 rank 0 nranks 1 cudaDev 0 busId 1000 \
+                 - Init {phase}\n"
+            );
+            assert!(diagnose(&format!("{probe}{went_on}")).is_empty());
+        }
+        // Without init completing, the trace is where the failure starts.
+        assert_eq!(diagnose(probe).len(), 1);
     }
 
     #[test]

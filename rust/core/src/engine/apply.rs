@@ -356,9 +356,12 @@ impl Engine {
             if !is_hit {
                 continue;
             }
-            // A cause that healthy runs print too counts only once the job fails.
+            // A cause that healthy runs print too counts only once the job fails. An NCCL
+            // error-return trace fails its own incident, not the job: it may be a probe that
+            // its process survives (correlate::shows_failure).
             let needs_failure = spec.only_with_failure;
-            let alone_fails = !needs_failure && !spec.only_across_hosts;
+            let alone_fails =
+                !needs_failure && !spec.only_across_hosts && spec.id != correlate::ERROR_RETURN;
             if (is_cause && alone_fails) || ctx.d.level >= Level::Error {
                 job.failure_seen = true;
             }
@@ -433,6 +436,9 @@ impl Engine {
         let mut claimed_twice = false;
         if spec.role == Role::Context {
             claimed_twice = note_announcement(job, src, &got, at).is_some();
+            if INIT_LINES.contains(&spec.id.as_str()) {
+                job.sources[src as usize].init_seen_at = Some(seq);
+            }
             if let Some(d) = got.cuda_dev.and_then(|v| v.parse::<u16>().ok()) {
                 job.sources[src as usize].cuda_dev = Some(d);
             }
@@ -828,6 +834,9 @@ fn names_the_exception(hit: &Hit, d: &Decoded, line: &str) -> bool {
             .ends_with("Traceback (most recent call last):")
         && crate::prefix::is_exception_line(d.meta.message(line))
 }
+
+/// The context signatures of NCCL's `Init START` and `Init COMPLETE` lines.
+const INIT_LINES: [&str; 2] = ["nccl_init_start", "nccl_init_complete"];
 
 /// How many lines of its record a hit keeps.
 fn record_lines(is_cause: bool) -> usize {
