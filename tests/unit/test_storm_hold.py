@@ -60,3 +60,15 @@ def test_stats_without_the_breakdown_keep_the_running_count() -> None:
     assert "memory_breakdown" not in light
     assert light["memory_bytes"] == full["memory_bytes"] > 0
     assert sum(full["memory_breakdown"].values()) == full["memory_bytes"]
+
+
+def test_a_holding_poll_names_the_jobs_it_held() -> None:
+    engine = storm_engine()
+    feed_rank(engine, 1)
+    held = engine.poll_encoded(T0 + 1_100, 0, True)
+    assert list(held) == [] and held.held_jobs == ["storm"]
+    nothing_new = engine.poll_encoded(T0 + 1_200, 0, True)
+    assert nothing_new.held_jobs == ["storm"]  # still waiting: its input changed
+    flushed = engine.poll_encoded(T0 + 1_300, 0, False)
+    assert len(list(flushed)) == 1 and flushed.held_jobs == []
+    assert engine.poll_encoded(T0 + 1_400, 0, True).held_jobs == []

@@ -270,7 +270,7 @@ class Daemon(Health):
         (False while delivery is held)."""
         await self._settle()
         await self._poll_and_publish()
-        return await self._checkpoint()
+        return await self._checkpoint(full=True)
 
     async def _drain(self) -> None:
         async with self.lock:
@@ -416,24 +416,46 @@ class Daemon(Health):
         its update would wait for the checkpoint anyway (`Decision`). A checkpoint polls without
         `hold` first, so no update is held past the offsets of the records it derives from."""
         polled, more = 0, True
+        held: set[str] = set()
         while more:  # a burst in parts of at most `poll_bytes`, each published first
             diagnoses = await self.engine.poll_lazily(now_ms(), self.poll_bytes, hold)
             await self.decision.offer(diagnoses, self._replaying)
             polled, more = polled + diagnoses.total_bytes, diagnoses.more
+            held.update(diagnoses.held_jobs)
+        self.pos.polled(self._partitions_of(held))
         if polled >= TRIM_AFTER_BYTES:
             release_free_heap()  # the burst's pages, decoded and dropped (allocator.py)
 
-    async def _checkpoint(self) -> bool:
-        """Waits for every publish to be acknowledged, then commits the offsets of what was
-        fed (in one transaction when transactional). False while delivery is held: nothing
-        is committed and the input is paused (only what is held waits for the broker)."""
+    def _partitions_of(self, jobs: set[str]) -> set[TopicPartition] | None:
+        """The partitions of `jobs` (None when one's are not known: any may carry it)."""
+        out: set[TopicPartition] = set()
+        for job in jobs:
+            tps = self.jobmap.partitions_of(job)
+            if not tps:
+                return None
+            out.update(tps)
+        return out
+
+    async def _checkpoint(self, full: bool = False) -> bool:
+        """Waits for every publish to be acknowledged, then commits the offsets of what the
+        diagnoses polled so far reflect (in one transaction when transactional). False while
+        delivery is held: nothing is committed and the input is paused (only what is held
+        waits for the broker).
+
+        The engine's re-diagnosis hold (`_poll_and_publish`) leaves a storm's incident
+        undiagnosed for up to a settle window; the records fed since its last diagnosis are
+        then not committed yet, on the partitions of its job (`Positions.polled`), so no
+        update is held past the offsets of the records it derives from (at least once,
+        DESIGN §3.4) without diagnosing the incident again at every checkpoint. `full` (a
+        drain, a revoke), or a partition left behind for a settle window: everything is
+        diagnosed now and everything fed is committed."""
         assert self.publisher is not None
         await self._settle()
-        # what the engine held back (`_poll_and_publish`) derives from records fed before
-        # the offsets committed here: diagnosed and sent first (at least once, DESIGN §3.4)
-        await self._poll_and_publish(hold=False)
+        settle_s = max(self.cfg.settle_ms, self.cfg.commit_interval_ms) / 1000
+        if full or self.pos.lagging(self.source.assigned(), settle_s):
+            await self._poll_and_publish(hold=False)
         await self.decision.send_held()
-        offsets = self.pos.to_commit(self.source.assigned())
+        offsets = self.pos.to_commit(self.source.assigned(), reflected_only=True)
         try:
             delivered = await self.publisher.checkpoint(offsets, self.source.consumer)
         except CommitFailedError as e:

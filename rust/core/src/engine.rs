@@ -134,6 +134,10 @@ pub struct Engine {
     /// The job after which the next poll resumes its walk of the jobs table, when the last
     /// poll stopped at its byte bound (so that every job gets its turn).
     resume_after: Option<String>,
+    /// Jobs the last `poll_bounded` call with `hold` left an incident of undiagnosed although
+    /// its input changed (`Job::held`): their records fed so far are not all reflected in a
+    /// diagnosis yet.
+    pub held_jobs: Vec<String>,
     /// The local files whose lines the rings keep by reference.
     file_texts: Arc<FileTexts>,
 }
@@ -316,6 +320,7 @@ impl Engine {
             freed_since_trim: 0,
             pending_bytes: 0,
             resume_after: None,
+            held_jobs: Vec::new(),
             file_texts: Arc::default(),
         }
     }
@@ -973,6 +978,7 @@ impl Engine {
         mut sink: impl FnMut(Diagnosis) -> usize,
     ) -> bool {
         self.wall_ms = now_wall_ms;
+        self.held_jobs.clear();
         let mut sent = 0usize;
         let mut emit = |engine: &mut Engine, diags: Vec<Diagnosis>, sent: &mut usize| {
             for mut d in diags {
@@ -997,13 +1003,18 @@ impl Engine {
         // no job.
         let mut jobs = std::mem::take(&mut self.jobs);
         let start = self.resume_after.take();
+        let mut held = Vec::new();
         let stopped = walk_from(&mut jobs, start.as_deref(), |_, job| {
             let ready =
                 correlate::diagnose_ready(job, &self.catalog, &self.cfg, now_wall_ms, false, hold);
+            if job.held {
+                held.push(job.name.clone());
+            }
             emit(self, ready, &mut sent);
             full(sent)
         });
         self.jobs = jobs;
+        self.held_jobs = held;
         let mut more = stopped.is_some();
         self.resume_after = stopped;
         if !more {

@@ -376,6 +376,10 @@ pub struct Job {
     pub table_lines_seen: usize,
     /// `table_lines_seen` when those tables were last checked for a failure no line states.
     pub table_lines_checked: usize,
+    /// The last poll with `hold` left an incident of this job undiagnosed although its
+    /// input changed (`correlate::diagnose_ready`): what was fed since its last diagnosis is
+    /// not reflected in any published diagnosis yet.
+    pub held: bool,
 }
 
 pub const CONTEXT_FIELDS: &[&str] = &[

@@ -82,6 +82,7 @@ struct PyEncodedDiagnoses {
     docs: VecDeque<String>,
     waiting: usize,
     more: bool,
+    held_jobs: Vec<String>,
 }
 
 #[pymethods]
@@ -110,6 +111,13 @@ impl PyEncodedDiagnoses {
     #[getter]
     fn more(&self) -> bool {
         self.more
+    }
+
+    /// Jobs with an incident this poll's `hold` left undiagnosed although its input changed:
+    /// their records fed so far are not all reflected in a diagnosis yet.
+    #[getter]
+    fn held_jobs(&self) -> Vec<String> {
+        self.held_jobs.clone()
     }
 }
 
@@ -621,7 +629,7 @@ impl PyEngine {
         } else {
             max_bytes
         };
-        let (docs, more) = py.detach(|| {
+        let (docs, more, held_jobs) = py.detach(|| {
             let mut docs = VecDeque::new();
             let more = engine.poll_bounded(now_ms, bound, hold, |d| {
                 let mut doc = d.json.to_string();
@@ -630,13 +638,14 @@ impl PyEngine {
                 docs.push_back(doc);
                 len
             });
-            (docs, more)
+            (docs, more, std::mem::take(&mut engine.held_jobs))
         });
         let waiting = docs.iter().map(String::len).sum();
         PyEncodedDiagnoses {
             docs,
             waiting,
             more,
+            held_jobs,
         }
     }
 
