@@ -63,11 +63,9 @@ class Positions:
         """True while any of `tps` has not been read past its replay end."""
         return any(self.taken.get(tp, 0) <= self.replay_end.get(tp, 0) for tp in tps)
 
-    def polled(self, held: set[TopicPartition] | None) -> None:
-        """A poll diagnosed everything taken so far except the held incidents of jobs on
-        `held` (None: on partitions not known, so on any)."""
-        if held is None:
-            return
+    def polled(self, held: set[TopicPartition]) -> None:
+        """A poll diagnosed everything taken so far except the held incidents of jobs fed
+        from `held`."""
         now = time.monotonic()
         for tp, taken in self.taken.items():
             if tp not in held:

@@ -416,25 +416,19 @@ class Daemon(Health):
         its update would wait for the checkpoint anyway (`Decision`). A checkpoint polls without
         `hold` first, so no update is held past the offsets of the records it derives from."""
         polled, more = 0, True
-        held: set[str] = set()
+        held: set[TopicPartition] = set()
         while more:  # a burst in parts of at most `poll_bytes`, each published first
             diagnoses = await self.engine.poll_lazily(now_ms(), self.poll_bytes, hold)
             await self.decision.offer(diagnoses, self._replaying)
             polled, more = polled + diagnoses.total_bytes, diagnoses.more
-            held.update(diagnoses.held_jobs)
-        self.pos.polled(self._partitions_of(held))
+            # every partition that fed a held job, as the engine saw them (the job map knows
+            # a job by its keys and where it was first seen, not every partition it came on)
+            for origin in diagnoses.held_origins:
+                if (tp := partition_of_origin(origin)) is not None:
+                    held.add(tp)
+        self.pos.polled(held)
         if polled >= TRIM_AFTER_BYTES:
             release_free_heap()  # the burst's pages, decoded and dropped (allocator.py)
-
-    def _partitions_of(self, jobs: set[str]) -> set[TopicPartition] | None:
-        """The partitions of `jobs` (None when one's are not known: any may carry it)."""
-        out: set[TopicPartition] = set()
-        for job in jobs:
-            tps = self.jobmap.partitions_of(job)
-            if not tps:
-                return None
-            out.update(tps)
-        return out
 
     async def _checkpoint(self, full: bool = False) -> bool:
         """Waits for every publish to be acknowledged, then commits the offsets of what the

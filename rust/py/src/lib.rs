@@ -83,6 +83,7 @@ struct PyEncodedDiagnoses {
     waiting: usize,
     more: bool,
     held_jobs: Vec<String>,
+    held_origins: Vec<String>,
 }
 
 #[pymethods]
@@ -118,6 +119,13 @@ impl PyEncodedDiagnoses {
     #[getter]
     fn held_jobs(&self) -> Vec<String> {
         self.held_jobs.clone()
+    }
+
+    /// The origins (`feed_records`' `origin`) of the records that fed those jobs: input
+    /// positions not to commit past until a diagnosis reflects them.
+    #[getter]
+    fn held_origins(&self) -> Vec<String> {
+        self.held_origins.clone()
     }
 }
 
@@ -629,7 +637,7 @@ impl PyEngine {
         } else {
             max_bytes
         };
-        let (docs, more, held_jobs) = py.detach(|| {
+        let (docs, more, held_jobs, held_origins) = py.detach(|| {
             let mut docs = VecDeque::new();
             let more = engine.poll_bounded(now_ms, bound, hold, |d| {
                 let mut doc = d.json.to_string();
@@ -638,7 +646,8 @@ impl PyEngine {
                 docs.push_back(doc);
                 len
             });
-            (docs, more, std::mem::take(&mut engine.held_jobs))
+            let origins = engine.held_origins.iter().map(|o| o.to_string()).collect();
+            (docs, more, std::mem::take(&mut engine.held_jobs), origins)
         });
         let waiting = docs.iter().map(String::len).sum();
         PyEncodedDiagnoses {
@@ -646,6 +655,7 @@ impl PyEngine {
             waiting,
             more,
             held_jobs,
+            held_origins,
         }
     }
 
