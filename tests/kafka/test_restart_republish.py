@@ -17,7 +17,7 @@ from collections.abc import Callable
 import orjson
 
 from daemon_fixtures import Daemon, KafkaRecord, read_topic, wait_for, wait_settled
-from rankwatch.daemon.decision import EARLIER, IDENTICAL
+from rankwatch.daemon.decision import EARLIER, IDENTICAL, verdict
 from rankwatch.daemon.published import EARLIER_VERSIONS, PublishedIndex, content_hash
 from test_daemon_kafka import produce
 from test_fault_suite import duplicates
@@ -84,11 +84,12 @@ def test_the_index_knows_every_version_of_an_id_within_its_bound() -> None:
     versions_ = [{"id": "d-1", "job": "j", "collateral": list(range(n))} for n in range(40)]
     for v in versions_:
         index.load(orjson.dumps(v))
-    assert index.decide(versions_[-1], replaying=False) == (IDENTICAL, content_hash(versions_[-1]))
+    last = versions_[-1]
+    assert verdict(index, last, replaying=False) == (IDENTICAL, content_hash(last))
     kept = versions_[-1 - EARLIER_VERSIONS : -1]
-    assert all(index.decide(v, replaying=False)[0] == EARLIER for v in kept)
-    assert index.decide(versions_[0], replaying=False)[0] is None  # past the bound
-    assert index.decide({**versions_[0], "status": "final"}, replaying=False)[0] is None
+    assert all(verdict(index, v, replaying=False)[0] == EARLIER for v in kept)
+    assert verdict(index, versions_[0], replaying=False)[0] is None  # past the bound
+    assert verdict(index, {**versions_[0], "status": "final"}, replaying=False)[0] is None
 
 
 def test_reading_back_its_own_versions_keeps_each_earlier_version_once() -> None:
@@ -101,4 +102,4 @@ def test_reading_back_its_own_versions_keeps_each_earlier_version_once() -> None
     entry = index.entries["d-1"]
     assert entry.hash == content_hash(versions_[-1])
     assert len(entry.earlier) == 8 * (len(versions_) - 1)
-    assert all(index.decide(v, replaying=False)[0] == EARLIER for v in versions_[:-1])
+    assert all(verdict(index, v, replaying=False)[0] == EARLIER for v in versions_[:-1])
