@@ -81,17 +81,10 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
 
 /// Two ranks or more wait, and a rank below the highest of them does not.
 fn someone_missing(waiters: &BTreeSet<Who>) -> bool {
-    let ranks: Vec<u32> = waiters
-        .iter()
-        .filter_map(|w| match w {
-            Who::Rank(r) => Some(*r),
-            _ => None,
-        })
-        .collect();
+    let ranks = ranks_of(waiters);
     ranks.len() >= 2
         && ranks
-            .iter()
-            .max()
+            .last()
             .is_some_and(|&m| (m as usize) + 1 > ranks.len())
 }
 
