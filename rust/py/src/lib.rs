@@ -82,8 +82,6 @@ struct PyEncodedDiagnoses {
     docs: VecDeque<String>,
     waiting: usize,
     more: bool,
-    held_jobs: Vec<String>,
-    held_origins: Vec<String>,
 }
 
 #[pymethods]
@@ -112,20 +110,6 @@ impl PyEncodedDiagnoses {
     #[getter]
     fn more(&self) -> bool {
         self.more
-    }
-
-    /// Jobs with an incident this poll's `hold` left undiagnosed although its input changed:
-    /// their records fed so far are not all reflected in a diagnosis yet.
-    #[getter]
-    fn held_jobs(&self) -> Vec<String> {
-        self.held_jobs.clone()
-    }
-
-    /// The origins (`feed_records`' `origin`) of the records that fed those jobs: input
-    /// positions not to commit past until a diagnosis reflects them.
-    #[getter]
-    fn held_origins(&self) -> Vec<String> {
-        self.held_origins.clone()
     }
 }
 
@@ -637,7 +621,7 @@ impl PyEngine {
         } else {
             max_bytes
         };
-        let (docs, more, held_jobs, held_origins) = py.detach(|| {
+        let (docs, more) = py.detach(|| {
             let mut docs = VecDeque::new();
             let more = engine.poll_bounded(now_ms, bound, hold, |d| {
                 let mut doc = d.json.to_string();
@@ -646,16 +630,13 @@ impl PyEngine {
                 docs.push_back(doc);
                 len
             });
-            let origins = engine.held_origins.iter().map(|o| o.to_string()).collect();
-            (docs, more, std::mem::take(&mut engine.held_jobs), origins)
+            (docs, more)
         });
         let waiting = docs.iter().map(String::len).sum();
         PyEncodedDiagnoses {
             docs,
             waiting,
             more,
-            held_jobs,
-            held_origins,
         }
     }
 
