@@ -499,6 +499,32 @@ def test_positions_commit_only_what_the_engine_took_past_the_replay() -> None:
     assert pos.to_commit({t0, t1}) == {} and pos.expected(t1) is None
 
 
+def test_positions_commit_only_what_the_polls_reflect() -> None:
+    """Issue 24: a poll that holds a job's update leaves the partitions that fed the job
+    where they were; only what the polls reflect is committed (at least once)."""
+    from rankwatch.daemon.positions import Positions
+
+    t0, t1 = TopicPartition("logs", 0), TopicPartition("logs", 1)
+    pos = Positions()
+    pos.start(t0, 0, replay_end=0)
+    pos.start(t1, 0, replay_end=0)
+    pos.fed(t0, 10)
+    pos.fed(t1, 10)
+    pos.polled(set())
+    pos.fed(t0, 20)
+    pos.fed(t1, 20)
+    pos.polled({t0})  # a job fed from t0 was held
+    assert pos.to_commit({t0, t1}, reflected_only=True) == {t0: 10, t1: 20}
+    assert pos.to_commit({t0, t1}) == {t0: 20, t1: 20}  # a full checkpoint's
+    pos.committed({t0: 10, t1: 20})
+    assert pos.to_commit({t0, t1}, reflected_only=True) == {}  # t0's 10..19 wait
+    assert pos.lagging({t0, t1}, -1.0) and not pos.lagging({t0, t1}, 3600.0)
+    pos.polled(set())
+    assert pos.to_commit({t0, t1}, reflected_only=True) == {t0: 20}
+    pos.committed({t0: 20})
+    assert pos.to_commit({t0, t1}) == {} and not pos.lagging({t0, t1}, -1.0)
+
+
 def test_the_example_config_is_valid() -> None:
     example = Path(__file__).resolve().parents[2] / "python/rankwatch/daemon/example.toml"
     cfg = validate_config(example, use_env=False)

@@ -18,10 +18,10 @@ CAUSE = (
 T0 = 100_000
 
 
-def feed_rank(engine: Engine, rank: int) -> None:
+def feed_rank(engine: Engine, rank: int, origin: str = "in/0") -> None:
     record = {"job": "storm", "rank": rank, "host": f"pod-{rank}", "ts": 1_000 + rank}
     value = orjson.dumps({**record, "line": CAUSE.format(r=rank)})
-    engine.feed_records(Decoder(), "in/0", [value], [None], [None], [1_000])
+    engine.feed_records(Decoder(), origin, [value], [None], [None], [1_000])
 
 
 def polled(engine: Engine, now_ms: int, hold: bool) -> list[bytes]:
@@ -60,3 +60,24 @@ def test_stats_without_the_breakdown_keep_the_running_count() -> None:
     assert "memory_breakdown" not in light
     assert light["memory_bytes"] == full["memory_bytes"] > 0
     assert sum(full["memory_breakdown"].values()) == full["memory_bytes"]
+
+
+def test_a_holding_poll_names_the_jobs_it_held() -> None:
+    engine = storm_engine()
+    feed_rank(engine, 1)
+    held = engine.poll_encoded(T0 + 1_100, 0, True)
+    assert list(held) == [] and held.held_jobs == ["storm"]
+    assert held.held_origins == ["in/0"]
+    nothing_new = engine.poll_encoded(T0 + 1_200, 0, True)
+    assert nothing_new.held_jobs == ["storm"]  # still waiting: its input changed
+    flushed = engine.poll_encoded(T0 + 1_300, 0, False)
+    assert len(list(flushed)) == 1 and flushed.held_jobs == []
+    assert engine.poll_encoded(T0 + 1_400, 0, True).held_jobs == []
+
+
+def test_a_holding_poll_names_every_origin_that_fed_a_held_job() -> None:
+    # the job named in the record values, on two partitions: both wait for its diagnosis
+    engine = storm_engine()
+    feed_rank(engine, 1, "in/1")
+    held = engine.poll_encoded(T0 + 1_100, 0, True)
+    assert held.held_jobs == ["storm"] and sorted(held.held_origins) == ["in/0", "in/1"]

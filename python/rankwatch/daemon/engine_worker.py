@@ -30,6 +30,10 @@ class Polled:
         self.total_bytes = encoded.waiting_bytes
         # the poll stopped at its byte bound: more diagnoses are ready, poll again
         self.more = encoded.more
+        # jobs whose incident the poll's hold left undiagnosed although their input changed
+        self.held_jobs = encoded.held_jobs
+        # the origins (`topic/partition`) of the records that fed them
+        self.held_origins = encoded.held_origins
 
     @property
     def waiting_bytes(self) -> int:

@@ -271,7 +271,7 @@ class Daemon:
         (False while delivery is held)."""
         await self._settle()
         await self._poll_and_publish()
-        return await self._checkpoint()
+        return await self._checkpoint(full=True)
 
     async def _drain(self) -> None:
         async with self.lock:
@@ -417,24 +417,40 @@ class Daemon:
         its update would wait for the checkpoint anyway (`Decision`). A checkpoint polls without
         `hold` first, so no update is held past the offsets of the records it derives from."""
         polled, more = 0, True
+        held: set[TopicPartition] = set()
         while more:  # a burst in parts of at most `poll_bytes`, each published first
             diagnoses = await self.engine.poll_lazily(now_ms(), self.poll_bytes, hold)
             await self.decision.offer(diagnoses, self._replaying)
             polled, more = polled + diagnoses.total_bytes, diagnoses.more
+            # every partition that fed a held job, as the engine saw them (the job map knows
+            # a job by its keys and where it was first seen, not every partition it came on)
+            for origin in diagnoses.held_origins:
+                if (tp := partition_of_origin(origin)) is not None:
+                    held.add(tp)
+        self.pos.polled(held)
         if polled >= TRIM_AFTER_BYTES:
             release_free_heap()  # the burst's pages, decoded and dropped (allocator.py)
 
-    async def _checkpoint(self) -> bool:
-        """Waits for every publish to be acknowledged, then commits the offsets of what was
-        fed (in one transaction when transactional). False while delivery is held: nothing
-        is committed and the input is paused (only what is held waits for the broker)."""
+    async def _checkpoint(self, full: bool = False) -> bool:
+        """Waits for every publish to be acknowledged, then commits the offsets of what the
+        diagnoses polled so far reflect (in one transaction when transactional). False while
+        delivery is held: nothing is committed and the input is paused (only what is held
+        waits for the broker).
+
+        The engine's re-diagnosis hold (`_poll_and_publish`) leaves a storm's incident
+        undiagnosed for up to a settle window; the records fed since its last diagnosis are
+        then not committed yet, on the partitions of its job (`Positions.polled`), so no
+        update is held past the offsets of the records it derives from (at least once,
+        DESIGN §3.4) without diagnosing the incident again at every checkpoint. `full` (a
+        drain, a revoke), or a partition left behind for a settle window: everything is
+        diagnosed now and everything fed is committed."""
         assert self.publisher is not None
         await self._settle()
-        # what the engine held back (`_poll_and_publish`) derives from records fed before
-        # the offsets committed here: diagnosed and sent first (at least once, DESIGN §3.4)
-        await self._poll_and_publish(hold=False)
+        settle_s = max(self.cfg.settle_ms, self.cfg.commit_interval_ms) / 1000
+        if full or self.pos.lagging(self.source.assigned(), settle_s):
+            await self._poll_and_publish(hold=False)
         await self.decision.send_held()
-        offsets = self.pos.to_commit(self.source.assigned())
+        offsets = self.pos.to_commit(self.source.assigned(), reflected_only=True)
         try:
             delivered = await self.publisher.checkpoint(offsets, self.source.consumer)
         except CommitFailedError as e:

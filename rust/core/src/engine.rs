@@ -134,6 +134,13 @@ pub struct Engine {
     /// The job after which the next poll resumes its walk of the jobs table, when the last
     /// poll stopped at its byte bound (so that every job gets its turn).
     resume_after: Option<String>,
+    /// Jobs the last `poll_bounded` call with `hold` left an incident of undiagnosed although
+    /// its input changed (`Job::held`): their records fed so far are not all reflected in a
+    /// diagnosis yet.
+    pub held_jobs: Vec<String>,
+    /// The origins of the records that fed those jobs (`Job::fed_origins`): the input
+    /// positions a caller may not commit past yet.
+    pub held_origins: Vec<Arc<str>>,
     /// The local files whose lines the rings keep by reference.
     file_texts: Arc<FileTexts>,
 }
@@ -316,6 +323,8 @@ impl Engine {
             freed_since_trim: 0,
             pending_bytes: 0,
             resume_after: None,
+            held_jobs: Vec::new(),
+            held_origins: Vec::new(),
             file_texts: Arc::default(),
         }
     }
@@ -661,6 +670,7 @@ impl Engine {
             };
             self.count_lines(counts);
             let mut job = self.job_of(current, &st.job);
+            job.note_origin(origin);
             self.apply_lines(&mut job, &mut st, &seg.text, &mut seg.batch, lines);
             self.settle_stream(&mut st);
             self.enforce_budget(&mut job);
@@ -685,6 +695,7 @@ impl Engine {
             return;
         };
         let mut job = self.job_of(current, &d.job);
+        job.note_origin(origin);
         if d.chunked {
             self.chunk_into(&mut job, &mut st, d.text.as_bytes(), t);
         } else {
@@ -973,6 +984,8 @@ impl Engine {
         mut sink: impl FnMut(Diagnosis) -> usize,
     ) -> bool {
         self.wall_ms = now_wall_ms;
+        self.held_jobs.clear();
+        self.held_origins.clear();
         let mut sent = 0usize;
         let mut emit = |engine: &mut Engine, diags: Vec<Diagnosis>, sent: &mut usize| {
             for mut d in diags {
@@ -997,13 +1010,24 @@ impl Engine {
         // no job.
         let mut jobs = std::mem::take(&mut self.jobs);
         let start = self.resume_after.take();
+        let (mut held, mut held_origins) = (Vec::new(), Vec::<Arc<str>>::new());
         let stopped = walk_from(&mut jobs, start.as_deref(), |_, job| {
             let ready =
                 correlate::diagnose_ready(job, &self.catalog, &self.cfg, now_wall_ms, false, hold);
+            if job.held {
+                held.push(job.name.clone());
+                for o in &job.fed_origins {
+                    if !held_origins.contains(o) {
+                        held_origins.push(o.clone());
+                    }
+                }
+            }
             emit(self, ready, &mut sent);
             full(sent)
         });
         self.jobs = jobs;
+        self.held_jobs = held;
+        self.held_origins = held_origins;
         let mut more = stopped.is_some();
         self.resume_after = stopped;
         if !more {

@@ -379,6 +379,13 @@ pub struct Job {
     pub table_lines_seen: usize,
     /// `table_lines_seen` when those tables were last checked for a failure no line states.
     pub table_lines_checked: usize,
+    /// The last poll with `hold` left an incident of this job undiagnosed although its
+    /// input changed (`correlate::diagnose_ready`): what was fed since its last diagnosis is
+    /// not reflected in any published diagnosis yet.
+    pub held: bool,
+    /// The input origins (the daemon's `topic/partition`) whose records fed this job
+    /// (`Engine::feed_records`): what a held diagnosis of it leaves unreflected is on them.
+    pub fed_origins: Vec<Arc<str>>,
 }
 
 pub const CONTEXT_FIELDS: &[&str] = &[
@@ -394,6 +401,16 @@ pub const CONTEXT_FIELDS: &[&str] = &[
 ];
 
 impl Job {
+    /// Notes that a record from `origin` fed this job (`fed_origins`).
+    pub fn note_origin(&mut self, origin: &str) {
+        if self.fed_origins.last().is_some_and(|o| &**o == origin)
+            || self.fed_origins.iter().any(|o| &**o == origin)
+        {
+            return;
+        }
+        self.fed_origins.push(Arc::from(origin));
+    }
+
     pub fn new(name: &str, ring_lines: usize, epoch: u64) -> Job {
         Job {
             name: name.to_string(),

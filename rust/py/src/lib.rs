@@ -82,6 +82,8 @@ struct PyEncodedDiagnoses {
     docs: VecDeque<String>,
     waiting: usize,
     more: bool,
+    held_jobs: Vec<String>,
+    held_origins: Vec<String>,
 }
 
 #[pymethods]
@@ -110,6 +112,20 @@ impl PyEncodedDiagnoses {
     #[getter]
     fn more(&self) -> bool {
         self.more
+    }
+
+    /// Jobs with an incident this poll's `hold` left undiagnosed although its input changed:
+    /// their records fed so far are not all reflected in a diagnosis yet.
+    #[getter]
+    fn held_jobs(&self) -> Vec<String> {
+        self.held_jobs.clone()
+    }
+
+    /// The origins (`feed_records`' `origin`) of the records that fed those jobs: input
+    /// positions not to commit past until a diagnosis reflects them.
+    #[getter]
+    fn held_origins(&self) -> Vec<String> {
+        self.held_origins.clone()
     }
 }
 
@@ -621,7 +637,7 @@ impl PyEngine {
         } else {
             max_bytes
         };
-        let (docs, more) = py.detach(|| {
+        let (docs, more, held_jobs, held_origins) = py.detach(|| {
             let mut docs = VecDeque::new();
             let more = engine.poll_bounded(now_ms, bound, hold, |d| {
                 let mut doc = d.json.to_string();
@@ -630,13 +646,16 @@ impl PyEngine {
                 docs.push_back(doc);
                 len
             });
-            (docs, more)
+            let origins = engine.held_origins.iter().map(|o| o.to_string()).collect();
+            (docs, more, std::mem::take(&mut engine.held_jobs), origins)
         });
         let waiting = docs.iter().map(String::len).sum();
         PyEncodedDiagnoses {
             docs,
             waiting,
             more,
+            held_jobs,
+            held_origins,
         }
     }
 

@@ -203,14 +203,21 @@ pub fn diagnose_ready(
     // An incident whose inputs and status did not change since its last diagnosis is not
     // diagnosed again; one whose inputs keep changing is, as an open diagnosis, at most once
     // per settle window of wall time where the caller holds (`recently_diagnosed`).
-    let todo: Vec<(usize, bool)> = job
+    let changed: Vec<(usize, bool)> = job
         .incidents
         .iter()
         .enumerate()
         .filter_map(|(i, inc)| due(job, inc, cfg, now_wall_ms, final_).map(|f| (i, f)))
         .filter(|&(i, f)| job.incidents[i].diagnosed != Some((version, f)))
+        .collect();
+    let n_changed = changed.len();
+    let todo: Vec<(usize, bool)> = changed
+        .into_iter()
         .filter(|&(i, f)| !(hold && recently_diagnosed(&job.incidents[i], f, cfg, now_wall_ms)))
         .collect();
+    // What waits is reported (`Engine::held_jobs`): a caller that commits input positions
+    // commits a job's records only once a diagnosis reflects them.
+    job.held = todo.len() < n_changed;
     if todo.is_empty() {
         return Vec::new();
     }
