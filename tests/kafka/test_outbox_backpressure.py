@@ -30,9 +30,7 @@ CAUSE = (
 )
 
 
-def burst(
-    jobs: int, names: list[str] | None = None, steps: int = 3
-) -> list[tuple[bytes, bytes]]:
+def burst(jobs: int, names: list[str] | None = None, steps: int = 3) -> list[tuple[bytes, bytes]]:
     """Short failing jobs of 8 ranks, `steps` lines and a cause line per rank, keyed by job."""
     out = []
     for i in range(jobs):
