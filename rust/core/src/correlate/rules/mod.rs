@@ -3,6 +3,7 @@
 //! [`Board`]. The ranking sums the records; the report's reasons are exactly those records.
 //! Rules run in the order of [`RULES`]; a later rule may read what earlier ones wrote.
 
+mod advertised_address;
 mod bad_interface;
 mod bar_at_timeout;
 mod busy_at_entry;
@@ -74,6 +75,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("ras_report", ras_report::apply),
     ("silence", silence::apply),
     ("bad_interface", bad_interface::apply),
+    ("advertised_address", advertised_address::apply),
     ("ifname_unmatched", ifname_unmatched::apply),
     ("setting_blame", setting_blame::apply),
     ("transport_mismatch", transport_mismatch::apply),
