@@ -386,6 +386,8 @@ pub struct Job {
     /// The input origins (the daemon's `topic/partition`) whose records fed this job
     /// (`Engine::feed_records`): what a held diagnosis of it leaves unreflected is on them.
     pub fed_origins: Vec<Arc<str>>,
+    /// The links within a node NCCL printed at init (`p2p_links`).
+    pub p2p_links: crate::p2p_links::P2pLinks,
 }
 
 pub const CONTEXT_FIELDS: &[&str] = &[
@@ -492,7 +494,8 @@ impl Job {
                 .iter()
                 .map(Incident::heap_bytes)
                 .sum::<usize>()
-            + self.identity.content_bytes();
+            + self.identity.content_bytes()
+            + self.p2p_links.heap_bytes();
         self.tables_bytes() + content
     }
 

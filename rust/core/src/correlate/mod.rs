@@ -11,6 +11,7 @@ mod facts;
 mod identity;
 mod render;
 mod rules;
+mod shared_host;
 mod stacks;
 #[cfg(test)]
 pub(crate) mod testkit;
@@ -279,14 +280,23 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
         uncertainty_ms: cfg.clock_uncertainty_ms,
         events_used: 0,
     };
-    let lines: Vec<(board::LineRef, &'static str)> = {
+    let (lines, crossing) = {
         let view = View::new(job, cat, cfg, &offsets);
         let mut out = trace_split_lines(&view);
         if out.is_empty() {
             out = stuck_stack_lines(&view);
         }
-        out
+        let crossing = if out.is_empty() {
+            shared_host::first_crossing(&view)
+        } else {
+            None
+        };
+        (out, crossing)
     };
+    if let Some(c) = crossing {
+        open_crossing(job, cat, cfg, c);
+        return;
+    }
     for (line, finding) in lines {
         let Some(sig) = cat.index_of(finding) else {
             continue;
@@ -340,6 +350,43 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
         job.failure_seen = true;
     }
 }
+
+/// An incident for a link NCCL built between two machines it took for one: its line, with
+/// the `p2p_across_machines` finding and why the ends are on two machines.
+fn open_crossing(job: &mut Job, cat: &Catalog, cfg: &Config, c: shared_host::Crossing) {
+    let Some(sig) = cat.index_of(P2P_ACROSS_MACHINES) else {
+        return;
+    };
+    let l = &job.p2p_links.links[c.link];
+    let host = job.hosts[c.host as usize].clone();
+    let hit = Hit {
+        sig: Some(sig),
+        warn_only: false,
+        source: l.src,
+        seq: l.seq,
+        line_no: l.line_no,
+        ts_ms: l.ts_ms,
+        ts_exact: l.ts_ms.is_some(),
+        ts_from_record: false,
+        ingest_ms: None,
+        text: l.line.clone(),
+        origin: l.origin.clone(),
+        fields: vec![
+            ("shared_host".to_string(), host),
+            ("link_from".to_string(), l.from.to_string()),
+            ("link_to".to_string(), l.to.to_string()),
+            ("two_machines".to_string(), c.why),
+        ],
+        record: vec![l.line.clone()],
+        last_error_text: false,
+        beyond_cap: None,
+    };
+    push_hit(job, hit, cfg, 0);
+    job.failure_seen = true;
+}
+
+/// The finding of a link between two machines NCCL took for one (`shared_host`).
+const P2P_ACROSS_MACHINES: &str = "p2p_across_machines";
 
 /// Keeps `hit` as the job's next hit: it joins (or opens) an incident, and the job's counted
 /// memory grows by the hit and by what its incident grew. Returns the hit's index.

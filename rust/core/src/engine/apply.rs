@@ -14,6 +14,7 @@ use crate::job::{
     CONTEXT_FIELDS, STACK_FRAMES_KEPT,
 };
 use crate::memsize;
+use crate::p2p_links::P2pLink;
 use crate::prefix::{Level, LineMeta, Producer};
 use crate::ring::Ring;
 
@@ -42,6 +43,7 @@ struct Learned<'a> {
     frame_func: Option<&'a str>,
     announced_rank: Option<&'a str>,
     announced_world: Option<&'a str>,
+    link_to: Option<&'a str>,
     /// By position in `CONTEXT_FIELDS`.
     context: [Option<&'a str>; CONTEXT_FIELDS.len()],
 }
@@ -63,6 +65,7 @@ impl<'a> FieldView<'a> {
                 "frame_func" => &mut l.frame_func,
                 "announced_rank" => &mut l.announced_rank,
                 "announced_world" => &mut l.announced_world,
+                "link_to" => &mut l.link_to,
                 name => match CONTEXT_FIELDS.iter().position(|f| *f == name) {
                     Some(i) => &mut l.context[i],
                     None => continue,
@@ -459,6 +462,8 @@ impl Engine {
                 Self::learn_stack_line(job, src, fields, line, at);
             } else if got.op_count.is_some() {
                 Self::learn_coll_call(job, src, fields, line, at, st);
+            } else if got.link_to.is_some() {
+                Self::learn_p2p_link(job, src, fields, line, at, st);
             } else if let (Some(p), Some(id)) = (got.comm_ptr, got.comm_id) {
                 let s = &mut job.sources[src as usize];
                 if s.comm_id(p).is_none() && s.comm_ids.len() < MAX_COMMS_PER_SOURCE {
@@ -648,6 +653,41 @@ impl Engine {
         let (after, before) = job.sources[src as usize].push_coll_call(call);
         job.content_bytes = (job.content_bytes + after).saturating_sub(before);
         job.table_lines_seen += 1;
+    }
+
+    /// Remembers a link within a node that NCCL printed (`p2p_links`).
+    fn learn_p2p_link(
+        job: &mut Job,
+        src: u32,
+        fields: &FieldView<'_>,
+        line: &str,
+        at: LineAt,
+        st: &Stream,
+    ) {
+        let pairs = fields.to_pairs();
+        let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        let (Some(from), Some(to)) = (
+            get("link_from").and_then(|v| v.parse().ok()),
+            get("link_to").and_then(|v| v.parse().ok()),
+        ) else {
+            return;
+        };
+        let link = P2pLink {
+            src,
+            from,
+            from_dev: get("link_from_dev").and_then(|v| v.parse().ok()),
+            to,
+            to_dev: get("link_to_dev").and_then(|v| v.parse().ok()),
+            seq: at.seq,
+            line_no: at.line_no,
+            ts_ms: at.ts,
+            line: line.to_string(),
+            origin: st.origin.clone(),
+        };
+        if let Some(added) = job.p2p_links.push(link) {
+            job.content_bytes += added;
+            job.table_lines_seen += 1;
+        }
     }
 
     /// Counts a hit of `sig` from `source` and says whether it is kept (per-process caps).
