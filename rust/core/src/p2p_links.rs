@@ -4,11 +4,16 @@
 //! machine, so they are what shows two machines it took for one (`correlate::shared_host`).
 
 use crate::memsize;
-use std::sync::Arc;
 
-/// Links kept per process: the first few are enough (a process prints one per channel, and
-/// its neighbours are the same on most of them).
-pub const LINKS_KEPT_PER_SOURCE: u8 = 4;
+/// Links kept per process: its first (channel 0's, where a ring crosses from one machine to
+/// the next). A process prints one per channel and communicator; keeping more costs the
+/// memory of every rank of a large job for what the first one already shows.
+pub const LINKS_KEPT_PER_SOURCE: u8 = 1;
+
+/// Links kept per job: machines that share a host name are a mistake of small, hand-made
+/// clusters; a job of thousands of ranks keeps the links of its first 2,048 processes (about
+/// 350 KB) rather than one per rank.
+pub const LINKS_KEPT_PER_JOB: usize = 2048;
 
 /// One link as its sending process printed it.
 #[derive(Debug, Clone)]
@@ -21,17 +26,25 @@ pub struct P2pLink {
     pub seq: u64,
     pub line_no: u64,
     pub ts_ms: Option<i64>,
-    pub line: String,
-    pub origin: Arc<str>,
+    /// Where the line came from is its process's origin (`Source::origin`).
+    pub line: Box<str>,
 }
 
 /// The job's links, in the order they were printed, at most [`LINKS_KEPT_PER_SOURCE`] per
-/// process.
+/// process, and whether some process is in several communicators (each numbers its ranks
+/// its own way, and a link line does not say which one it belongs to).
 #[derive(Debug, Default)]
 pub struct P2pLinks {
     pub links: Vec<P2pLink>,
-    /// Links kept so far, by source.
-    per_source: Vec<u8>,
+    per_source: Vec<PerSource>,
+    several_comms: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct PerSource {
+    kept: u8,
+    /// The communicator of the first init line this process printed (its pointer's low bits).
+    comm: Option<u32>,
 }
 
 impl P2pLinks {
@@ -39,26 +52,52 @@ impl P2pLinks {
     /// when the link was not kept.
     pub fn push(&mut self, link: P2pLink) -> Option<usize> {
         let src = link.src as usize;
-        if self.per_source.get(src).copied().unwrap_or(0) >= LINKS_KEPT_PER_SOURCE {
+        if self
+            .per_source
+            .get(src)
+            .is_some_and(|p| p.kept >= LINKS_KEPT_PER_SOURCE)
+        {
             return None;
         }
         let before = self.heap_bytes();
-        if self.per_source.len() <= src {
-            self.per_source.resize(src + 1, 0);
-        }
-        self.per_source[src] += 1;
+        self.slot(src).kept += 1;
         self.links.push(link);
         Some(self.heap_bytes() - before)
+    }
+
+    /// Notes the communicator of an init line (`comm 0x…`) of process `src`; returns the heap
+    /// bytes added.
+    pub fn note_comm(&mut self, src: u32, comm_ptr: &str) -> usize {
+        let Ok(ptr) = u64::from_str_radix(comm_ptr.trim_start_matches("0x"), 16) else {
+            return 0;
+        };
+        let comm = ptr as u32;
+        let before = self.heap_bytes();
+        let slot = self.slot(src as usize);
+        match slot.comm {
+            None => slot.comm = Some(comm),
+            Some(c) if c != comm => self.several_comms = true,
+            Some(_) => {}
+        }
+        self.heap_bytes() - before
+    }
+
+    /// Whether some process printed init lines of two communicators.
+    pub fn several_comms(&self) -> bool {
+        self.several_comms
+    }
+
+    fn slot(&mut self, src: usize) -> &mut PerSource {
+        if self.per_source.len() <= src {
+            self.per_source.resize(src + 1, PerSource::default());
+        }
+        &mut self.per_source[src]
     }
 
     pub fn heap_bytes(&self) -> usize {
         memsize::vec(&self.links)
             + memsize::vec(&self.per_source)
-            + self
-                .links
-                .iter()
-                .map(|l| memsize::string(&l.line))
-                .sum::<usize>()
+            + self.links.iter().map(|l| l.line.len()).sum::<usize>()
     }
 }
 
@@ -76,8 +115,7 @@ mod tests {
             seq: 0,
             line_no: 0,
             ts_ms: None,
-            line: format!("Channel 00/0 : {src}[{src}] -> {to}[{to}] via P2P/IPC"),
-            origin: Arc::from("a.log"),
+            line: format!("Channel 00/0 : {src}[{src}] -> {to}[{to}] via P2P/IPC").into(),
         }
     }
 
@@ -91,5 +129,16 @@ mod tests {
         added += t.push(link(1, 2)).unwrap_or(0);
         assert_eq!(t.links.len(), LINKS_KEPT_PER_SOURCE as usize + 1);
         assert_eq!(added, t.heap_bytes());
+    }
+
+    #[test]
+    fn a_second_communicator_of_one_process_is_noticed() {
+        let mut t = P2pLinks::default();
+        t.note_comm(2, "0x55d0c0");
+        t.note_comm(2, "0x55d0c0");
+        t.note_comm(3, "0x7700");
+        assert!(!t.several_comms());
+        t.note_comm(2, "0x55e100");
+        assert!(t.several_comms());
     }
 }

@@ -369,15 +369,15 @@ fn open_crossing(job: &mut Job, cat: &Catalog, cfg: &Config, c: shared_host::Cro
         ts_exact: l.ts_ms.is_some(),
         ts_from_record: false,
         ingest_ms: None,
-        text: l.line.clone(),
-        origin: l.origin.clone(),
+        text: l.line.to_string(),
+        origin: job.sources[l.src as usize].origin.clone(),
         fields: vec![
             ("shared_host".to_string(), host),
             ("link_from".to_string(), l.from.to_string()),
             ("link_to".to_string(), l.to.to_string()),
             ("two_machines".to_string(), c.why),
         ],
-        record: vec![l.line.clone()],
+        record: vec![l.line.to_string()],
         last_error_text: false,
         beyond_cap: None,
     };

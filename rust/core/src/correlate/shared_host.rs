@@ -11,8 +11,10 @@
 //!   GPU, and a link places a different rank on a GPU another rank already holds.
 //!
 //! The conditions are strict (one rank per process in the links, no GPU claimed twice by the
-//! processes themselves), so a job with several communicators or with one visible GPU per
-//! process is left alone.
+//! processes themselves, for the second way no process with init lines of two communicators:
+//! a tensor-parallel group numbers GPU 1's rank 1 where the world numbers it 1 too, but a
+//! pipeline pair numbers it 0), so a job with several communicators or with one visible GPU
+//! per process is left alone.
 //!
 //! Cases: nccl#187 (ranks of two machines named by one prefix: `6[6] -> 10[2] via P2P/IPC`
 //! while rank 2 holds GPU 2), horovod#148 (two machines named `node1`: `2 -> 1 via P2P/IPC`
@@ -41,6 +43,9 @@ pub fn first_crossing(v: &View) -> Option<Crossing> {
         .enumerate()
         .find_map(|(i, l)| across_addresses(v, &own, i, l));
     by_address.or_else(|| {
+        if v.job.p2p_links.several_comms() {
+            return None;
+        }
         let gpus = gpu_holders(v, &own)?;
         links
             .iter()

@@ -441,6 +441,9 @@ impl Engine {
             claimed_twice = note_announcement(job, src, &got, at).is_some();
             if INIT_LINES.contains(&spec.id.as_str()) {
                 job.sources[src as usize].init_seen_at = Some(seq);
+                if let Some(p) = got.comm_ptr {
+                    job.content_bytes += job.p2p_links.note_comm(src, p);
+                }
             }
             if let Some(d) = got.cuda_dev.and_then(|v| v.parse::<u16>().ok()) {
                 job.sources[src as usize].cuda_dev = Some(d);
@@ -463,7 +466,7 @@ impl Engine {
             } else if got.op_count.is_some() {
                 Self::learn_coll_call(job, src, fields, line, at, st);
             } else if got.link_to.is_some() {
-                Self::learn_p2p_link(job, src, fields, line, at, st);
+                Self::learn_p2p_link(job, src, fields, line, at);
             } else if let (Some(p), Some(id)) = (got.comm_ptr, got.comm_id) {
                 let s = &mut job.sources[src as usize];
                 if s.comm_id(p).is_none() && s.comm_ids.len() < MAX_COMMS_PER_SOURCE {
@@ -656,14 +659,7 @@ impl Engine {
     }
 
     /// Remembers a link within a node that NCCL printed (`p2p_links`).
-    fn learn_p2p_link(
-        job: &mut Job,
-        src: u32,
-        fields: &FieldView<'_>,
-        line: &str,
-        at: LineAt,
-        st: &Stream,
-    ) {
+    fn learn_p2p_link(job: &mut Job, src: u32, fields: &FieldView<'_>, line: &str, at: LineAt) {
         let pairs = fields.to_pairs();
         let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         let (Some(from), Some(to)) = (
@@ -681,8 +677,7 @@ impl Engine {
             seq: at.seq,
             line_no: at.line_no,
             ts_ms: at.ts,
-            line: line.to_string(),
-            origin: st.origin.clone(),
+            line: line.into(),
         };
         if let Some(added) = job.p2p_links.push(link) {
             job.content_bytes += added;
