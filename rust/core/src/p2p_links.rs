@@ -38,6 +38,8 @@ pub struct P2pLinks {
     pub links: Vec<P2pLink>,
     per_source: Vec<PerSource>,
     several_comms: bool,
+    /// The links' line texts, summed as they are kept (`heap_bytes` is called per line).
+    text_bytes: usize,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -51,18 +53,24 @@ impl P2pLinks {
     /// Keeps `link` unless its process has its share; returns the heap bytes added, or None
     /// when the link was not kept.
     pub fn push(&mut self, link: P2pLink) -> Option<usize> {
-        let src = link.src as usize;
-        if self
-            .per_source
-            .get(src)
-            .is_some_and(|p| p.kept >= LINKS_KEPT_PER_SOURCE)
-        {
+        if !self.wants(link.src) {
             return None;
         }
+        let src = link.src as usize;
         let before = self.heap_bytes();
         self.slot(src).kept += 1;
+        self.text_bytes += link.line.len();
         self.links.push(link);
         Some(self.heap_bytes() - before)
+    }
+
+    /// Whether a link of process `src` would be kept (its share and the job's are not full).
+    pub fn wants(&self, src: u32) -> bool {
+        let full = self
+            .per_source
+            .get(src as usize)
+            .is_some_and(|p| p.kept >= LINKS_KEPT_PER_SOURCE);
+        !full && self.links.len() < LINKS_KEPT_PER_JOB
     }
 
     /// Notes the communicator of an init line (`comm 0x…`) of process `src`; returns the heap
@@ -129,6 +137,11 @@ mod tests {
         added += t.push(link(1, 2)).unwrap_or(0);
         assert_eq!(t.links.len(), LINKS_KEPT_PER_SOURCE as usize + 1);
         assert_eq!(added, t.heap_bytes());
+        let texts: usize = t.links.iter().map(|l| l.line.len()).sum();
+        assert_eq!(
+            t.heap_bytes(),
+            memsize::vec(&t.links) + memsize::vec(&t.per_source) + texts
+        );
     }
 
     #[test]

@@ -660,6 +660,9 @@ impl Engine {
 
     /// Remembers a link within a node that NCCL printed (`p2p_links`).
     fn learn_p2p_link(job: &mut Job, src: u32, fields: &FieldView<'_>, line: &str, at: LineAt) {
+        if !job.p2p_links.wants(src) {
+            return;
+        }
         let pairs = fields.to_pairs();
         let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         let (Some(from), Some(to)) = (
