@@ -235,10 +235,6 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "frame_func",
     "announced_rank",
     "announced_world",
-    "link_from",
-    "link_from_dev",
-    "link_to",
-    "link_to_dev",
 ];
 
 /// Field names the engine reads from context lines as they arrive, besides the identity
@@ -262,10 +258,6 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "frame_func",
     "announced_rank",
     "announced_world",
-    "link_from",
-    "link_from_dev",
-    "link_to",
-    "link_to_dev",
 ];
 
 fn is_identity(name: &str) -> bool {

@@ -30,6 +30,36 @@ pub struct P2pLink {
     pub line: Box<str>,
 }
 
+/// A link as its message states it: `(from, from_dev, to, to_dev)` of `… a[d] -> b[e] via
+/// P2P/…` (the GPUs since NCCL 2.4) or `a -> b via SHM…`; None for any other message, and for
+/// links over the network.
+pub fn parse(msg: &str) -> Option<(u32, Option<u16>, u32, Option<u16>)> {
+    let (head, tail) = msg.split_once(" -> ")?;
+    let from_part = head.rsplit(' ').next()?;
+    let (to_part, rest) = tail.split_once(' ')?;
+    let via = rest
+        .trim_start_matches("[send] ")
+        .trim_start_matches("[receive] ")
+        .strip_prefix("via ")?;
+    if !(via.starts_with("P2P") || via.starts_with("SHM")) {
+        return None;
+    }
+    let (from, from_dev) = rank_and_gpu(from_part)?;
+    let (to, to_dev) = rank_and_gpu(to_part)?;
+    Some((from, from_dev, to, to_dev))
+}
+
+/// `12[3]` or `12`.
+fn rank_and_gpu(part: &str) -> Option<(u32, Option<u16>)> {
+    match part.split_once('[') {
+        Some((rank, dev)) => Some((
+            rank.parse().ok()?,
+            Some(dev.strip_suffix(']')?.parse().ok()?),
+        )),
+        None => Some((part.parse().ok()?, None)),
+    }
+}
+
 /// The job's links, in the order they were printed, at most [`LINKS_KEPT_PER_SOURCE`] per
 /// process, and whether some process is in several communicators (each numbers its ranks
 /// its own way, and a link line does not say which one it belongs to).
@@ -38,6 +68,9 @@ pub struct P2pLinks {
     pub links: Vec<P2pLink>,
     per_source: Vec<PerSource>,
     several_comms: bool,
+    /// (links, context observations) when the job was last searched for a crossing link
+    /// (`correlate::open_from_tables`).
+    pub checked: (usize, usize),
     /// The links' line texts, summed as they are kept (`heap_bytes` is called per line).
     text_bytes: usize,
 }
@@ -125,6 +158,28 @@ mod tests {
             ts_ms: None,
             line: format!("Channel 00/0 : {src}[{src}] -> {to}[{to}] via P2P/IPC").into(),
         }
+    }
+
+    #[test]
+    fn links_are_read_from_every_shape_nccl_printed() {
+        assert_eq!(
+            parse("Channel 01/0 : 6[6] -> 10[2] via P2P/IPC/read"),
+            Some((6, Some(6), 10, Some(2)))
+        );
+        assert_eq!(
+            parse("Ring 00 : 2[2] -> 3[3] via P2P/IPC"),
+            Some((2, Some(2), 3, Some(3)))
+        );
+        assert_eq!(parse("2 -> 1 via P2P/IPC"), Some((2, None, 1, None)));
+        assert_eq!(
+            parse("Channel 02 : 3[3] -> 4[4] [send] via SHM/direct/direct"),
+            Some((3, Some(3), 4, Some(4)))
+        );
+        assert_eq!(
+            parse("Channel 01/0 : 8[0] -> 0[0] [receive] via NET/IB/0"),
+            None
+        );
+        assert_eq!(parse("Connected all rings, 2 -> 3"), None);
     }
 
     #[test]

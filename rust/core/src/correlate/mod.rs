@@ -269,10 +269,18 @@ pub fn diagnose_ready(
 /// (the odd rank's trace, every side's where no side is the majority; the stuck frame) as
 /// the finding the rules then explain.
 fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
-    if !job.incidents.is_empty() || job.table_lines_seen == job.table_lines_checked {
+    if !job.incidents.is_empty() {
+        return;
+    }
+    let tables_changed = job.table_lines_seen != job.table_lines_checked;
+    // Links are compared with the addresses processes state, which may come later.
+    let links_version = (job.p2p_links.links.len(), job.context.len());
+    let links_changed = job.p2p_links.checked != links_version;
+    if !tables_changed && !links_changed {
         return;
     }
     job.table_lines_checked = job.table_lines_seen;
+    job.p2p_links.checked = links_version;
     // Whether the tables show a failure does not depend on time: no clock estimate (it reads
     // every sync point, and this runs on each poll while a healthy job's traces stream in).
     let offsets = clock::Offsets {
@@ -282,11 +290,14 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
     };
     let (lines, crossing) = {
         let view = View::new(job, cat, cfg, &offsets);
-        let mut out = trace_split_lines(&view);
-        if out.is_empty() {
-            out = stuck_stack_lines(&view);
+        let mut out = Vec::new();
+        if tables_changed {
+            out = trace_split_lines(&view);
+            if out.is_empty() {
+                out = stuck_stack_lines(&view);
+            }
         }
-        let crossing = if out.is_empty() {
+        let crossing = if out.is_empty() && links_changed {
             shared_host::first_crossing(&view)
         } else {
             None

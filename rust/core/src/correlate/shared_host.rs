@@ -54,21 +54,26 @@ pub fn first_crossing(v: &View) -> Option<Crossing> {
     })
 }
 
-/// The rank each printing process is in its own links; None when a process shows two (it is
-/// in several communicators, whose numberings cannot be told apart here).
-fn own_ranks(v: &View) -> Option<BTreeMap<u32, u32>> {
-    let mut own = BTreeMap::new();
-    for l in &v.job.p2p_links.links {
-        if *own.entry(l.src).or_insert(l.from) != l.from {
-            return None;
-        }
-    }
-    (!own.is_empty()).then_some(own)
+/// Each printing process's rank in its own links, and the first process of each rank.
+struct Own {
+    rank_of: BTreeMap<u32, u32>,
+    process_of: BTreeMap<u32, u32>,
 }
 
-/// The process that is `rank` in the links.
-fn process_of(own: &BTreeMap<u32, u32>, rank: u32) -> Option<u32> {
-    own.iter().find(|(_, &r)| r == rank).map(|(&s, _)| s)
+/// None when a process shows two ranks (it is in several communicators, whose numberings
+/// cannot be told apart here).
+fn own_ranks(v: &View) -> Option<Own> {
+    let mut own = Own {
+        rank_of: BTreeMap::new(),
+        process_of: BTreeMap::new(),
+    };
+    for l in &v.job.p2p_links.links {
+        if *own.rank_of.entry(l.src).or_insert(l.from) != l.from {
+            return None;
+        }
+        own.process_of.entry(l.from).or_insert(l.src);
+    }
+    (!own.rank_of.is_empty()).then_some(own)
 }
 
 fn address<'a>(v: &View<'a>, src: u32) -> Option<&'a str> {
@@ -77,11 +82,11 @@ fn address<'a>(v: &View<'a>, src: u32) -> Option<&'a str> {
 
 fn across_addresses(
     v: &View,
-    own: &BTreeMap<u32, u32>,
+    own: &Own,
     i: usize,
     l: &crate::p2p_links::P2pLink,
 ) -> Option<Crossing> {
-    let peer = process_of(own, l.to)?;
+    let peer = *own.process_of.get(&l.to)?;
     let host = v.host_of(l.src)?;
     if v.host_of(peer) != Some(host) {
         return None;
@@ -101,13 +106,14 @@ fn across_addresses(
 
 /// Per (host, GPU), the rank whose process printed links from it; None when a GPU of a host
 /// is claimed by two ranks (one visible GPU per process, or the clash itself in plain view).
-fn gpu_holders(v: &View, own: &BTreeMap<u32, u32>) -> Option<BTreeMap<(HostId, u16), u32>> {
+fn gpu_holders(v: &View, own: &Own) -> Option<BTreeMap<(HostId, u16), u32>> {
     let mut holders = BTreeMap::new();
     for l in &v.job.p2p_links.links {
         let (Some(host), Some(dev)) = (v.host_of(l.src), l.from_dev) else {
             continue;
         };
-        if *holders.entry((host, dev)).or_insert(own[&l.src]) != own[&l.src] {
+        let rank = own.rank_of[&l.src];
+        if *holders.entry((host, dev)).or_insert(rank) != rank {
             return None;
         }
     }

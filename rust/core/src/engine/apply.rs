@@ -43,7 +43,6 @@ struct Learned<'a> {
     frame_func: Option<&'a str>,
     announced_rank: Option<&'a str>,
     announced_world: Option<&'a str>,
-    link_to: Option<&'a str>,
     /// By position in `CONTEXT_FIELDS`.
     context: [Option<&'a str>; CONTEXT_FIELDS.len()],
 }
@@ -65,7 +64,6 @@ impl<'a> FieldView<'a> {
                 "frame_func" => &mut l.frame_func,
                 "announced_rank" => &mut l.announced_rank,
                 "announced_world" => &mut l.announced_world,
-                "link_to" => &mut l.link_to,
                 name => match CONTEXT_FIELDS.iter().position(|f| *f == name) {
                     Some(i) => &mut l.context[i],
                     None => continue,
@@ -439,6 +437,9 @@ impl Engine {
         let mut claimed_twice = false;
         if spec.role == Role::Context {
             claimed_twice = note_announcement(job, src, &got, at).is_some();
+            if spec.id == P2P_LINK_LINES && job.p2p_links.wants(src) {
+                Self::learn_p2p_link(job, src, fields, line, at);
+            }
             if INIT_LINES.contains(&spec.id.as_str()) {
                 job.sources[src as usize].init_seen_at = Some(seq);
                 if let Some(p) = got.comm_ptr {
@@ -465,8 +466,6 @@ impl Engine {
                 Self::learn_stack_line(job, src, fields, line, at);
             } else if got.op_count.is_some() {
                 Self::learn_coll_call(job, src, fields, line, at, st);
-            } else if got.link_to.is_some() {
-                Self::learn_p2p_link(job, src, fields, line, at);
             } else if let (Some(p), Some(id)) = (got.comm_ptr, got.comm_id) {
                 let s = &mut job.sources[src as usize];
                 if s.comm_id(p).is_none() && s.comm_ids.len() < MAX_COMMS_PER_SOURCE {
@@ -660,23 +659,15 @@ impl Engine {
 
     /// Remembers a link within a node that NCCL printed (`p2p_links`).
     fn learn_p2p_link(job: &mut Job, src: u32, fields: &FieldView<'_>, line: &str, at: LineAt) {
-        if !job.p2p_links.wants(src) {
-            return;
-        }
-        let pairs = fields.to_pairs();
-        let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        let (Some(from), Some(to)) = (
-            get("link_from").and_then(|v| v.parse().ok()),
-            get("link_to").and_then(|v| v.parse().ok()),
-        ) else {
+        let Some((from, from_dev, to, to_dev)) = crate::p2p_links::parse(fields.msg) else {
             return;
         };
         let link = P2pLink {
             src,
             from,
-            from_dev: get("link_from_dev").and_then(|v| v.parse().ok()),
+            from_dev,
             to,
-            to_dev: get("link_to_dev").and_then(|v| v.parse().ok()),
+            to_dev,
             seq: at.seq,
             line_no: at.line_no,
             ts_ms: at.ts,
@@ -684,7 +675,6 @@ impl Engine {
         };
         if let Some(added) = job.p2p_links.push(link) {
             job.content_bytes += added;
-            job.table_lines_seen += 1;
         }
     }
 
@@ -875,6 +865,9 @@ fn names_the_exception(hit: &Hit, d: &Decoded, line: &str) -> bool {
 
 /// The context signatures of NCCL's `Init START` and `Init COMPLETE` lines.
 const INIT_LINES: [&str; 2] = ["nccl_init_start", "nccl_init_complete"];
+
+/// NCCL's lines of a link within a node (`p2p_links`).
+const P2P_LINK_LINES: &str = "nccl_channel_transport";
 
 /// How many lines of its record a hit keeps.
 fn record_lines(is_cause: bool) -> usize {
