@@ -106,6 +106,7 @@ fn opens_file_mid_trace(v: &View, scope: &Scope, start: usize) -> bool {
     let s = v.hit(start);
     s.field("error_return").is_some()
         && s.line_no <= 1 + MAX_LINE_GAP
+        && !starts_trace(message(v, start))
         && !scope.hits.iter().any(|&i| {
             let h = v.hit(i);
             h.origin == s.origin && h.line_no < s.line_no
@@ -223,6 +224,15 @@ fn chain_start(v: &View, scope: &Scope, line: usize) -> Option<usize> {
 
 /// NCCL's last line of an error-return trace: the thread's top function names the thread
 /// (`-> 6 [Progress Thread]`, `[Proxy Thread]`, `[Async thread]`).
+/// A frame that carries its system call's errno text (`misc/socket.cc:505 -> 2 (Operation
+/// now in progress)`, NCCL 2.18.3+): the call that failed, so the trace starts there.
+fn starts_trace(msg: &str) -> bool {
+    msg.rsplit_once(" -> ").is_some_and(|(_, code)| {
+        code.trim_start_matches(|c: char| c.is_ascii_digit())
+            .starts_with(" (")
+    })
+}
+
 fn ends_trace(msg: &str) -> bool {
     msg.strip_suffix(']')
         .and_then(|m| m.rsplit_once(" ["))
@@ -283,7 +293,7 @@ fn failure_before(v: &View, scope: &Scope, start: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::ends_trace;
+    use super::{ends_trace, starts_trace};
     use crate::correlate::testkit::{diagnose, root_line};
 
     const WARN: &str = "tn-41:5120:5188 [2] ib_plugin.c:1007 NCCL WARN NET/IB : Got completion \
@@ -303,6 +313,15 @@ mod tests {
         );
         let d = diagnose(&log);
         assert_eq!(root_line(&d), warn);
+    }
+
+    #[test]
+    fn a_frame_with_its_errno_text_is_where_a_trace_starts() {
+        assert!(starts_trace(
+            "misc/socket.cc:505 -> 2 (Operation now in progress)"
+        ));
+        assert!(!starts_trace("misc/socket.cc:570 -> 2"));
+        assert!(!starts_trace("group.cc:64 -> 3 [Async thread]"));
     }
 
     #[test]
