@@ -108,7 +108,7 @@ pub fn table(v: &View, hits: &[usize]) -> Vec<Entry> {
     }
     for (si, src) in v.job.sources.iter().enumerate() {
         let si = si as u32;
-        let who = v.rank_of(si).map_or(Who::Source(si), Who::Rank);
+        let who = v.process(si);
         for (ci, call) in src.coll_calls.iter().enumerate() {
             if let Some(group) = trace_group(src, call) {
                 out.push(trace_entry(v, who, (si, ci), call, group));

@@ -74,6 +74,11 @@ impl<'a> View<'a> {
         self.ranks[src as usize]
     }
 
+    /// Who a process is on the board: its rank where known, else the process itself.
+    pub fn process(&self, src: u32) -> Who {
+        self.rank_of(src).map_or(Who::Source(src), Who::Rank)
+    }
+
     pub fn host_of(&self, src: u32) -> Option<HostId> {
         self.hosts[src as usize]
     }

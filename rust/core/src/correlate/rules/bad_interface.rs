@@ -7,7 +7,7 @@
 use crate::catalog::Role;
 use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::Scope;
-use crate::correlate::view::{View, Who};
+use crate::correlate::view::View;
 use crate::job::HostId;
 use crate::report::OddContext;
 use std::collections::BTreeMap;
@@ -89,7 +89,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             &obs.value,
             reason,
         ));
-        let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
+        let who = v.process(src);
         let c = board.cand(who, Some(host));
         if c.config.is_none() {
             c.config = Some((LineRef::Context(src, "iface"), None));

@@ -56,7 +56,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let [(src, seq)] = drawing[..] else {
         return;
     };
-    let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
+    let who = v.process(src);
     let host = v.who_host(who);
     let first = waiting[0];
     let waiting_ranks = who_list(&waiters.iter().copied().collect::<Vec<_>>());

@@ -52,7 +52,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         return;
     }
     let (src, at) = busy.remove(0);
-    let who = v.rank_of(src.0).map_or(Who::Source(src.0), Who::Rank);
+    let who = v.process(src.0);
     let host = v.who_host(who);
     let waiting_ranks = who_list(&waiters.iter().copied().collect::<Vec<_>>());
     let facts = vec![

@@ -137,7 +137,7 @@ pub fn candidate(v: &View, f: &Finding) -> (Who, Option<crate::job::HostId>, u32
         (_, Some(l)) if pick == s.obs.source || f.source.is_none() => (s.obs.source, Some(l)),
         (_, kept) => (pick, kept.filter(|_| pick == s.obs.source)),
     };
-    let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
+    let who = v.process(src);
     (who, host, src, line)
 }
 

@@ -10,7 +10,7 @@
 use crate::catalog::Role;
 use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::Scope;
-use crate::correlate::view::{View, Who};
+use crate::correlate::view::View;
 use crate::report::OddContext;
 
 const FIELD: &str = "socket_ifname";
@@ -57,7 +57,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         "no interface of that name was used by any process",
     ));
     let host = v.host_of(src);
-    let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
+    let who = v.process(src);
     let c = board.cand(who, host);
     if c.config.is_none() {
         c.config = Some((LineRef::Context(src, FIELD), Some(cause_sig)));

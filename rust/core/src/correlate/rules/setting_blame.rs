@@ -9,7 +9,7 @@
 use crate::catalog::Role;
 use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::Scope;
-use crate::correlate::view::{View, Who};
+use crate::correlate::view::View;
 use crate::job::CONTEXT_FIELDS;
 use crate::report::OddContext;
 
@@ -58,7 +58,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             &value,
             "this setting is what the failure points at",
         ));
-        let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
+        let who = v.process(src);
         let c = board.cand(who, host);
         if c.config.is_none() {
             c.config = Some((LineRef::Context(src, field), h.sig));

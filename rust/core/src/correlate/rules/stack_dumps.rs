@@ -24,8 +24,7 @@ pub fn apply(v: &View, _scope: &Scope, board: &mut Board) {
     let mut elsewhere: Vec<(Who, u32, usize)> = Vec::new();
     for (si, s) in v.job.sources.iter().enumerate() {
         let si = si as u32;
-        let (Some(stack), who) = (&s.stack, v.rank_of(si).map_or(Who::Source(si), Who::Rank))
-        else {
+        let (Some(stack), who) = (&s.stack, v.process(si)) else {
             continue;
         };
         match place(stack) {

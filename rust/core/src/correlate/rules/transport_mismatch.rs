@@ -70,7 +70,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         let s = &v.job.identity.sightings[sighting as usize];
         let src = s.obs.source;
         let host = v.host_of(src);
-        let who = v.rank_of(src).map_or(Who::Source(src), Who::Rank);
+        let who = v.process(src);
         scope.notes.borrow_mut().push(OddContext::new(
             v.job.identity.key_name(s.key),
             host.map(|x| v.host_name(x)),
