@@ -13,46 +13,79 @@ use crate::catalog::Role;
 use crate::correlate::board::{Board, LineRef};
 use crate::correlate::rules::bad_interface::unreachable_reason;
 use crate::correlate::rules::Scope;
-use crate::correlate::view::{View, Who};
+use crate::correlate::view::View;
+use std::collections::BTreeMap;
 
 const OVER_FAILURE: i32 = 30;
 
-/// A line where a process listed `ip` as the address of its interface `iface`.
-struct Listing {
+/// A line where a process listed an address as that of its interface `iface`, which peers
+/// cannot reach for `reason`.
+struct Listing<'a> {
     src: u32,
     line: LineRef,
     sig: Option<u16>,
-    iface: String,
+    iface: &'a str,
+    reason: &'static str,
     seq: u64,
 }
 
-/// Every interface a process of the job listed, from signature lines (each names one) and
-/// from the context table (the first one of each process).
-fn listings<'a>(v: &View<'a>, ip: &str) -> Vec<Listing> {
+/// Per address, the first line (by job order) that listed it as an unreachable interface of
+/// its process: from signature lines (each names one) and from the context table (the first
+/// interface of each process). Built once per incident: an incident of thousands of failed
+/// connects looks each one up here.
+fn unreachable_listings<'a>(v: &View<'a>) -> BTreeMap<&'a str, Listing<'a>> {
     let from_hits = v.job.hits.iter().enumerate().filter_map(|(i, h)| {
-        let (iface, addr) = (h.field("iface")?, h.field("ip")?);
-        (addr == ip).then(|| Listing {
-            src: h.source,
-            line: LineRef::Hit(i),
-            sig: h.sig,
-            iface: iface.to_string(),
-            seq: h.seq,
-        })
+        let (iface, ip) = (h.field("iface")?, h.field("ip")?);
+        Some((
+            ip,
+            Listing::new(h.source, LineRef::Hit(i), h.sig, iface, ip, h.seq)?,
+        ))
     });
-    let from_context = v.job.context.iter().filter_map(|((field, src), obs)| {
-        let addr = v.job.context.get(&("ip", *src))?;
-        (*field == "iface" && addr.value == ip).then(|| Listing {
-            src: *src,
-            line: LineRef::Context(*src, "iface"),
-            sig: None,
-            iface: obs.value.clone(),
-            seq: obs.seq,
-        })
+    let ifaces = v
+        .job
+        .context
+        .iter()
+        .filter(|((field, _), _)| *field == "iface");
+    let from_context = ifaces.filter_map(|((_, src), obs)| {
+        let ip = v.job.context.get(&("ip", *src))?.value.as_str();
+        let line = LineRef::Context(*src, "iface");
+        Some((ip, Listing::new(*src, line, None, &obs.value, ip, obs.seq)?))
     });
-    from_hits.chain(from_context).collect()
+    let mut out: BTreeMap<&str, Listing> = BTreeMap::new();
+    for (ip, l) in from_hits.chain(from_context) {
+        if out.get(ip).is_none_or(|e| l.seq < e.seq) {
+            out.insert(ip, l);
+        }
+    }
+    out
+}
+
+impl<'a> Listing<'a> {
+    fn new(
+        src: u32,
+        line: LineRef,
+        sig: Option<u16>,
+        iface: &'a str,
+        ip: &str,
+        seq: u64,
+    ) -> Option<Self> {
+        let reason = unreachable_reason(iface, ip)?;
+        Some(Listing {
+            src,
+            line,
+            sig,
+            iface,
+            reason,
+            seq,
+        })
+    }
 }
 
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
+    let listed = unreachable_listings(v);
+    if listed.is_empty() {
+        return;
+    }
     let mut done: Vec<u32> = Vec::new();
     for &i in scope.hits {
         let h = v.hit(i);
@@ -63,22 +96,14 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         if sig.role != Role::Cause || addr.starts_with("127.") {
             continue;
         }
-        let listed = listings(v, addr);
-        let Some(first) = listed
-            .iter()
-            .filter(|l| unreachable_reason(&l.iface, addr).is_some())
-            .min_by_key(|l| l.seq)
-        else {
+        let Some(first) = listed.get(addr) else {
             continue;
         };
         if done.contains(&first.src) {
             continue;
         }
         done.push(first.src);
-        let reason = unreachable_reason(&first.iface, addr).unwrap_or("unreachable");
-        let who = v
-            .rank_of(first.src)
-            .map_or(Who::Source(first.src), Who::Rank);
+        let who = v.process(first.src);
         let host = v.host_of(first.src);
         let c = board.cand(who, host);
         c.config = Some((first.line, first.sig.or(h.sig)));
@@ -86,9 +111,9 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             c.ts = v.hit_time(h);
         }
         let why = format!(
-            "this process listed {addr} ({reason}, interface {}) as its own, and a peer's \
+            "this process listed {addr} ({}, interface {}) as its own, and a peer's \
              connection to that address failed",
-            first.iface
+            first.reason, first.iface
         );
         board.add(
             who,
