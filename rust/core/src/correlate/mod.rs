@@ -312,54 +312,76 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
         let Some(sig) = cat.index_of(finding) else {
             continue;
         };
-        let (src, text, origin, seq, line_no, ts) = match line {
+        let table_line = match line {
             board::LineRef::Call(src, i) => {
                 let c = &job.sources[src as usize].coll_calls[i];
-                (
+                TableLine {
                     src,
-                    c.line.clone(),
-                    c.origin.clone(),
-                    c.seq,
-                    c.line_no,
-                    c.ts_ms,
-                )
+                    text: c.line.clone(),
+                    origin: c.origin.clone(),
+                    seq: c.seq,
+                    line_no: c.line_no,
+                    ts: c.ts_ms,
+                }
             }
             board::LineRef::Frame(src, i) => {
                 let s = &job.sources[src as usize];
                 let Some(k) = &s.stack else { continue };
                 let f = &k.frames[i];
-                (
+                TableLine {
                     src,
-                    f.text.clone(),
-                    s.origin.clone(),
-                    f.seq,
-                    f.line_no,
-                    k.ts_ms,
-                )
+                    text: f.text.clone(),
+                    origin: s.origin.clone(),
+                    seq: f.seq,
+                    line_no: f.line_no,
+                    ts: k.ts_ms,
+                }
             }
             _ => continue,
         };
-        let hit = Hit {
-            sig: Some(sig),
-            warn_only: false,
-            source: src,
-            seq,
-            line_no,
-            ts_ms: ts,
-            ts_exact: ts.is_some(),
-            // The tables keep a line's time, not where it came from: taken as its process's.
-            ts_from_record: false,
-            ingest_ms: None,
-            text: text.clone(),
-            origin,
-            fields: Vec::new(),
-            record: vec![text],
-            last_error_text: false,
-            beyond_cap: None,
-        };
-        push_hit(job, hit, cfg, 0);
-        job.failure_seen = true;
+        open_finding(job, cfg, sig, table_line, Vec::new());
     }
+}
+
+/// A line one of the job's tables kept, and where it was printed.
+struct TableLine {
+    src: u32,
+    text: String,
+    origin: std::sync::Arc<str>,
+    seq: u64,
+    line_no: u64,
+    ts: Option<i64>,
+}
+
+/// Opens an incident (or joins one) on a table's line, as a hit of the finding `sig` with the
+/// facts it was found with.
+fn open_finding(
+    job: &mut Job,
+    cfg: &Config,
+    sig: u16,
+    line: TableLine,
+    fields: Vec<(String, String)>,
+) {
+    let hit = Hit {
+        sig: Some(sig),
+        warn_only: false,
+        source: line.src,
+        seq: line.seq,
+        line_no: line.line_no,
+        ts_ms: line.ts,
+        ts_exact: line.ts.is_some(),
+        // The tables keep a line's time, not where it came from: taken as its process's.
+        ts_from_record: false,
+        ingest_ms: None,
+        record: vec![line.text.clone()],
+        text: line.text,
+        origin: line.origin,
+        fields,
+        last_error_text: false,
+        beyond_cap: None,
+    };
+    push_hit(job, hit, cfg, 0);
+    job.failure_seen = true;
 }
 
 /// An incident for a link NCCL built between two machines it took for one: its line, with
@@ -369,31 +391,24 @@ fn open_crossing(job: &mut Job, cat: &Catalog, cfg: &Config, c: shared_host::Cro
         return;
     };
     let l = &job.p2p_links.links[c.link];
-    let host = job.hosts[c.host as usize].clone();
-    let hit = Hit {
-        sig: Some(sig),
-        warn_only: false,
-        source: l.src,
-        seq: l.seq,
-        line_no: l.line_no,
-        ts_ms: l.ts_ms,
-        ts_exact: l.ts_ms.is_some(),
-        ts_from_record: false,
-        ingest_ms: None,
+    let fields = vec![
+        (
+            "shared_host".to_string(),
+            job.hosts[c.host as usize].clone(),
+        ),
+        ("link_from".to_string(), l.from.to_string()),
+        ("link_to".to_string(), l.to.to_string()),
+        ("two_machines".to_string(), c.why),
+    ];
+    let line = TableLine {
+        src: l.src,
         text: l.line.to_string(),
         origin: job.sources[l.src as usize].origin.clone(),
-        fields: vec![
-            ("shared_host".to_string(), host),
-            ("link_from".to_string(), l.from.to_string()),
-            ("link_to".to_string(), l.to.to_string()),
-            ("two_machines".to_string(), c.why),
-        ],
-        record: vec![l.line.to_string()],
-        last_error_text: false,
-        beyond_cap: None,
+        seq: l.seq,
+        line_no: l.line_no,
+        ts: l.ts_ms,
     };
-    push_hit(job, hit, cfg, 0);
-    job.failure_seen = true;
+    open_finding(job, cfg, sig, line, fields);
 }
 
 /// The finding of a link between two machines NCCL took for one (`shared_host`).
