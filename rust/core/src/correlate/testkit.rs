@@ -103,3 +103,8 @@ pub fn feed_records(e: &mut Engine, records: &[TestRecord<'_>]) {
 pub fn diagnose_records(records: &[TestRecord<'_>]) -> Vec<Diagnosis> {
     engine_with_records(records).finish()
 }
+
+/// Asserts that the first diagnosis does not rest on the finding (or signature) `id`.
+pub fn assert_not_finding(d: &[Diagnosis], id: &str) {
+    assert_ne!(d[0].json["cause_signature"]["id"], id);
+}
