@@ -136,9 +136,7 @@ impl P2pLinks {
     }
 
     pub fn heap_bytes(&self) -> usize {
-        memsize::vec(&self.links)
-            + memsize::vec(&self.per_source)
-            + self.links.iter().map(|l| l.line.len()).sum::<usize>()
+        memsize::vec(&self.links) + memsize::vec(&self.per_source) + self.text_bytes
     }
 }
 
