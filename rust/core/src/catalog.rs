@@ -102,6 +102,8 @@ struct SignatureSpec {
     #[serde(default)]
     only_across_hosts: bool,
     #[serde(default)]
+    needs_two_hosts: bool,
+    #[serde(default)]
     hypotheses: Vec<Hypothesis>,
     #[serde(default)]
     sync: Option<String>,
@@ -163,6 +165,10 @@ pub struct Signature {
     /// provably ran on one host (every rank of its largest communicator seen there) is not
     /// failed by it alone (a link-local or bridge address works within one host).
     pub only_across_hosts: bool,
+    /// Stricter than `only_across_hosts`: a failure only in a job whose lines name two hosts
+    /// or more. For a choice that is common and harmless on one host (loopback), where a log
+    /// that shows one host's ranks only must not count as a failure.
+    pub needs_two_hosts: bool,
     pub hypotheses: Vec<Hypothesis>,
     pub sync: Option<Sync>,
     /// A conclusion an evidence rule draws from several lines (a mismatched collective, a
@@ -662,6 +668,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     if s.only_across_hosts && s.role != Role::Cause {
         return Err(e("only_across_hosts is only for causes".into()));
     }
+    if s.needs_two_hosts && s.role != Role::Cause {
+        return Err(e("needs_two_hosts is only for causes".into()));
+    }
     let blames_peer = match s.blames.as_deref() {
         None | Some("printer") => false,
         Some("peer") => true,
@@ -723,6 +732,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         blames_peer,
         only_with_failure: s.only_with_failure,
         only_across_hosts: s.only_across_hosts,
+        needs_two_hosts: s.needs_two_hosts,
         hypotheses: s.hypotheses,
         sync,
         finding: s.finding,

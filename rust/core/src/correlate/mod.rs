@@ -476,12 +476,14 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
     job.failure_seen
         || hits.iter().any(|&i| {
             let h = &job.hits[i];
-            let across = h
-                .sig
-                .is_some_and(|s| cat.signatures[s as usize].only_across_hosts);
-            // Not a failure: a warning, or a between-hosts cause in a one-host job.
+            let spec = h.sig.map(|s| &cat.signatures[s as usize]);
+            let across = spec.is_some_and(|s| s.only_across_hosts);
+            let two_hosts = spec.is_some_and(|s| s.needs_two_hosts);
+            // Not a failure: a warning, a between-hosts cause in a one-host job, or one that
+            // needs two hosts in a job whose lines name fewer.
             !(h.warn_only
                 || across && *one_host.get_or_init(|| on_one_host(job))
+                || two_hosts && job.hosts.len() < 2
                 || probe_survived(job, cat, h))
         })
 }
@@ -608,6 +610,18 @@ mod tests {
             one_host_run(socket)
         );
         assert_eq!(diagnose(&failed).len(), 1);
+    }
+
+    #[test]
+    fn loopback_fails_a_job_only_where_two_hosts_are_named() {
+        let lo = "NET : Using interface lo:127.0.0.1<0>";
+        // One host named, its ranks not all seen: still no failure.
+        let one = one_host_run(lo).replace("nranks 2", "nranks 3");
+        assert!(diagnose(&one).is_empty(), "{:?}", diagnose(&one));
+        let two = format!("{one}ws-2:410:410 [0] NCCL INFO Using internal Network Socket\n");
+        let d = diagnose(&two);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(root_line(&d), format!("ws-1:310:360 [0] NCCL INFO {lo}"));
     }
 
     #[test]

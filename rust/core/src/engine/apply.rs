@@ -361,8 +361,10 @@ impl Engine {
             // error-return trace fails its own incident, not the job: it may be a probe that
             // its process survives (correlate::shows_failure).
             let needs_failure = spec.only_with_failure;
-            let alone_fails =
-                !needs_failure && !spec.only_across_hosts && spec.id != correlate::ERROR_RETURN;
+            let alone_fails = !needs_failure
+                && !spec.only_across_hosts
+                && !spec.needs_two_hosts
+                && spec.id != correlate::ERROR_RETURN;
             if (is_cause && alone_fails) || ctx.d.level >= Level::Error {
                 job.failure_seen = true;
             }
