@@ -104,6 +104,8 @@ struct SignatureSpec {
     #[serde(default)]
     needs_two_hosts: bool,
     #[serde(default)]
+    fails_when_last: bool,
+    #[serde(default)]
     hypotheses: Vec<Hypothesis>,
     #[serde(default)]
     sync: Option<String>,
@@ -169,6 +171,9 @@ pub struct Signature {
     /// or more. For a choice that is common and harmless on one host (loopback), where a log
     /// that shows one host's ranks only must not count as a failure.
     pub needs_two_hosts: bool,
+    /// With `only_with_failure`: at the end of the input, a process whose last line is this
+    /// one ended waiting (the job hung there and was stopped), which is a failure by itself.
+    pub fails_when_last: bool,
     pub hypotheses: Vec<Hypothesis>,
     pub sync: Option<Sync>,
     /// A conclusion an evidence rule draws from several lines (a mismatched collective, a
@@ -671,6 +676,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     if s.needs_two_hosts && s.role != Role::Cause {
         return Err(e("needs_two_hosts is only for causes".into()));
     }
+    if s.fails_when_last && !s.only_with_failure {
+        return Err(e("fails_when_last needs only_with_failure".into()));
+    }
     let blames_peer = match s.blames.as_deref() {
         None | Some("printer") => false,
         Some("peer") => true,
@@ -733,6 +741,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         only_with_failure: s.only_with_failure,
         only_across_hosts: s.only_across_hosts,
         needs_two_hosts: s.needs_two_hosts,
+        fails_when_last: s.fails_when_last,
         hypotheses: s.hypotheses,
         sync,
         finding: s.finding,

@@ -345,6 +345,9 @@ pub struct Job {
     pub sync: Vec<SyncObs>,
     pub hits: Vec<Hit>,
     pub hit_counts: FastMap<(u32, Option<u16>), u32>,
+    /// Per process, where it last printed a wait marked `fails_when_last`, kept whether or not
+    /// the hit itself was (a barrier prints its wait every few seconds, over the hit cap).
+    pub last_waits: FastMap<u32, u64>,
     pub incidents: Vec<Incident>,
     pub max_nranks: u32,
     /// Some line showed a failure outcome: an error or worse, a cause signature.
@@ -464,6 +467,7 @@ impl Job {
             + vec(&self.sync)
             + vec(&self.hits)
             + map(&self.hit_counts)
+            + map(&self.last_waits)
             + vec(&self.incidents)
             + map(&self.kept_text)
             + self.identity.tables_bytes()

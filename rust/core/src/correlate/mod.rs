@@ -209,7 +209,10 @@ pub fn diagnose_ready(
         .iter()
         .enumerate()
         .filter_map(|(i, inc)| due(job, inc, cfg, now_wall_ms, final_).map(|f| (i, f)))
-        .filter(|&(i, f)| job.incidents[i].diagnosed != Some((version, f)))
+        // At the end of the input a dismissed incident is looked at again (`fails_when_last`).
+        .filter(|&(i, f)| {
+            job.incidents[i].diagnosed != Some((version, f)) || final_ && job.incidents[i].dismissed
+        })
         .collect();
     let n_changed = changed.len();
     let todo: Vec<(usize, bool)> = changed
@@ -226,7 +229,7 @@ pub fn diagnose_ready(
     let diagnosed: Vec<(usize, bool, Option<Diagnosis>)> = {
         let view = View::new(job, cat, cfg, &offsets);
         todo.into_iter()
-            .map(|(i, f)| (i, f, diagnose(&view, i, f)))
+            .map(|(i, f)| (i, f, diagnose(&view, i, f, final_)))
             .collect()
     };
     let mut out = Vec::new();
@@ -470,8 +473,9 @@ fn stuck_stack_lines(view: &View) -> Vec<(board::LineRef, &'static str)> {
 /// failure outcome somewhere (healthy runs print benign warnings too). A cause that matters
 /// only between hosts does not make one in a job that provably ran on one host, and an NCCL
 /// error-return trace does not make one when its process went on with init after it (NCCL
-/// probes optional transports, GDR support for one, and goes on without them).
-fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
+/// probes optional transports, GDR support for one, and goes on without them). At the end of
+/// the input, a process that ended on a wait marked `fails_when_last` hung there.
+fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize], input_over: bool) -> bool {
     let one_host = std::cell::OnceCell::new();
     job.failure_seen
         || hits.iter().any(|&i| {
@@ -481,7 +485,13 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
             let two_hosts = spec.is_some_and(|s| s.needs_two_hosts);
             // Not a failure: a warning, a between-hosts cause in a one-host job, or one that
             // needs two hosts in a job whose lines name fewer.
-            !(h.warn_only
+            let ended_waiting = input_over
+                && spec.is_some_and(|s| s.fails_when_last)
+                && job
+                    .last_waits
+                    .get(&h.source)
+                    .is_some_and(|&seq| job.sources[h.source as usize].ring.newest_is(seq));
+            !(h.warn_only && !ended_waiting
                 || across && *one_host.get_or_init(|| on_one_host(job))
                 || two_hosts && job.hosts.len() < 2
                 || probe_survived(job, cat, h))
@@ -518,11 +528,13 @@ fn on_one_host(job: &Job) -> bool {
     seen.iter().all(|&x| x)
 }
 
-fn diagnose(view: &View, inc_idx: usize, is_final: bool) -> Option<Diagnosis> {
+/// `input_over`: the job's input ended (the end of `analyze`'s files, a job released after
+/// its sources went quiet), which an incident can be final without (its horizon passed).
+fn diagnose(view: &View, inc_idx: usize, is_final: bool, input_over: bool) -> Option<Diagnosis> {
     let job = view.job;
     let inc = &job.incidents[inc_idx];
     let hits: Vec<usize> = inc.hits.iter().map(|&h| h as usize).collect();
-    if hits.is_empty() || !shows_failure(job, view.cat, &hits) {
+    if hits.is_empty() || !shows_failure(job, view.cat, &hits, input_over) {
         return None;
     }
     let scope = rules::Scope {
@@ -560,7 +572,7 @@ fn diagnose(view: &View, inc_idx: usize, is_final: bool) -> Option<Diagnosis> {
 
 #[cfg(test)]
 mod tests {
-    use super::testkit::{diagnose, root_line};
+    use super::testkit::{diagnose, diagnose_untimed, root_line};
 
     /// A cause marked `only_with_failure` (libibverbs without a provider for a device).
     const PROVIDER: &str =
@@ -622,6 +634,51 @@ mod tests {
         let d = diagnose(&two);
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!(root_line(&d), format!("ws-1:310:360 [0] NCCL INFO {lo}"));
+    }
+
+    #[test]
+    fn a_log_that_ends_waiting_in_the_store_barrier_hung_there() {
+        let wait = |r: u32| {
+            format!(
+                "INFO:root:Waiting in store based barrier to initialize process group for \
+                 rank: {r}, key: store_based_barrier_key:1 (world_size=4, worker_count=3, \
+                 timeout=0:30:00)\n"
+            )
+        };
+        // More waits than the per-process hit cap keeps.
+        let hung: String = [0, 2, 1, 0, 2, 1, 0].iter().map(|&r| wait(r)).collect();
+        let d = diagnose(&hung);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(diagnose_untimed(&hung).len(), 1, "as analyze feeds it");
+        assert_eq!(root_line(&d), wait(0).trim_end());
+        // The barrier completed later: a slow start, no failure.
+        let slow = format!("{hung}INFO:root:Added key: store_based_barrier_key:1 to store for rank: 3\nepoch 1 loss 0.52\n");
+        assert!(diagnose(&slow).is_empty(), "{:?}", diagnose(&slow));
+    }
+
+    #[test]
+    fn the_daemon_calls_a_barrier_wait_a_hang_only_once_the_job_went_quiet() {
+        use crate::config::Config;
+        use crate::engine::Engine;
+        let cfg = Config {
+            release_quiet_ms: 600_000,
+            ..Config::default()
+        };
+        let mut e = Engine::new(std::sync::Arc::new(super::testkit::shipped_catalog()), cfg);
+        e.poll(1_000);
+        let id = e.open_stream("j", "rank0.log", Default::default());
+        let wait = b"INFO:root:Waiting in store based barrier to initialize process group for \
+                     rank: 0, key: store_based_barrier_key:1 (world_size=2, worker_count=1, \
+                     timeout=0:30:00)\n";
+        for k in 0..6 {
+            e.feed(id, wait, Some(1_000 + k * 10_000));
+        }
+        // Minutes of waiting, the job still printing: no diagnosis.
+        assert!(e.poll(70_000).is_empty());
+        assert!(e.poll(300_000).is_empty());
+        // Quiet for the release time: its input is over, and it ended waiting.
+        let d = e.poll(1_000_000);
+        assert_eq!(d.len(), 1, "{d:?}");
     }
 
     #[test]

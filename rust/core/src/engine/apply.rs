@@ -339,6 +339,9 @@ impl Engine {
             let is_hit = spec.role != Role::Context;
             let is_cause = spec.role == Role::Cause;
             opened |= is_hit;
+            if spec.fails_when_last {
+                job.last_waits.insert(ctx.src, ctx.placed.at.seq);
+            }
             // Hits over the per-process cap are only counted: no fields, no copy.
             if is_hit && !self.admit(job, ctx.src, Some(sig), is_cause) {
                 continue;
