@@ -244,6 +244,8 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "op_count",
     "stack_thread",
     "frame_func",
+    "native_frame",
+    "native_func",
     "announced_rank",
     "announced_world",
 ];
@@ -267,6 +269,8 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "op_count",
     "stack_thread",
     "frame_func",
+    "native_frame",
+    "native_func",
     "announced_rank",
     "announced_world",
 ];

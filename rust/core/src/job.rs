@@ -348,6 +348,8 @@ pub struct Job {
     /// Per process, where it last printed a wait marked `fails_when_last`, kept whether or not
     /// the hit itself was (a barrier prints its wait every few seconds, over the hit cap).
     pub last_waits: FastMap<u32, u64>,
+    /// Per process that printed native stack frames, what its latest dump shows (`native_stacks`).
+    pub native_stacks: FastMap<u32, crate::native_stacks::NativeStack>,
     pub incidents: Vec<Incident>,
     pub max_nranks: u32,
     /// Some line showed a failure outcome: an error or worse, a cause signature.
@@ -468,6 +470,7 @@ impl Job {
             + vec(&self.hits)
             + map(&self.hit_counts)
             + map(&self.last_waits)
+            + map(&self.native_stacks)
             + vec(&self.incidents)
             + map(&self.kept_text)
             + self.identity.tables_bytes()
@@ -499,7 +502,12 @@ impl Job {
                 .map(Incident::heap_bytes)
                 .sum::<usize>()
             + self.identity.content_bytes()
-            + self.p2p_links.heap_bytes();
+            + self.p2p_links.heap_bytes()
+            + self
+                .native_stacks
+                .values()
+                .map(crate::native_stacks::NativeStack::heap_bytes)
+                .sum::<usize>();
         self.tables_bytes() + content
     }
 

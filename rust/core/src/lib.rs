@@ -30,6 +30,7 @@ pub mod job;
 pub mod jsonfields;
 pub mod matcher;
 pub mod memsize;
+pub mod native_stacks;
 pub mod p2p_links;
 pub mod prefix;
 pub mod ras_capture;

@@ -311,6 +311,10 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
         open_crossing(job, cat, cfg, c);
         return;
     }
+    if lines.is_empty() && tables_changed {
+        open_stuck_watchdogs(job, cat, cfg);
+        return;
+    }
     for (line, finding) in lines {
         let Some(sig) = cat.index_of(finding) else {
             continue;
@@ -345,6 +349,32 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
         open_finding(job, cfg, sig, table_line, Vec::new());
     }
 }
+
+/// Processes whose native stack dump shows the NCCL watchdog blocked in a CUDA call
+/// (`native_stacks`): the finding `watchdog_stuck_in_cuda` on that frame, the first process's.
+fn open_stuck_watchdogs(job: &mut Job, cat: &Catalog, cfg: &Config) {
+    let Some(sig) = cat.index_of(STUCK_WATCHDOG) else {
+        return;
+    };
+    let first = job
+        .native_stacks
+        .iter()
+        .filter_map(|(&src, s)| Some((src, s.stuck_watchdog.as_ref()?)))
+        .min_by_key(|(_, f)| f.seq)
+        .map(|(src, f)| TableLine {
+            src,
+            text: f.text.to_string(),
+            origin: job.sources[src as usize].origin.clone(),
+            seq: f.seq,
+            line_no: f.line_no,
+            ts: f.ts_ms,
+        });
+    if let Some(line) = first {
+        open_finding(job, cfg, sig, line, Vec::new());
+    }
+}
+
+const STUCK_WATCHDOG: &str = "watchdog_stuck_in_cuda";
 
 /// A line one of the job's tables kept, and where it was printed.
 struct TableLine {

@@ -41,6 +41,8 @@ struct Learned<'a> {
     comm_id: Option<&'a str>,
     stack_thread: Option<&'a str>,
     frame_func: Option<&'a str>,
+    native_frame: Option<&'a str>,
+    native_func: Option<&'a str>,
     announced_rank: Option<&'a str>,
     announced_world: Option<&'a str>,
     /// By position in `CONTEXT_FIELDS`.
@@ -62,6 +64,8 @@ impl<'a> FieldView<'a> {
                 "comm_id" => &mut l.comm_id,
                 "stack_thread" => &mut l.stack_thread,
                 "frame_func" => &mut l.frame_func,
+                "native_frame" => &mut l.native_frame,
+                "native_func" => &mut l.native_func,
                 "announced_rank" => &mut l.announced_rank,
                 "announced_world" => &mut l.announced_world,
                 name => match CONTEXT_FIELDS.iter().position(|f| *f == name) {
@@ -467,7 +471,9 @@ impl Engine {
             ) {
                 job.learn_rank(src, r, n);
             }
-            if got.stack_thread.is_some() || got.frame_func.is_some() {
+            if let (Some(n), Some(func)) = (got.native_frame, got.native_func) {
+                Self::learn_native_frame(job, src, n, func, line, at);
+            } else if got.stack_thread.is_some() || got.frame_func.is_some() {
                 Self::learn_stack_line(job, src, fields, line, at);
             } else if got.op_count.is_some() {
                 Self::learn_coll_call(job, src, fields, line, at, st);
@@ -621,6 +627,30 @@ impl Engine {
         }
         let after = s.stack.as_ref().map_or(0, Stack::heap_bytes);
         job.content_bytes = (job.content_bytes + after).saturating_sub(before);
+        job.table_lines_seen += 1;
+    }
+
+    /// A frame of a native stack dump (gdb): see `native_stacks`.
+    fn learn_native_frame(
+        job: &mut Job,
+        src: u32,
+        number: &str,
+        func: &str,
+        line: &str,
+        at: LineAt,
+    ) {
+        let Ok(number) = number.parse::<u32>() else {
+            return;
+        };
+        let new = !job.native_stacks.contains_key(&src);
+        let stack = job.native_stacks.entry(src).or_default();
+        job.content_bytes += stack.learn(number, func, || crate::native_stacks::Frame {
+            seq: at.seq,
+            line_no: at.line_no,
+            ts_ms: at.ts,
+            text: line.into(),
+        });
+        job.tables_dirty |= new;
         job.table_lines_seen += 1;
     }
 
