@@ -1079,6 +1079,7 @@ impl Engine {
     fn release_job_finally(&mut self, name: &str) -> Vec<Diagnosis> {
         let out = match self.jobs.get_mut(name) {
             Some(job) => {
+                job.input_ended = true;
                 correlate::diagnose_ready(job, &self.catalog, &self.cfg, i64::MAX, true, false)
             }
             None => Vec::new(),
@@ -1109,6 +1110,7 @@ impl Engine {
         names.sort();
         for n in names {
             if let Some(job) = self.jobs.get_mut(&n) {
+                job.input_ended = true;
                 out.extend(correlate::diagnose_ready(
                     job,
                     &self.catalog,

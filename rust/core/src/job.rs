@@ -350,6 +350,9 @@ pub struct Job {
     pub last_waits: FastMap<u32, u64>,
     /// Per process that printed native stack frames, what its latest dump shows (`native_stacks`).
     pub native_stacks: FastMap<u32, crate::native_stacks::NativeStack>,
+    /// No more input will come for this job: the end of `analyze`'s files, or a release after
+    /// its sources went quiet (not an eviction, which only makes room).
+    pub input_ended: bool,
     pub incidents: Vec<Incident>,
     pub max_nranks: u32,
     /// Some line showed a failure outcome: an error or worse, a cause signature.

@@ -211,7 +211,8 @@ pub fn diagnose_ready(
         .filter_map(|(i, inc)| due(job, inc, cfg, now_wall_ms, final_).map(|f| (i, f)))
         // At the end of the input a dismissed incident is looked at again (`fails_when_last`).
         .filter(|&(i, f)| {
-            job.incidents[i].diagnosed != Some((version, f)) || final_ && job.incidents[i].dismissed
+            job.incidents[i].diagnosed != Some((version, f))
+                || job.input_ended && job.incidents[i].dismissed
         })
         .collect();
     let n_changed = changed.len();
@@ -229,7 +230,7 @@ pub fn diagnose_ready(
     let diagnosed: Vec<(usize, bool, Option<Diagnosis>)> = {
         let view = View::new(job, cat, cfg, &offsets);
         todo.into_iter()
-            .map(|(i, f)| (i, f, diagnose(&view, i, f, final_)))
+            .map(|(i, f)| (i, f, diagnose(&view, i, f, view.job.input_ended)))
             .collect()
     };
     let mut out = Vec::new();
@@ -558,8 +559,8 @@ fn on_one_host(job: &Job) -> bool {
     seen.iter().all(|&x| x)
 }
 
-/// `input_over`: the job's input ended (the end of `analyze`'s files, a job released after
-/// its sources went quiet), which an incident can be final without (its horizon passed).
+/// `input_over`: the job's input ended (`Job::input_ended`), which an incident can be final
+/// without (its horizon passed).
 fn diagnose(view: &View, inc_idx: usize, is_final: bool, input_over: bool) -> Option<Diagnosis> {
     let job = view.job;
     let inc = &job.incidents[inc_idx];
