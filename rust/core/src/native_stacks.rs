@@ -53,18 +53,16 @@ pub fn is_watchdog(func: &str) -> bool {
 }
 
 impl NativeStack {
-    /// Reads frame `number` (`#N`) calling `func`; returns the heap bytes added.
-    pub fn learn(&mut self, number: u32, func: &str, frame: impl FnOnce() -> Frame) -> usize {
+    /// Reads frame `number` (`#N`) calling `func`.
+    pub fn learn(&mut self, number: u32, func: &str, frame: impl FnOnce() -> Frame) {
         if number == 0 {
             self.cuda_call = None;
         }
-        let before = self.heap_bytes();
         if self.cuda_call.is_none() && is_cuda_call(func) {
             self.cuda_call = Some(frame());
         } else if self.stuck_watchdog.is_none() && is_watchdog(func) {
             self.stuck_watchdog = self.cuda_call.clone();
         }
-        self.heap_bytes().saturating_sub(before)
     }
 
     pub fn heap_bytes(&self) -> usize {

@@ -644,12 +644,14 @@ impl Engine {
         };
         let new = !job.native_stacks.contains_key(&src);
         let stack = job.native_stacks.entry(src).or_default();
-        job.content_bytes += stack.learn(number, func, || crate::native_stacks::Frame {
+        let before = stack.heap_bytes();
+        stack.learn(number, func, || crate::native_stacks::Frame {
             seq: at.seq,
             line_no: at.line_no,
             ts_ms: at.ts,
             text: line.into(),
         });
+        job.content_bytes = (job.content_bytes + stack.heap_bytes()).saturating_sub(before);
         job.tables_dirty |= new;
         job.table_lines_seen += 1;
     }
