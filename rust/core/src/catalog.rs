@@ -671,8 +671,8 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     if !s.blames_setting.is_empty() && s.role != Role::Cause {
         return Err(e("blames_setting is only for causes".into()));
     }
-    if s.only_with_failure && s.role != Role::Cause {
-        return Err(e("only_with_failure is only for causes".into()));
+    if s.only_with_failure && s.role == Role::Context {
+        return Err(e("only_with_failure is only for causes and symptoms".into()));
     }
     if s.only_across_hosts && s.role != Role::Cause {
         return Err(e("only_across_hosts is only for causes".into()));
@@ -1013,15 +1013,19 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
     }
 
     #[test]
-    fn only_with_failure_is_for_causes_only() {
-        let ok = SMALL.replace("weight = 60", "weight = 60\nonly_with_failure = true");
+    fn only_with_failure_is_for_causes_and_symptoms() {
+        let ok = SMALL
+            .replace("weight = 60", "weight = 60\nonly_with_failure = true")
+            .replace("sync = \"seq\"", "sync = \"seq\"\nonly_with_failure = true");
         let c = Catalog::from_sources(&[("small.toml".into(), ok.clone())]).unwrap();
-        let sig = &c.signatures[c.index_of("sock_connect").unwrap() as usize];
-        assert!(sig.only_with_failure);
-        let e =
-            load_err(&SMALL.replace("sync = \"seq\"", "sync = \"seq\"\nonly_with_failure = true"));
+        for id in ["sock_connect", "timeout"] {
+            assert!(c.signatures[c.index_of(id).unwrap() as usize].only_with_failure);
+        }
+        let context = "patterns = ['^NET/Socket ?: Using']";
+        let e = load_err(&SMALL.replace(context, &format!("{context}\nonly_with_failure = true")));
         assert!(
-            e.reason.contains("only_with_failure is only for causes"),
+            e.reason
+                .contains("only_with_failure is only for causes and symptoms"),
             "{e}"
         );
     }
