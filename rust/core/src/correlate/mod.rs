@@ -230,7 +230,7 @@ pub fn diagnose_ready(
     let diagnosed: Vec<(usize, bool, Option<Diagnosis>)> = {
         let view = View::new(job, cat, cfg, &offsets);
         todo.into_iter()
-            .map(|(i, f)| (i, f, diagnose(&view, i, f, view.job.input_ended)))
+            .map(|(i, f)| (i, f, diagnose(&view, i, f)))
             .collect()
     };
     let mut out = Vec::new();
@@ -505,8 +505,9 @@ fn stuck_stack_lines(view: &View) -> Vec<(board::LineRef, &'static str)> {
 /// only between hosts does not make one in a job that provably ran on one host, and an NCCL
 /// error-return trace does not make one when its process went on with init after it (NCCL
 /// probes optional transports, GDR support for one, and goes on without them). At the end of
-/// the input, a process that ended on a wait marked `fails_when_last` hung there.
-fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize], input_over: bool) -> bool {
+/// the input (`Job::input_ended`, which an incident can be final without: its horizon
+/// passed), a process that ended on a wait marked `fails_when_last` hung there.
+fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
     let one_host = std::cell::OnceCell::new();
     job.failure_seen
         || hits.iter().any(|&i| {
@@ -514,14 +515,14 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize], input_over: bool) -> 
             let spec = h.sig.map(|s| &cat.signatures[s as usize]);
             let across = spec.is_some_and(|s| s.only_across_hosts);
             let two_hosts = spec.is_some_and(|s| s.needs_two_hosts);
-            // Not a failure: a warning, a between-hosts cause in a one-host job, or one that
-            // needs two hosts in a job whose lines name fewer.
-            let ended_waiting = input_over
+            let ended_waiting = job.input_ended
                 && spec.is_some_and(|s| s.fails_when_last)
                 && job
                     .last_waits
                     .get(&h.source)
                     .is_some_and(|&seq| job.sources[h.source as usize].ring.newest_is(seq));
+            // Not a failure: a warning (unless its process ended on it), a between-hosts cause
+            // in a one-host job, or one that needs two hosts in a job whose lines name fewer.
             !(h.warn_only && !ended_waiting
                 || across && *one_host.get_or_init(|| on_one_host(job))
                 || two_hosts && job.hosts.len() < 2
@@ -559,13 +560,11 @@ fn on_one_host(job: &Job) -> bool {
     seen.iter().all(|&x| x)
 }
 
-/// `input_over`: the job's input ended (`Job::input_ended`), which an incident can be final
-/// without (its horizon passed).
-fn diagnose(view: &View, inc_idx: usize, is_final: bool, input_over: bool) -> Option<Diagnosis> {
+fn diagnose(view: &View, inc_idx: usize, is_final: bool) -> Option<Diagnosis> {
     let job = view.job;
     let inc = &job.incidents[inc_idx];
     let hits: Vec<usize> = inc.hits.iter().map(|&h| h as usize).collect();
-    if hits.is_empty() || !shows_failure(job, view.cat, &hits, input_over) {
+    if hits.is_empty() || !shows_failure(job, view.cat, &hits) {
         return None;
     }
     let scope = rules::Scope {
