@@ -33,6 +33,24 @@ pub enum Sync {
     Init,
 }
 
+/// Where a cause fails a job by itself: some choices are harmless while every process sits
+/// on one host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostScope {
+    /// Wherever it is printed.
+    #[default]
+    Any,
+    /// Unless the job provably ran on one host (every rank of its largest communicator seen
+    /// there): a link-local or bridge address works within one host
+    /// (`only_across_hosts`).
+    AcrossHosts,
+    /// Only in a job whose lines name two hosts or more: a choice common and harmless on one
+    /// host (loopback), where a log that shows one host's ranks only must not count
+    /// (`needs_two_hosts`).
+    TwoHostsNamed,
+}
+
 pub const SUBSYSTEMS: &[&str] = &[
     "init",
     "bootstrap",
@@ -163,14 +181,8 @@ pub struct Signature {
     pub blames_peer: bool,
     /// A cause only when the job fails: alone (a healthy run prints it too) it is no failure.
     pub only_with_failure: bool,
-    /// A failure only where processes on different hosts must reach each other: a job that
-    /// provably ran on one host (every rank of its largest communicator seen there) is not
-    /// failed by it alone (a link-local or bridge address works within one host).
-    pub only_across_hosts: bool,
-    /// Stricter than `only_across_hosts`: a failure only in a job whose lines name two hosts
-    /// or more. For a choice that is common and harmless on one host (loopback), where a log
-    /// that shows one host's ranks only must not count as a failure.
-    pub needs_two_hosts: bool,
+    /// Which jobs a cause fails by itself, by the hosts they show.
+    pub host_scope: HostScope,
     /// With `only_with_failure`: at the end of the input, a process whose last line is this
     /// one ended waiting (the job hung there and was stopped), which is a failure by itself.
     pub fails_when_last: bool,
@@ -674,12 +686,21 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     if s.only_with_failure && s.role == Role::Context {
         return Err(e("only_with_failure is only for causes and symptoms".into()));
     }
-    if s.only_across_hosts && s.role != Role::Cause {
-        return Err(e("only_across_hosts is only for causes".into()));
-    }
-    if s.needs_two_hosts && s.role != Role::Cause {
-        return Err(e("needs_two_hosts is only for causes".into()));
-    }
+    let host_scope = match (s.only_across_hosts, s.needs_two_hosts) {
+        (false, false) => HostScope::Any,
+        (true, true) => {
+            return Err(e(
+                "only_across_hosts and needs_two_hosts exclude each other".into(),
+            ))
+        }
+        _ if s.role != Role::Cause => {
+            return Err(e(
+                "only_across_hosts and needs_two_hosts are only for causes".into(),
+            ))
+        }
+        (true, false) => HostScope::AcrossHosts,
+        (false, true) => HostScope::TwoHostsNamed,
+    };
     if s.fails_when_last && !s.only_with_failure {
         return Err(e("fails_when_last needs only_with_failure".into()));
     }
@@ -743,8 +764,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         blames_setting: s.blames_setting,
         blames_peer,
         only_with_failure: s.only_with_failure,
-        only_across_hosts: s.only_across_hosts,
-        needs_two_hosts: s.needs_two_hosts,
+        host_scope,
         fails_when_last: s.fails_when_last,
         hypotheses: s.hypotheses,
         sync,
@@ -1028,5 +1048,27 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
                 .contains("only_with_failure is only for causes and symptoms"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn host_scope_is_one_of_the_two_keys_and_only_for_causes() {
+        let scoped =
+            |key: &str| SMALL.replace("weight = 60", &format!("weight = 60\n{key} = true"));
+        for (key, scope) in [
+            ("only_across_hosts", HostScope::AcrossHosts),
+            ("needs_two_hosts", HostScope::TwoHostsNamed),
+        ] {
+            let c = Catalog::from_sources(&[("small.toml".into(), scoped(key))]).unwrap();
+            assert_eq!(
+                c.signatures[c.index_of("sock_connect").unwrap() as usize].host_scope,
+                scope
+            );
+        }
+        let both = scoped("only_across_hosts")
+            .replace("weight = 60", "weight = 60\nneeds_two_hosts = true");
+        assert!(load_err(&both).reason.contains("exclude each other"));
+        let context = "patterns = ['^NET/Socket ?: Using']";
+        let e = load_err(&SMALL.replace(context, &format!("{context}\nneeds_two_hosts = true")));
+        assert!(e.reason.contains("only for causes"), "{e}");
     }
 }

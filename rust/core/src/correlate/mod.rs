@@ -20,7 +20,7 @@ mod view;
 
 pub use util::{bdf_to_bus_id, iso_ms, parse_rank_list, rank_ranges};
 
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, HostScope};
 use crate::config::Config;
 use crate::job::{Hit, Job};
 use board::Board;
@@ -513,8 +513,11 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
         || hits.iter().any(|&i| {
             let h = &job.hits[i];
             let spec = h.sig.map(|s| &cat.signatures[s as usize]);
-            let across = spec.is_some_and(|s| s.only_across_hosts);
-            let two_hosts = spec.is_some_and(|s| s.needs_two_hosts);
+            let out_of_scope = match spec.map_or(HostScope::Any, |s| s.host_scope) {
+                HostScope::Any => false,
+                HostScope::AcrossHosts => *one_host.get_or_init(|| on_one_host(job)),
+                HostScope::TwoHostsNamed => job.hosts.len() < 2,
+            };
             let ended_waiting = job.input_ended
                 && spec.is_some_and(|s| s.fails_when_last)
                 && job
@@ -523,10 +526,7 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
                     .is_some_and(|&seq| job.sources[h.source as usize].ring.newest_is(seq));
             // Not a failure: a warning (unless its process ended on it), a between-hosts cause
             // in a one-host job, or one that needs two hosts in a job whose lines name fewer.
-            !(h.warn_only && !ended_waiting
-                || across && *one_host.get_or_init(|| on_one_host(job))
-                || two_hosts && job.hosts.len() < 2
-                || probe_survived(job, cat, h))
+            !(h.warn_only && !ended_waiting || out_of_scope || probe_survived(job, cat, h))
         })
 }
 

@@ -5,7 +5,7 @@ use super::lines::{Batch, Decoded, LineCounts, SigHit};
 use super::{Engine, NamedHosts, RouteCache, Stream, CAUSE_RECORD_LINES, SYMPTOM_RECORD_LINES};
 use crate::announce::Claim;
 use crate::catalog::Catalog;
-use crate::catalog::{Role, Sync};
+use crate::catalog::{HostScope, Role, Sync};
 use crate::correlate;
 use crate::fieldre::FieldSpan;
 use crate::filetext::TextAt;
@@ -369,8 +369,7 @@ impl Engine {
             // its process survives (correlate::shows_failure).
             let needs_failure = spec.only_with_failure;
             let alone_fails = !needs_failure
-                && !spec.only_across_hosts
-                && !spec.needs_two_hosts
+                && spec.host_scope == HostScope::Any
                 && spec.id != correlate::ERROR_RETURN;
             if (is_cause && alone_fails) || ctx.d.level >= Level::Error {
                 job.failure_seen = true;
