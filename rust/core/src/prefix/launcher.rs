@@ -287,6 +287,32 @@ pub(super) fn word_label(b: &[u8]) -> Option<usize> {
     Some(n + 1)
 }
 
+/// A runner's name for the process and the stream it captured: `opt-1_3b.0 [stderr] `
+/// (milabench) or a bare `[stdout] `. A bracketed stream name is not message text, so the
+/// label before it is peeled whatever follows; it names a process, not a host.
+#[inline]
+pub(super) fn stream_label(b: &[u8]) -> Option<usize> {
+    let n = b
+        .iter()
+        .take(MAX_WORD_LABEL)
+        .take_while(|c| is_host_byte(**c))
+        .count();
+    let at = if n > 0 && b.get(n) == Some(&b' ') {
+        n + 1
+    } else {
+        0
+    };
+    let rest = &b[at..];
+    let stream = [b"[stdout]".as_slice(), b"[stderr]"]
+        .into_iter()
+        .find(|tag| rest.starts_with(tag))?;
+    match rest.get(stream.len()) {
+        None => Some(at + stream.len()),
+        Some(b' ') => Some(at + stream.len() + 1),
+        Some(_) => None,
+    }
+}
+
 /// A column label longer than this is not a label.
 const MAX_WORD_LABEL: usize = 48;
 

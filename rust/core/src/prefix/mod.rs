@@ -347,6 +347,9 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     if let Some(n) = launcher::word_label(rest) {
         return Step::Prefix(n);
     }
+    if let Some(n) = launcher::stream_label(rest) {
+        return Step::Prefix(n);
+    }
     if let Some(n) = progress::progress_bar(rest) {
         return Step::Prefix(n);
     }

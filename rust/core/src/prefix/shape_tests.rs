@@ -407,3 +407,25 @@ fn pdsh_label_before_a_c10_exception_trace() {
     let p = peeled("Note: frame #one was dropped");
     assert_eq!(p.host, None);
 }
+
+#[test]
+fn runner_label_before_a_bracketed_stream_name() {
+    // a benchmark runner's process name and the stream it captured (milabench)
+    let p = peeled("opt-1_3b.0 [stderr] Failed to find reverse path from remNode 0/5f000 nlinks 4 to node 0/cb000");
+    assert!(
+        p.msg.starts_with("Failed to find reverse path"),
+        "{}",
+        p.msg
+    );
+    assert_eq!(p.m.host, None);
+    let p = peeled("worker.3 [stdout] h1:10:20 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>");
+    assert!(p.msg.starts_with("Bootstrap : Using"), "{}", p.msg);
+    assert_eq!(
+        peeled("[stderr] Traceback (most recent call last):").msg,
+        "Traceback (most recent call last):"
+    );
+    assert_eq!(peeled("opt-1_3b.0 [stderr]").msg, "");
+    // a word before other bracketed text is message text
+    let p = peeled("retrying [stderr-capture] x");
+    assert!(p.msg.starts_with("retrying"), "{}", p.msg);
+}
