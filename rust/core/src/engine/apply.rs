@@ -185,8 +185,13 @@ impl Engine {
         let opened = self.classify(job, st, line, &line_ctx, found);
         self.capture_ras(job, src, line, d, (found.0, found.1));
         // A warning or worse that no signature recognises is still evidence; whether a
-        // warning-only incident is a failure is decided from the job's outcome.
-        if !opened && d.level >= Level::Warn && !d.continuation {
+        // warning-only incident is a failure is decided from the job's outcome. The exception
+        // of a traceback whose header opened no hit (it is not in view) is one of its own.
+        let headless_exception = d.continuation
+            && st.open_hit.is_none()
+            && d.level >= Level::Error
+            && crate::prefix::is_exception_line(d.meta.message(line));
+        if !opened && d.level >= Level::Warn && (!d.continuation || headless_exception) {
             self.note_unclassified(job, st, line, &line_ctx);
         }
         self.settle(job);

@@ -49,6 +49,11 @@ fn is_continuation(msg: &str, st: &LineState) -> bool {
     opener || (st.in_traceback && is_exception_line(msg))
 }
 
+/// A Python traceback's frame line: `  File "/path/x.py", line 12, in fn`.
+fn is_traceback_frame(msg: &str) -> bool {
+    msg.starts_with("  File \"") && msg.contains("\", line ") && msg.contains(", in ")
+}
+
 /// `s.trim().is_empty()`, decided by the first byte when it is ASCII and not white space
 /// (nearly every line): `trim` walks both ends char by char.
 fn is_blank(s: &str) -> bool {
@@ -604,6 +609,10 @@ impl LineDecoder {
             st.in_traceback = true;
         } else if st.in_traceback && !continuation {
             st.in_traceback = false;
+        } else if !st.in_traceback && is_traceback_frame(msg) {
+            // A traceback whose header is not in view (a log cut inside it, another stream's
+            // header): its frames still end in the exception.
+            st.in_traceback = true;
         }
         if is_exception_line(msg) && (st.in_traceback || msg.contains(": ")) {
             level = level.max(Level::Error);

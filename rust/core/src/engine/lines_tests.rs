@@ -242,3 +242,25 @@ fn blank_and_suffix_checks_match_trimming() {
         );
     }
 }
+
+#[test]
+fn the_exception_of_a_traceback_cut_above_its_frames_is_an_error() {
+    let (_, mut dec) = decoder();
+    let text = "  File \"/venv/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py\", \
+        line 635, in run\n    raise RendezvousClosedError()\n\
+        torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n";
+    let mut batch = Batch::default();
+    dec.chunk(
+        &mut LineState::default(),
+        text.as_bytes(),
+        Times::default(),
+        &mut batch,
+    );
+    let levels: Vec<Level> = batch.lines.iter().map(|d| d.level).collect();
+    // The frame and its source line are not errors; the exception is.
+    assert_eq!(levels[2], Level::Error, "{levels:?}");
+    assert!(
+        levels[0] < Level::Warn && levels[1] < Level::Warn,
+        "{levels:?}"
+    );
+}

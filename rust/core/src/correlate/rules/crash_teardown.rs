@@ -7,8 +7,10 @@
 //! if the crash had not been printed.
 //!
 //! Crash reports are the causes whose signatures extract a `signal_name` or `heap_error`
-//! (crash handlers, faulthandler, glibc heap checks, a shell's report); a launcher's report
-//! about a process is not the process's own and is left alone. Case: NCCL #2213 (a SIGSEGV on
+//! (crash handlers, faulthandler, glibc heap checks, a shell's report), or the `signal` a
+//! process says it received (torchrun's agent: when srun reported a task's exit before it, the
+//! signal is srun ending the step, pytorch #116974); a launcher's report about a process is
+//! not the process's own and is left alone. Case: NCCL #2213 (a SIGSEGV on
 //! one rank, the peer's watchdog timeout after it: the crash stays the cause); a process
 //! whose `Watchdog caught collective operation timeout` precedes its own `*** SIGSEGV received`
 //! (teardown: the timeout it shares with the other ranks decides).
@@ -18,12 +20,20 @@ use crate::catalog::Role;
 use crate::correlate::board::Board;
 use crate::correlate::view::View;
 
+/// The fields a crash report or a received signal is stated in.
+const SIGNAL_FIELDS: &[&str] = &[
+    "(?P<signal_name>",
+    "(?P<heap_error>",
+    "(?P<signal>",
+    "(?P<signum>",
+];
+
 fn is_crash_report(sig: &crate::catalog::Signature) -> bool {
     sig.role == Role::Cause
         && sig
             .fields
             .iter()
-            .any(|f| f.contains("(?P<signal_name>") || f.contains("(?P<heap_error>"))
+            .any(|f| SIGNAL_FIELDS.iter().any(|name| f.contains(name)))
 }
 
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
