@@ -124,6 +124,8 @@ struct SignatureSpec {
     #[serde(default)]
     fails_when_last: bool,
     #[serde(default)]
+    cleared_by: Vec<String>,
+    #[serde(default)]
     hypotheses: Vec<Hypothesis>,
     #[serde(default)]
     sync: Option<String>,
@@ -186,6 +188,15 @@ pub struct Signature {
     /// With `only_with_failure`: at the end of the input, a process whose last line is this
     /// one ended waiting (the job hung there and was stopped), which is a failure by itself.
     pub fails_when_last: bool,
+    /// A cause its own process recovers from: where the same process later prints one of
+    /// these signatures, the hit is no failure and no cause.
+    pub cleared_by: Vec<String>,
+    #[serde(skip)]
+    pub cleared_by_idx: Vec<u16>,
+    /// Some signature's `cleared_by` names this one: the engine notes where each process
+    /// last printed it.
+    #[serde(skip)]
+    pub clears: bool,
     pub hypotheses: Vec<Hypothesis>,
     pub sync: Option<Sync>,
     /// A conclusion an evidence rule draws from several lines (a mismatched collective, a
@@ -401,6 +412,14 @@ impl Catalog {
         }
         for sig in signatures.iter_mut() {
             sig.explains_idx = explained(sig, &by_id, &groups)?;
+            sig.cleared_by_idx = clearing(sig, &by_id)?;
+        }
+        let clearing_sigs: Vec<u16> = signatures
+            .iter()
+            .flat_map(|s| s.cleared_by_idx.iter().copied())
+            .collect();
+        for i in clearing_sigs {
+            signatures[i as usize].clears = true;
         }
         let names: Vec<&str> = sources.iter().map(|(name, _)| name.as_str()).collect();
         let (scan_db, expr_sig, cache_report) = build_scan_db(&signatures, &names, cache)?;
@@ -589,6 +608,19 @@ pub(crate) fn shipped_sources() -> Vec<(String, String)> {
 }
 
 /// The signatures `sig` explains: its `explains` entries, a `@group` standing for each member.
+/// The signatures a cause's `cleared_by` names, by index.
+fn clearing(sig: &Signature, by_id: &HashMap<String, u16>) -> Result<Vec<u16>, CatalogError> {
+    sig.cleared_by
+        .iter()
+        .map(|id| {
+            by_id.get(id).copied().ok_or_else(|| {
+                let why = format!("cleared_by unknown signature '{id}'");
+                err(&sig.file, Some(&sig.id), why)
+            })
+        })
+        .collect()
+}
+
 fn explained(
     sig: &Signature,
     by_id: &HashMap<String, u16>,
@@ -704,6 +736,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     if s.fails_when_last && !s.only_with_failure {
         return Err(e("fails_when_last needs only_with_failure".into()));
     }
+    if !s.cleared_by.is_empty() && s.role != Role::Cause {
+        return Err(e("cleared_by is only for causes".into()));
+    }
     let blames_peer = match s.blames.as_deref() {
         None | Some("printer") => false,
         Some("peer") => true,
@@ -766,6 +801,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         only_with_failure: s.only_with_failure,
         host_scope,
         fails_when_last: s.fails_when_last,
+        cleared_by: s.cleared_by,
+        cleared_by_idx: Vec::new(),
+        clears: false,
         hypotheses: s.hypotheses,
         sync,
         finding: s.finding,
@@ -1048,6 +1086,30 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
                 .contains("only_with_failure is only for causes and symptoms"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn cleared_by_names_known_signatures_of_a_cause() {
+        let ok = SMALL.replace(
+            "weight = 60",
+            "weight = 60\ncleared_by = [\"socket_using\"]",
+        );
+        let c = Catalog::from_sources(&[("small.toml".into(), ok.clone())]).unwrap();
+        let using = c.index_of("socket_using").unwrap();
+        let cause = &c.signatures[c.index_of("sock_connect").unwrap() as usize];
+        assert_eq!(cause.cleared_by_idx, vec![using]);
+        assert!(c.signatures[using as usize].clears);
+        assert!(!cause.clears);
+        let e = load_err(&ok.replace("[\"socket_using\"]", "[\"nothing\"]"));
+        assert!(
+            e.reason.contains("cleared_by unknown signature 'nothing'"),
+            "{e}"
+        );
+        let e = load_err(&SMALL.replace(
+            "sync = \"seq\"",
+            "sync = \"seq\"\ncleared_by = [\"socket_using\"]",
+        ));
+        assert!(e.reason.contains("cleared_by is only for causes"), "{e}");
     }
 
     #[test]

@@ -348,6 +348,8 @@ pub struct Job {
     /// Per process, where it last printed a wait marked `fails_when_last`, kept whether or not
     /// the hit itself was (a barrier prints its wait every few seconds, over the hit cap).
     pub last_waits: FastMap<u32, u64>,
+    /// Per process and signature some cause is `cleared_by`, where the process last printed it.
+    pub last_clearing: FastMap<(u32, u16), u64>,
     /// Per process that printed native stack frames, what its latest dump shows (`native_stacks`).
     pub native_stacks: FastMap<u32, crate::native_stacks::NativeStack>,
     /// No more input will come for this job: the end of `analyze`'s files, or a release after
@@ -473,6 +475,7 @@ impl Job {
             + vec(&self.hits)
             + map(&self.hit_counts)
             + map(&self.last_waits)
+            + map(&self.last_clearing)
             + map(&self.native_stacks)
             + vec(&self.incidents)
             + map(&self.kept_text)

@@ -525,9 +525,26 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
                     .get(&h.source)
                     .is_some_and(|&seq| job.sources[h.source as usize].ring.newest_is(seq));
             // Not a failure: a warning (unless its process ended on it), a between-hosts cause
-            // in a one-host job, or one that needs two hosts in a job whose lines name fewer.
-            !(h.warn_only && !ended_waiting || out_of_scope || probe_survived(job, cat, h))
+            // in a one-host job, one that needs two hosts in a job whose lines name fewer, or
+            // one its process recovered from.
+            !(h.warn_only && !ended_waiting
+                || out_of_scope
+                || probe_survived(job, cat, h)
+                || recovered(job, cat, h))
         })
+}
+
+/// A cause its own process recovered from: the process printed one of the signatures the
+/// cause is `cleared_by` after it (a plugin that found no provider for one configuration and
+/// then selected one for the next).
+pub(crate) fn recovered(job: &Job, cat: &Catalog, h: &Hit) -> bool {
+    h.sig.is_some_and(|s| {
+        cat.signatures[s as usize].cleared_by_idx.iter().any(|&c| {
+            job.last_clearing
+                .get(&(h.source, c))
+                .is_some_and(|&at| at > h.seq)
+        })
+    })
 }
 
 /// An error-return trace printed before its process's next `Init START` or `Init COMPLETE`.

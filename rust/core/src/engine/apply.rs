@@ -351,6 +351,9 @@ impl Engine {
             if spec.fails_when_last {
                 job.last_waits.insert(ctx.src, ctx.placed.at.seq);
             }
+            if spec.clears {
+                job.last_clearing.insert((ctx.src, sig), ctx.placed.at.seq);
+            }
             // Hits over the per-process cap are only counted: no fields, no copy.
             if is_hit && !self.admit(job, ctx.src, Some(sig), is_cause) {
                 continue;
@@ -375,6 +378,7 @@ impl Engine {
             let needs_failure = spec.only_with_failure;
             let alone_fails = !needs_failure
                 && spec.host_scope == HostScope::Any
+                && spec.cleared_by.is_empty()
                 && spec.id != correlate::ERROR_RETURN;
             if (is_cause && alone_fails) || ctx.d.level >= Level::Error {
                 job.failure_seen = true;

@@ -1,5 +1,6 @@
 //! A process that printed a `cause` signature is a suspect, weighted by the signature. Its
-//! line is the strongest cause it printed; between equal ones, the first occurrence.
+//! line is the strongest cause it printed; between equal ones, the first occurrence. A cause
+//! the process recovered from (`cleared_by`) is none.
 
 use crate::catalog::Role;
 use crate::correlate::board::Board;
@@ -21,7 +22,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     for &i in scope.hits {
         let h = v.hit(i);
         let Some(sig) = v.sig(h) else { continue };
-        if sig.role != Role::Cause {
+        if sig.role != Role::Cause || crate::correlate::recovered(v.job, v.cat, h) {
             continue;
         }
         let who = culprit(v, h, sig.blames_peer);

@@ -140,9 +140,14 @@ fn first_occurrence(v: &View, scope: &Scope, srcs: &[u32], cause: usize) -> Opti
         .filter(|&i| {
             let h = v.hit(i);
             // Lines of the same file that carry no identity (a bare Python traceback) may be
-            // this process's too.
-            let ours = srcs.contains(&h.source) || v.rank_of(h.source).is_none();
-            h.seq < cause_seq && ours && &h.origin == origin
+            // this process's too; another host's or pid's lines are not.
+            let anonymous =
+                v.rank_of(h.source).is_none() && v.job.sources[h.source as usize].pid.is_none();
+            let ours = srcs.contains(&h.source) || anonymous;
+            h.seq < cause_seq
+                && ours
+                && &h.origin == origin
+                && !crate::correlate::recovered(v.job, v.cat, h)
         })
         .filter(|&i| provably_before(v, i, cause))
         .filter(|&i| shared_tail(message(v, i), msg) >= MIN_SHARED_TAIL)
