@@ -275,11 +275,7 @@ fn horovod_stall_entry(rest: &[u8]) -> bool {
 /// the host stays the header's own.
 #[inline]
 pub(super) fn word_label(b: &[u8]) -> Option<usize> {
-    let n = b
-        .iter()
-        .take(MAX_WORD_LABEL)
-        .take_while(|c| is_host_byte(**c))
-        .count();
+    let n = leading_word(b);
     if n == 0 || b.get(n) != Some(&b' ') {
         return None;
     }
@@ -292,11 +288,7 @@ pub(super) fn word_label(b: &[u8]) -> Option<usize> {
 /// label before it is peeled whatever follows; it names a process, not a host.
 #[inline]
 pub(super) fn stream_label(b: &[u8]) -> Option<usize> {
-    let n = b
-        .iter()
-        .take(MAX_WORD_LABEL)
-        .take_while(|c| is_host_byte(**c))
-        .count();
+    let n = leading_word(b);
     let at = if n > 0 && b.get(n) == Some(&b' ') {
         n + 1
     } else {
@@ -311,6 +303,15 @@ pub(super) fn stream_label(b: &[u8]) -> Option<usize> {
         Some(b' ') => Some(at + stream.len() + 1),
         Some(_) => None,
     }
+}
+
+/// The length of the label-like word at the start of `b` (host-name bytes, at most
+/// `MAX_WORD_LABEL`).
+fn leading_word(b: &[u8]) -> usize {
+    b.iter()
+        .take(MAX_WORD_LABEL)
+        .take_while(|c| is_host_byte(**c))
+        .count()
 }
 
 /// A column label longer than this is not a label.
