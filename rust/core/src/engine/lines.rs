@@ -29,12 +29,12 @@ pub(super) fn cut_at_char(raw: &[u8], max: usize) -> &[u8] {
     &raw[..cut]
 }
 
-fn is_continuation(msg: &str, st: &LineState) -> bool {
+fn is_continuation(msg: &str, st: &LineState, last_error_text: bool) -> bool {
     let b = msg.as_bytes();
     if b.first().is_some_and(|c| *c == b' ' || *c == b'\t') {
         return true;
     }
-    if st.after_last_error {
+    if last_error_text {
         return true;
     }
     // One first byte decides which opener could follow (most messages: none).
@@ -101,7 +101,10 @@ pub(crate) struct LineState {
     /// without a newline) waiting for the piece that ends it.
     envelope_buf: String,
     line_no: u64,
-    after_last_error: bool,
+    /// PyTorch printed `Last error:` and NCCL's text is still to come: on the next line of
+    /// the process that printed it (`Some(pid)`), or of the stream (`None`). Processes that
+    /// share a stream (vLLM's workers) interleave their lines between the two.
+    last_error_of: Option<Option<u32>>,
     in_traceback: bool,
     labels: KnownLabels,
 }
@@ -602,7 +605,10 @@ impl LineDecoder {
             out.counts.blank += 1;
             return;
         }
-        let continuation = is_continuation(msg, st);
+        let last_error_text = st
+            .last_error_of
+            .is_some_and(|pid| pid.is_none() || pid == meta.pid);
+        let continuation = is_continuation(msg, st, last_error_text);
         let mut level = meta.level;
         if msg.starts_with("Traceback (most recent call last):") {
             level = level.max(Level::Error);
@@ -617,9 +623,12 @@ impl LineDecoder {
         if is_exception_line(msg) && (st.in_traceback || msg.contains(": ")) {
             level = level.max(Level::Error);
         }
-        let last_error_text = st.after_last_error;
         // Also behind a label no layer peels (`node-3: Last error:`).
-        st.after_last_error = ends_with_trimmed(msg, "Last error:");
+        if ends_with_trimmed(msg, "Last error:") {
+            st.last_error_of = Some(meta.pid);
+        } else if last_error_text {
+            st.last_error_of = None;
+        }
         let span = match o.span(line) {
             Some((a, b)) => Span::Chunk(a, b),
             None => {

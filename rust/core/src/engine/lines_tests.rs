@@ -264,3 +264,21 @@ fn the_exception_of_a_traceback_cut_above_its_frames_is_an_error() {
         "{levels:?}"
     );
 }
+
+#[test]
+fn the_text_after_last_error_is_the_next_line_of_the_process_that_printed_it() {
+    let (_, mut dec) = decoder();
+    let text = "(Worker pid=7) ERROR 01-15 02:47:32 w.py:1] Last error:\n\
+        (Worker pid=8) ERROR 01-15 02:47:32 w.py:1] Traceback (most recent call last):\n\
+        (Worker pid=7) ERROR 01-15 02:47:32 w.py:1] Error while creating shared memory segment\n\
+        (Worker pid=7) ERROR 01-15 02:47:32 w.py:1] next\n";
+    let mut batch = Batch::default();
+    dec.chunk(
+        &mut LineState::default(),
+        text.as_bytes(),
+        Times::default(),
+        &mut batch,
+    );
+    let flags: Vec<bool> = batch.lines.iter().map(|d| d.last_error_text).collect();
+    assert_eq!(flags, [false, false, true, false]);
+}
