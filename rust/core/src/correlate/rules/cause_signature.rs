@@ -1,6 +1,7 @@
 //! A process that printed a `cause` signature is a suspect, weighted by the signature. Its
-//! line is the strongest cause it printed; between equal ones, the first occurrence. A cause
-//! the process recovered from (`cleared_by`) is none.
+//! line is the strongest cause it printed; between equal ones, the first occurrence; but the
+//! text after PyTorch's `Last error:` comes before them all, as in `symptoms`. A cause the
+//! process recovered from (`cleared_by`) is none.
 
 use crate::catalog::Role;
 use crate::correlate::board::Board;
@@ -28,18 +29,23 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         let who = culprit(v, h, sig.blames_peer);
         let host = v.who_host(who);
         let c = board.cand(who, host);
+        // The process's line: the text after `Last error:` first (NCCL's own account of the
+        // failure the error block's category line only names), then the strongest cause, the
+        // first of equals. Its weight: the strongest cause it printed.
         let better = match c.cause {
             None => true,
             Some(b) => {
-                let bw = v.sig(v.hit(b)).map_or(0, |s| s.weight);
-                sig.weight > bw || (sig.weight == bw && v.order_key(i) < v.order_key(b))
+                let held = v.hit(b);
+                let bw = v.sig(held).map_or(0, |s| s.weight);
+                let (ours, theirs) = ((h.last_error_text, sig.weight), (held.last_error_text, bw));
+                ours > theirs || (ours == theirs && v.order_key(i) < v.order_key(b))
             }
         };
         if better {
             c.cause = Some(i);
-            c.cause_weight = sig.weight;
             c.ts = v.hit_time(h);
         }
+        c.cause_weight = c.cause_weight.max(sig.weight);
     }
     let with_cause: Vec<_> = board
         .cands
