@@ -233,6 +233,10 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
     if start == 0 && matches!(token, b"stdout" | b"stderr") {
         return Some(i + 2);
     }
+    // The Ascend runtime's error code (`EI0006: [PID: 41] …`) opens its message.
+    if is_cann_code(token) {
+        return None;
+    }
     let rest = &b[i + 2..];
     let mut probe = LineMeta::default();
     // A whole NCCL header behind it makes even a host name without digits a label.
@@ -261,6 +265,14 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
         m.host = Some((off + start, off + i));
     }
     Some(i + 2)
+}
+
+/// `E<module letter><4 digits>`, the code the Ascend runtime (CANN) opens an error line with.
+fn is_cann_code(token: &[u8]) -> bool {
+    token.len() == 6
+        && token[0] == b'E'
+        && token[1].is_ascii_uppercase()
+        && token[2..].iter().all(u8::is_ascii_digit)
 }
 
 /// The rest of a Horovod stall report's `RANK: [tensor, …]` line (the rank is the message's

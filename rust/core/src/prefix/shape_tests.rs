@@ -429,3 +429,10 @@ fn runner_label_before_a_bracketed_stream_name() {
     let p = peeled("retrying [stderr-capture] x");
     assert!(p.msg.starts_with("retrying"), "{}", p.msg);
 }
+
+#[test]
+fn an_ascend_error_code_is_not_a_host_label() {
+    let p = peeled("EI0006: [PID: 41233] 2025-04-08-18:07:20.444.436 Getting socket times out.");
+    assert!(p.msg.starts_with("EI0006: [PID: 41233]"), "{}", p.msg);
+    assert_eq!(p.host, None);
+}
