@@ -7,6 +7,7 @@ use crate::catalog::Role;
 use crate::correlate::board::Board;
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
+use std::collections::HashSet;
 
 /// Whom a cause line is about: the peer it names when the catalog says the fault is there
 /// (`blames = "peer"`: the peer refused, timed out or cannot be routed to), else its subject.
@@ -19,7 +20,41 @@ fn culprit(v: &View, h: &crate::job::Hit, blames_peer: bool) -> Who {
     v.subject(h)
 }
 
+/// The hits whose text follows `Last error:` and leads their process's causes: those whose
+/// message the process did not also print in a line of its own (NCCL's WARN, which the text
+/// repeats; its file may be read after this one). One pass over the scope, and none when no
+/// hit follows `Last error:`.
+fn leading_last_errors(v: &View, scope: &Scope) -> HashSet<usize> {
+    let texts: Vec<usize> = scope
+        .hits
+        .iter()
+        .copied()
+        .filter(|&i| v.hit(i).last_error_text)
+        .collect();
+    if texts.is_empty() {
+        return HashSet::new();
+    }
+    let message = |k: usize| {
+        let text = &v.hit(k).text;
+        let meta = crate::prefix::peel(text, v.cfg.default_year);
+        meta.message(text).trim_end().to_string()
+    };
+    let printers: HashSet<Who> = texts.iter().map(|&i| v.printer(v.hit(i))).collect();
+    let printed: HashSet<(Who, String)> = scope
+        .hits
+        .iter()
+        .copied()
+        .filter(|&k| !v.hit(k).last_error_text && printers.contains(&v.printer(v.hit(k))))
+        .map(|k| (v.printer(v.hit(k)), message(k)))
+        .collect();
+    texts
+        .into_iter()
+        .filter(|&i| !printed.contains(&(v.printer(v.hit(i)), message(i))))
+        .collect()
+}
+
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
+    let leading = leading_last_errors(v, scope);
     for &i in scope.hits {
         let h = v.hit(i);
         let Some(sig) = v.sig(h) else { continue };
@@ -30,14 +65,18 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         let host = v.who_host(who);
         let c = board.cand(who, host);
         // The process's line: the text after `Last error:` first (NCCL's own account of the
-        // failure the error block's category line only names), then the strongest cause, the
-        // first of equals. Its weight: the strongest cause it printed.
+        // failure the error block's category line only names) unless NCCL's line with that
+        // text is in view, then the strongest cause, the first of equals. Its weight: the
+        // strongest cause it printed.
         let better = match c.cause {
             None => true,
             Some(b) => {
                 let held = v.hit(b);
                 let bw = v.sig(held).map_or(0, |s| s.weight);
-                let (ours, theirs) = ((h.last_error_text, sig.weight), (held.last_error_text, bw));
+                let (ours, theirs) = (
+                    (leading.contains(&i), sig.weight),
+                    (leading.contains(&b), bw),
+                );
                 ours > theirs || (ours == theirs && v.order_key(i) < v.order_key(b))
             }
         };
