@@ -243,12 +243,9 @@ fn blank_and_suffix_checks_match_trimming() {
     }
 }
 
-#[test]
-fn the_exception_of_a_traceback_cut_above_its_frames_is_an_error() {
+/// The lines of `text`, decoded as one chunk of a fresh stream.
+fn decode_alone(text: &str) -> Batch {
     let (_, mut dec) = decoder();
-    let text = "  File \"/venv/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py\", \
-        line 635, in run\n    raise RendezvousClosedError()\n\
-        torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n";
     let mut batch = Batch::default();
     dec.chunk(
         &mut LineState::default(),
@@ -256,6 +253,15 @@ fn the_exception_of_a_traceback_cut_above_its_frames_is_an_error() {
         Times::default(),
         &mut batch,
     );
+    batch
+}
+
+#[test]
+fn the_exception_of_a_traceback_cut_above_its_frames_is_an_error() {
+    let text = "  File \"/venv/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py\", \
+        line 635, in run\n    raise RendezvousClosedError()\n\
+        torch.distributed.elastic.rendezvous.api.RendezvousClosedError\n";
+    let batch = decode_alone(text);
     let levels: Vec<Level> = batch.lines.iter().map(|d| d.level).collect();
     // The frame and its source line are not errors; the exception is.
     assert_eq!(levels[2], Level::Error, "{levels:?}");
@@ -267,18 +273,11 @@ fn the_exception_of_a_traceback_cut_above_its_frames_is_an_error() {
 
 #[test]
 fn the_text_after_last_error_is_the_next_line_of_the_process_that_printed_it() {
-    let (_, mut dec) = decoder();
     let text = "(Worker pid=7) ERROR 01-15 02:47:32 w.py:1] Last error:\n\
         (Worker pid=8) ERROR 01-15 02:47:32 w.py:1] Traceback (most recent call last):\n\
         (Worker pid=7) ERROR 01-15 02:47:32 w.py:1] Error while creating shared memory segment\n\
         (Worker pid=7) ERROR 01-15 02:47:32 w.py:1] next\n";
-    let mut batch = Batch::default();
-    dec.chunk(
-        &mut LineState::default(),
-        text.as_bytes(),
-        Times::default(),
-        &mut batch,
-    );
+    let batch = decode_alone(text);
     let flags: Vec<bool> = batch.lines.iter().map(|d| d.last_error_text).collect();
     assert_eq!(flags, [false, false, true, false]);
 }
