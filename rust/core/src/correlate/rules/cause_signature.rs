@@ -1,7 +1,9 @@
 //! A process that printed a `cause` signature is a suspect, weighted by the signature. Its
 //! line is the strongest cause it printed; between equal ones, the first occurrence; but the
-//! text after PyTorch's `Last error:` comes before them all, as in `symptoms`. A cause the
-//! process recovered from (`cleared_by`) is none.
+//! text after PyTorch's `Last error:` comes before them all, as in `symptoms`, unless NCCL's
+//! own line with that text is in view (WSL #12467: only the text; the generated `shm_full`
+//! fleet: both, and the failed extend before them). A cause the process recovered from
+//! (`cleared_by`) is none.
 
 use crate::catalog::Role;
 use crate::correlate::board::Board;
