@@ -225,10 +225,11 @@ def test_many_small_files_cost_little_memory_outside_the_budget(tmp_path: Path) 
     budget = 20_000_000
     (tmp_path / "few").mkdir()
     (tmp_path / "many").mkdir()
-    # RSS only errs upwards (the allocator's arenas, a loaded machine's page cache): a second
-    # measurement where the first is over the bound, and the smaller one counts.
+    # RSS only errs upwards (the allocator's arenas, a loaded machine's page cache, huge
+    # pages): another measurement where one is over the bound, and the smallest counts. Under
+    # the full suite's load one fresh clone measured 1,325 twice where a quiet run gives 700-900.
     tries = []
-    for _ in range(2):
+    for _ in range(3):
         few = _files_growth(tmp_path / "few", 10_000, budget)
         many = _files_growth(tmp_path / "many", 40_000, budget)
         tries.append((many - few) / 30_000)
