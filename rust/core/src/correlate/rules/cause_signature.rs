@@ -36,13 +36,9 @@ fn leading_last_errors(v: &View, scope: &Scope) -> HashSet<usize> {
     if texts.is_empty() {
         return HashSet::new();
     }
-    let message = |k: usize| {
-        let text = &v.hit(k).text;
-        let meta = crate::prefix::peel(text, v.cfg.default_year);
-        meta.message(text).trim_end().to_string()
-    };
+    let message = |k: usize| super::error_chain::message(v, k);
     let printers: HashSet<Who> = texts.iter().map(|&i| v.printer(v.hit(i))).collect();
-    let printed: HashSet<(Who, String)> = scope
+    let printed: HashSet<(Who, &str)> = scope
         .hits
         .iter()
         .copied()

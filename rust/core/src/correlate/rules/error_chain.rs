@@ -113,7 +113,8 @@ fn opens_file_mid_trace(v: &View, scope: &Scope, start: usize) -> bool {
         })
 }
 
-fn message<'a>(v: &View<'a>, i: usize) -> &'a str {
+/// The message of hit `i` after its prefixes, without trailing blanks.
+pub(super) fn message<'a>(v: &View<'a>, i: usize) -> &'a str {
     let text = &v.hit(i).text;
     let meta = peel(text, v.cfg.default_year);
     meta.message(text).trim_end()
