@@ -271,6 +271,8 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "native_func",
     "announced_rank",
     "announced_world",
+    "net_dev",
+    "listed_dev",
 ];
 
 /// Field names the engine reads from context lines as they arrive, besides the identity
@@ -296,6 +298,7 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "native_func",
     "announced_rank",
     "announced_world",
+    "net_dev",
 ];
 
 fn is_identity(name: &str) -> bool {

@@ -45,8 +45,8 @@ pub struct Source {
     pub rank: Option<u32>,
     /// (rank, nranks) from the NCCL communicator init line with the largest nranks.
     pub init_rank: Option<(u32, u32)>,
-    /// Where (job sequence number) this process last printed NCCL's `Init START` or
-    /// `Init COMPLETE`.
+    /// Where (job sequence number) this process last printed NCCL's `Init START`,
+    /// `Init COMPLETE` or a channel's transport.
     pub init_seen_at: Option<u64>,
     pub cuda_dev: Option<u16>,
     pub bus_id: Option<String>,
@@ -70,6 +70,8 @@ pub struct Source {
     pub ras_report: Option<Box<crate::ras_capture::Capture>>,
     /// The events of `ncclras -m` this source printed (`ras_monitor`).
     pub ras_monitor: Option<Box<crate::ras_monitor::Monitor>>,
+    /// The network devices (`via NET/Socket/1`: bit 1) this process's channels use.
+    pub net_devs_used: u32,
 }
 
 /// Frames kept per stack: the innermost ones say where the thread is.

@@ -534,10 +534,24 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
         })
 }
 
-/// A cause its own process recovered from: the process printed one of the signatures the
-/// cause is `cleared_by` after it (a plugin that found no provider for one configuration and
-/// then selected one for the next).
+/// A cause its own process shows to be harmless: it printed one of the signatures the cause
+/// is `cleared_by` after it (a plugin that found no provider for one configuration and then
+/// selected one for the next), or the cause is a network device it lists (`listed_dev`) that
+/// none of the channels it set up uses.
 pub(crate) fn recovered(job: &Job, cat: &Catalog, h: &Hit) -> bool {
+    unused_device(job, h) || cleared(job, cat, h)
+}
+
+/// NCCL lists every socket interface it may use (`[0]ens5:… [1]veth…:fe80::…`) and prints
+/// which one each channel uses (`via NET/Socket/0`): a listed one no channel took is idle.
+fn unused_device(job: &Job, h: &Hit) -> bool {
+    let used = job.sources[h.source as usize].net_devs_used;
+    h.field("listed_dev")
+        .and_then(|d| d.parse::<u32>().ok())
+        .is_some_and(|d| used != 0 && used & 1u32.checked_shl(d).unwrap_or(0) == 0)
+}
+
+fn cleared(job: &Job, cat: &Catalog, h: &Hit) -> bool {
     h.sig.is_some_and(|s| {
         cat.signatures[s as usize].cleared_by_idx.iter().any(|&c| {
             job.last_clearing
@@ -547,7 +561,8 @@ pub(crate) fn recovered(job: &Job, cat: &Catalog, h: &Hit) -> bool {
     })
 }
 
-/// An error-return trace printed before its process's next `Init START` or `Init COMPLETE`.
+/// An error-return trace printed before its process's next `Init START`, `Init COMPLETE` or
+/// channel transport line.
 fn probe_survived(job: &Job, cat: &Catalog, h: &crate::job::Hit) -> bool {
     let is_trace = h
         .sig

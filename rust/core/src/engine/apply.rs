@@ -45,6 +45,7 @@ struct Learned<'a> {
     native_func: Option<&'a str>,
     announced_rank: Option<&'a str>,
     announced_world: Option<&'a str>,
+    net_dev: Option<&'a str>,
     /// By position in `CONTEXT_FIELDS`.
     context: [Option<&'a str>; CONTEXT_FIELDS.len()],
 }
@@ -68,6 +69,7 @@ impl<'a> FieldView<'a> {
                 "native_func" => &mut l.native_func,
                 "announced_rank" => &mut l.announced_rank,
                 "announced_world" => &mut l.announced_world,
+                "net_dev" => &mut l.net_dev,
                 name => match CONTEXT_FIELDS.iter().position(|f| *f == name) {
                     Some(i) => &mut l.context[i],
                     None => continue,
@@ -457,11 +459,17 @@ impl Engine {
             if spec.id == P2P_LINK_LINES && job.p2p_links.wants(src) {
                 Self::learn_p2p_link(job, src, fields, line, at);
             }
-            if INIT_LINES.contains(&spec.id.as_str()) {
+            if INIT_PROGRESS_LINES.contains(&spec.id.as_str()) {
                 job.sources[src as usize].init_seen_at = Some(seq);
+            }
+            if INIT_LINES.contains(&spec.id.as_str()) {
                 if let Some(p) = got.comm_ptr {
                     job.content_bytes += job.p2p_links.note_comm(src, p);
                 }
+            }
+            if let Some(d) = got.net_dev.and_then(|v| v.parse::<u32>().ok()) {
+                let s = &mut job.sources[src as usize];
+                s.net_devs_used |= 1u32.checked_shl(d).unwrap_or(0);
             }
             if let Some(d) = got.cuda_dev.and_then(|v| v.parse::<u16>().ok()) {
                 job.sources[src as usize].cuda_dev = Some(d);
@@ -910,6 +918,16 @@ fn names_the_exception(hit: &Hit, d: &Decoded, line: &str) -> bool {
 
 /// The context signatures of NCCL's `Init START` and `Init COMPLETE` lines.
 const INIT_LINES: [&str; 2] = ["nccl_init_start", "nccl_init_complete"];
+
+/// Lines that show a process's init went on: besides the two above, each channel's transport
+/// (NCCL 2.4-2.7 print no `Init COMPLETE`; pytorch#68893's topology probe `net.h:19 -> 2` was
+/// followed by its rings).
+const INIT_PROGRESS_LINES: [&str; 4] = [
+    "nccl_init_start",
+    "nccl_init_complete",
+    "nccl_channel_transport",
+    "nccl_channel_net",
+];
 
 /// NCCL's lines of a link within a node (`p2p_links`).
 const P2P_LINK_LINES: &str = "nccl_channel_transport";

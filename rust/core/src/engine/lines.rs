@@ -44,6 +44,8 @@ fn is_continuation(msg: &str, st: &LineState, last_error_text: bool) -> bool {
         Some(b'L') => msg.starts_with("Last error:"),
         Some(b'D') => msg.starts_with("During handling of the above exception"),
         Some(b'T') => msg.starts_with("The above exception was the direct cause"),
+        // UCX's backtrace banner under its `Caught signal` line: the same process's
+        Some(b'=') => msg.starts_with("==== backtrace"),
         _ => false,
     };
     opener || (st.in_traceback && is_exception_line(msg))

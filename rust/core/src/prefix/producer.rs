@@ -652,6 +652,52 @@ pub(super) fn ucx(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
     Some(i)
 }
 
+/// UCX's header of what it prints outside its logger (a crash handler's `Caught signal`, an
+/// IB completion error): `[host:pid:thread:tid] ` and, for an error, the source location
+/// (`[master:19546:0:19546] ib_mlx5_log.c:139  Transport retry count exceeded on …`). The
+/// level is left to the message: the same header carries a backtrace's frames.
+pub(super) fn ucx_thread(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
+    let close = memchr::memchr(b']', &b[..b.len().min(160)])?;
+    let inner = b.get(1..close)?;
+    let mut parts = inner.rsplitn(4, |&c| c == b':');
+    let (tid, thread, pid, host) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let all_digits = |v: &[u8]| !v.is_empty() && v.iter().all(u8::is_ascii_digit);
+    let named = !host.is_empty() && host.iter().all(|&c| is_host_byte(c));
+    if !(named && all_digits(tid) && all_digits(thread) && all_digits(pid)) {
+        return None;
+    }
+    let mut i = close + 1;
+    if b.get(i) != Some(&b' ') {
+        return None;
+    }
+    i += blanks(&b[i..]);
+    let loc = b[i..]
+        .iter()
+        .take(128)
+        .take_while(|c| !c.is_ascii_whitespace())
+        .count();
+    if is_source_location(&b[i..i + loc]) {
+        i += loc;
+        i += blanks(&b[i..]);
+    }
+    m.host = Some((off + 1, off + 1 + host.len()));
+    m.pid = std::str::from_utf8(pid).ok()?.parse().ok();
+    m.producer = Producer::Ucx;
+    Some(i)
+}
+
+/// `ib_mlx5_log.c:139`: a C source file and a line number.
+fn is_source_location(w: &[u8]) -> bool {
+    let Some(colon) = w.iter().rposition(|&c| c == b':') else {
+        return false;
+    };
+    let (file, line) = (&w[..colon], &w[colon + 1..]);
+    let c_file = [&b".c"[..], b".cc", b".cpp", b".h", b".inl"]
+        .iter()
+        .any(|ext| file.ends_with(ext));
+    c_file && !line.is_empty() && line.iter().all(u8::is_ascii_digit)
+}
+
 /// `[host:pid:tid]`: the host's range, the pid and the length through the `]`.
 fn ucx_process(b: &[u8]) -> Option<((usize, usize), u32, usize)> {
     if b.first() != Some(&b'[') {
@@ -917,6 +963,24 @@ mod ucx_tests {
             m.message(line),
             "ucp_context_0 intra-node cfg#1 rma_am(sysv/memory)"
         );
+    }
+
+    #[test]
+    fn ucx_thread_header_gives_host_and_pid_and_drops_the_source_location() {
+        let line = "[master:19546:0:19546] ib_mlx5_log.c:139  Transport retry count exceeded on mlx5_0:1/IB (synd 0x15 vend 0x81 hw_synd 0/0)";
+        let m = peel(line, 2026);
+        assert_eq!(m.producer, Producer::Ucx);
+        assert_eq!(m.host(line), Some("master"));
+        assert_eq!(m.pid, Some(19546));
+        assert!(m
+            .message(line)
+            .starts_with("Transport retry count exceeded on"));
+        let line = "[nemo02:15050:0:15050] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)";
+        let m = peel(line, 2026);
+        assert_eq!((m.host(line), m.pid), (Some("nemo02"), Some(15050)));
+        assert!(m.message(line).starts_with("Caught signal 11"));
+        let line = "[a:b:1:2] not a process";
+        assert_ne!(peel(line, 2026).producer, Producer::Ucx);
     }
 
     #[test]

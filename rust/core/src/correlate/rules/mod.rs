@@ -20,6 +20,7 @@ mod loopback_peer;
 mod peer_naming;
 mod progress;
 mod ras_report;
+mod scalar_side;
 mod seq_lag;
 mod setting_blame;
 mod silence;
@@ -68,6 +69,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("desync_report", desync_report::apply),
     ("seq_lag", seq_lag::apply),
     ("collective_mismatch", collective_mismatch::apply),
+    ("scalar_side", scalar_side::apply),
     ("progress", progress::apply),
     ("busy_at_entry", busy_at_entry::apply),
     ("bar_at_timeout", bar_at_timeout::apply),

@@ -1,6 +1,10 @@
 //! Watchdog sequence numbers: every healthy rank times out in the same collective. A rank
 //! whose last enqueued collective is behind that one never reached it (+20); a rank missing
 //! from a timeout that most of the job reported may be the one that hung or died (+10).
+//! Without a collective more ranks wait in than in any other, the rank behind gets +8 only:
+//! two ranks one collective apart do not say which one lags and which ran an extra one
+//! (behind: vllm#23448, MOTIP#52; ahead, in a scalar reduction: LlamaFactory#2902, which
+//! `scalar_side` weighs above this).
 
 use crate::catalog::Sync;
 use crate::correlate::board::Board;
@@ -37,6 +41,9 @@ fn seq_by_rank(v: &View, scope: &Scope) -> BTreeMap<u32, (u64, Option<u64>, usiz
 /// not name the group), so they say nothing about who lags.
 const MAX_LAG_IN_ONE_GROUP: u64 = 64;
 
+/// Behind, where as many ranks wait in another collective (below `scalar_side`'s 10).
+const TIED_WEIGHT: i32 = 8;
+
 /// Whether a rank that timed out in `seq` (with `enq` its last enqueued collective) is behind
 /// the collective the others wait in.
 fn is_behind(seq: u64, enq: Option<u64>, majority: u64) -> bool {
@@ -54,6 +61,10 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         *counts.entry(*s).or_default() += 1;
     }
     let (&majority, &n_major) = counts.iter().max_by_key(|(_, c)| **c).unwrap_or((&0, &0));
+    // As many ranks in another collective: the one behind may as well be the one that ran
+    // an extra collective, so being behind is only a hint.
+    let tied = counts.iter().any(|(&s, &c)| s != majority && c == n_major);
+    let weight = if tied { TIED_WEIGHT } else { 20 };
     for (&r, &(s, enq, i)) in &seq_of {
         if is_behind(s, enq, majority) {
             let who = Who::Rank(r);
@@ -64,7 +75,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
                 "behind the others: last enqueued collective {} while {n_major} ranks wait in #{majority}",
                 enq.unwrap_or(s)
             );
-            board.add(who, host, "seq_lag", 20, why);
+            board.add(who, host, "seq_lag", weight, why);
         }
     }
     // Only a world size the logs state (communicator init, PG options) says who is missing;
