@@ -176,7 +176,7 @@ impl Engine {
             learn_source_identity(job, st, src, &d.meta, host);
         }
         let placed = self.place_in_time(job, st, src, d);
-        track_record(job, st, line, d, found.1.is_empty(), &self.catalog);
+        track_record(job, st, line, d, found.1, &self.catalog);
         self.remember_line(job, st, src, line, d, placed.at.ts);
         let line_ctx = LineCtx {
             src,
@@ -382,7 +382,7 @@ impl Engine {
                 && spec.host_scope == HostScope::Any
                 && spec.cleared_by.is_empty()
                 && spec.id != correlate::ERROR_RETURN;
-            if (is_cause && alone_fails) || ctx.d.level >= Level::Error {
+            if is_cause && alone_fails {
                 job.failure_seen = true;
             }
             let mut hit = new_hit(job, st, line, ctx, record_lines(is_cause));
@@ -868,12 +868,18 @@ fn track_record(
     st: &mut Stream,
     line: &str,
     d: &Decoded,
-    unmatched: bool,
+    sig_hits: &[SigHit],
     catalog: &Catalog,
 ) {
-    if d.level >= Level::Error {
+    // A line healthy runs print too does not fail the job by its level (TensorFlow logs the
+    // out-of-memory retries of its start-up reservation at E).
+    let healthy_print = sig_hits
+        .iter()
+        .any(|h| catalog.signatures[h.sig as usize].only_with_failure);
+    if d.level >= Level::Error && !healthy_print {
         job.failure_seen = true;
     }
+    let unmatched = sig_hits.is_empty();
     if !d.continuation {
         st.record_start = job.seq;
         st.open_hit = None;

@@ -478,6 +478,9 @@ fn leading_time(rest: &[u8], pos: usize, m: &mut LineMeta) -> Option<Step> {
     }
     k += 1;
     (m.ts_ms, m.ts_dated) = (Some(ts), true);
+    if let Some(n) = producer::tf_severity_site(&rest[k..], m) {
+        return Some(Step::Producer(k + n));
+    }
     if let Some((lvl, ln)) = producer::level_word(&rest[k..]) {
         m.level = lvl;
         k += ln;

@@ -516,6 +516,19 @@ pub(super) fn glog_tail(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     Some(end)
 }
 
+/// TensorFlow's C++ log header after its time (`2019-08-26 18:41:15.943905: `): the severity
+/// letter and the call site, `E tensorflow/stream_executor/cuda/cuda_driver.cc:828] `.
+pub(super) fn tf_severity_site(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let level = severity_letter(*b.first()?)?;
+    if b.get(1) != Some(&b' ') {
+        return None;
+    }
+    let n = source_location(&b[2..], b"] ")?;
+    m.level = level;
+    m.producer = Producer::Stdlib;
+    Some(2 + n)
+}
+
 /// `file.ext:<line>` (optionally `:func`) then `terminator`, as loggers print their call site.
 fn source_location(b: &[u8], terminator: &[u8]) -> Option<usize> {
     let limit = b.len().min(128);

@@ -436,3 +436,18 @@ fn an_ascend_error_code_is_not_a_host_label() {
     assert!(p.msg.starts_with("EI0006: [PID: 41233]"), "{}", p.msg);
     assert_eq!(p.host, None);
 }
+
+#[test]
+fn tensorflow_cpp_log_header_gives_level_and_no_host() {
+    let p = peeled("[1,1]<stderr>:2020-02-11 07:12:40.512003: E tensorflow/stream_executor/cuda/cuda_driver.cc:828] failed to allocate 1.20G (1288490188 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory");
+    assert!(p.msg.starts_with("failed to allocate 1.20G"), "{}", p.msg);
+    assert_eq!(p.host, None);
+    assert_eq!((p.m.level, p.m.grank), (Level::Error, Some(1)));
+    let p = peeled("2020-02-11 07:12:40.512003: W tensorflow/core/common_runtime/gpu/gpu_device.cc:1597] Unable to enable peer access between device ordinals 0 and 9");
+    assert_eq!(p.m.level, Level::Warn);
+    assert!(
+        p.msg.starts_with("Unable to enable peer access"),
+        "{}",
+        p.msg
+    );
+}
