@@ -108,6 +108,8 @@ pub(crate) struct LineState {
     /// share a stream (vLLM's workers) interleave their lines between the two.
     last_error_of: Option<Option<u32>>,
     in_traceback: bool,
+    /// The previous line was a Python traceback frame (`  File "…", line N, in f`).
+    after_frame: bool,
     labels: KnownLabels,
 }
 
@@ -166,6 +168,9 @@ pub(crate) struct Decoded {
     pub continuation: bool,
     /// The line follows `Last error:`: NCCL's own text of the error a PyTorch block reports.
     pub last_error_text: bool,
+    /// A traceback's source line under its frame (`    raise RendezvousTimeoutError()`): code
+    /// that names an error is not the error, so it is not scanned for signatures.
+    pub source_code: bool,
     pub ingest_ms: Option<i64>,
     pub event_ms: Option<i64>,
     /// This line's entries in `Batch::hits`.
@@ -622,6 +627,8 @@ impl LineDecoder {
             // header): its frames still end in the exception.
             st.in_traceback = true;
         }
+        let source_code = st.after_frame && msg.starts_with("    ");
+        st.after_frame = is_traceback_frame(msg);
         if is_exception_line(msg) && (st.in_traceback || msg.contains(": ")) {
             level = level.max(Level::Error);
         }
@@ -646,6 +653,7 @@ impl LineDecoder {
             level,
             continuation,
             last_error_text,
+            source_code,
             ingest_ms: t.ingest_ms,
             event_ms: t.event_ms,
             hits: 0..0,
@@ -699,8 +707,10 @@ impl LineDecoder {
         self.expr_buf.clear();
         self.expr_ends.clear();
         for d in &out.lines[from..] {
-            let msg = d.meta.message(d.span.text(chunk, &out.own));
-            catalog.scan(msg.as_bytes(), &mut self.scanner, &mut self.expr_buf);
+            if !d.source_code {
+                let msg = d.meta.message(d.span.text(chunk, &out.own));
+                catalog.scan(msg.as_bytes(), &mut self.scanner, &mut self.expr_buf);
+            }
             self.expr_ends.push(self.expr_buf.len());
         }
         let mut start = 0;
