@@ -115,12 +115,24 @@ impl Stack {
 /// Collective calls kept per process: a hang or mismatch is decided at the last few calls.
 pub const COLL_CALLS_KEPT: usize = 8;
 
-/// One collective call as NCCL traced it on one process.
+/// Who stated a collective call, which decides how its group is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// NCCL's COLL trace: a communicator pointer and size, a hex operation counter.
+    NcclTrace,
+    /// PyTorch's debug wrapper: the process group's sequence number; `tensors` is false for
+    /// a collective without tensors (a barrier), whose count and dtype say nothing.
+    TorchWrapper { tensors: bool },
+}
+
+/// One collective call as NCCL's trace or PyTorch's debug wrapper stated it on one process.
 #[derive(Debug, Clone)]
 pub struct CollCall {
-    /// NCCL's name of the operation (`AllReduce`, `Broadcast`, ...).
+    pub kind: CallKind,
+    /// The operation as printed (`AllReduce`, `BROADCAST`, ...).
     pub op: String,
-    /// The communicator's operation counter (the same call has the same counter on every rank).
+    /// The communicator's operation counter, or the wrapper's sequence number (the same call
+    /// has the same number on every rank).
     pub op_count: u64,
     pub count: u64,
     pub datatype: u32,

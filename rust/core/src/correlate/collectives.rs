@@ -8,11 +8,14 @@
 use super::board::LineRef;
 use super::util::rank_ranges;
 use super::view::{View, Who};
-use crate::job::CollCall;
+use crate::job::{CallKind, CollCall};
 use crate::report::{CollectiveRow, CollectiveTable};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub const COLL_TRACE_SIGNATURE: &str = "nccl_coll_trace";
+pub const WRAPPER_SIGNATURE: &str = "pt_wrapper_fingerprint";
+/// The group the debug wrapper's statements are compared in (its lines name none).
+const WRAPPER_GROUP: &str = "the debug wrapper's process group";
 
 /// What one rank ran at one sequence number: the values all ranks of a group must agree on.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -121,11 +124,24 @@ pub fn table(v: &View, hits: &[usize]) -> Vec<Entry> {
 /// Which communicator a traced call belongs to, as all its ranks know it: the id from the
 /// process's init line; without one (older NCCL), its size, when the process used only one
 /// communicator of that size (else its calls cannot be told apart from another group's).
+/// The debug wrapper names no group: its calls count as one group while their sequence
+/// numbers only grow (a process whose numbers go back runs several groups).
 fn trace_group(src: &crate::job::Source, call: &CollCall) -> Option<String> {
+    if let CallKind::TorchWrapper { .. } = call.kind {
+        let numbers = src
+            .coll_calls
+            .iter()
+            .filter(|c| c.kind != CallKind::NcclTrace)
+            .map(|c| c.op_count);
+        let rising = numbers.clone().zip(numbers.skip(1)).all(|(a, b)| a <= b);
+        return rising.then(|| WRAPPER_GROUP.to_string());
+    }
     if let Some(id) = src.comm_id(&call.comm) {
         return Some(format!("NCCL communicator {id}"));
     }
-    let same_size = |c: &&CollCall| c.nranks == call.nranks && c.comm != call.comm;
+    let same_size = |c: &&CollCall| {
+        c.kind == CallKind::NcclTrace && c.nranks == call.nranks && c.comm != call.comm
+    };
     if src.coll_calls.iter().any(|c| same_size(&c)) {
         return None;
     }
@@ -136,22 +152,56 @@ fn trace_entry(v: &View, who: Who, at: (u32, usize), call: &CollCall, group: Str
     let (src, idx) = at;
     let op = call.op.to_ascii_uppercase();
     let rooted = matches!(op.as_str(), "BROADCAST" | "REDUCE" | "BCAST");
+    let (stated, root) = match call.kind {
+        CallKind::NcclTrace => (true, rooted.then_some(call.root)),
+        CallKind::TorchWrapper { tensors } => (tensors, None),
+    };
+    let known_dtype = stated && call.datatype != u32::MAX;
     Entry {
         who,
         group,
         seq: call.op_count,
         fp: Fingerprint {
             op,
-            numel_in: Some(call.count as i64),
+            numel_in: stated.then_some(call.count as i64),
             numel_out: None,
-            dtype: Some(nccl_dtype(call.datatype)),
-            root: rooted.then_some(call.root),
+            dtype: known_dtype.then(|| nccl_dtype(call.datatype)),
+            root,
         },
         line: LineRef::Call(src, idx),
         ts: v.corrected(src, call.ts_ms),
         entered: None,
         waiting: false,
     }
+}
+
+/// The signature whose line stated `call`.
+pub fn call_signature(call: &CollCall) -> &'static str {
+    match call.kind {
+        CallKind::NcclTrace => COLL_TRACE_SIGNATURE,
+        CallKind::TorchWrapper { .. } => WRAPPER_SIGNATURE,
+    }
+}
+
+/// The fields of the line that stated `call`, as its signature names them.
+pub fn call_fields(call: &CollCall) -> Vec<(String, String)> {
+    let mut f = vec![("coll_op", call.op.clone())];
+    match call.kind {
+        CallKind::NcclTrace => f.extend([
+            ("op_count", format!("{:x}", call.op_count)),
+            ("count", call.count.to_string()),
+            ("datatype", call.datatype.to_string()),
+            ("root", call.root.to_string()),
+            ("coll_nranks", call.nranks.to_string()),
+        ]),
+        CallKind::TorchWrapper { tensors } => {
+            f.push(("wrapper_seq", call.op_count.to_string()));
+            if tensors {
+                f.push(("numel", call.count.to_string()));
+            }
+        }
+    }
+    f.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 /// Ranks at one (group, sequence number) that ran different things: classes of equal

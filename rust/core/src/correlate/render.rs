@@ -3,7 +3,7 @@
 //! preceded the failure, and cause, fix and verify rendered with the incident's facts.
 
 use super::board::{Board, Cand, LineRef};
-use super::collectives::COLL_TRACE_SIGNATURE;
+use super::collectives::{call_fields, call_signature};
 use super::facts::{self, Facts};
 use super::rules::{blaming_causes, Scope};
 use super::stacks::STACK_FRAME_SIGNATURE;
@@ -153,10 +153,10 @@ impl<'a> View<'a> {
                     Some(self.cat.signatures[obs.sig as usize].id.clone()),
                 )
             }
-            LineRef::Call(s, i) => (
-                self.job.sources[s as usize].coll_calls[i].line.clone(),
-                Some(COLL_TRACE_SIGNATURE.to_string()),
-            ),
+            LineRef::Call(s, i) => {
+                let call = &self.job.sources[s as usize].coll_calls[i];
+                (call.line.clone(), Some(call_signature(call).to_string()))
+            }
             LineRef::Ring(s, seq) => (
                 self.ring_line(s, seq).map_or_else(String::new, |l| l.text),
                 None,
@@ -302,15 +302,7 @@ impl<'a> View<'a> {
             }
             Some(LineRef::Call(src, i)) => {
                 let call = &job.sources[src as usize].coll_calls[i];
-                let fields = [
-                    ("coll_op", call.op.clone()),
-                    ("op_count", format!("{:x}", call.op_count)),
-                    ("count", call.count.to_string()),
-                    ("datatype", call.datatype.to_string()),
-                    ("root", call.root.to_string()),
-                    ("coll_nranks", call.nranks.to_string()),
-                ]
-                .map(|(k, val)| (k.to_string(), val));
+                let fields = call_fields(call);
                 let v = LineParts {
                     ts: call.ts_ms,
                     ts_corrected: self.corrected(src, call.ts_ms),
@@ -325,7 +317,7 @@ impl<'a> View<'a> {
                     json: v,
                     sig: self
                         .cat
-                        .index_of(COLL_TRACE_SIGNATURE)
+                        .index_of(call_signature(call))
                         .map(|i| &self.cat.signatures[i as usize]),
                     at: Some((call.seq, src, call.ts_ms)),
                     text: call.line.clone(),

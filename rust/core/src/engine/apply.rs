@@ -10,8 +10,8 @@ use crate::correlate;
 use crate::fieldre::FieldSpan;
 use crate::filetext::TextAt;
 use crate::job::{
-    CollCall, ContextObs, Hit, HostId, Job, LineIdentity, SourceKey, Stack, StackFrame, SyncObs,
-    CONTEXT_FIELDS, STACK_FRAMES_KEPT,
+    CallKind, CollCall, ContextObs, Hit, HostId, Job, LineIdentity, SourceKey, Stack, StackFrame,
+    SyncObs, CONTEXT_FIELDS, STACK_FRAMES_KEPT,
 };
 use crate::memsize;
 use crate::p2p_links::P2pLink;
@@ -37,6 +37,7 @@ struct Learned<'a> {
     nranks: Option<&'a str>,
     seq: Option<&'a str>,
     op_count: Option<&'a str>,
+    wrapper_seq: Option<&'a str>,
     comm_ptr: Option<&'a str>,
     comm_id: Option<&'a str>,
     stack_thread: Option<&'a str>,
@@ -61,6 +62,7 @@ impl<'a> FieldView<'a> {
                 "nranks" => &mut l.nranks,
                 "seq" => &mut l.seq,
                 "op_count" => &mut l.op_count,
+                "wrapper_seq" => &mut l.wrapper_seq,
                 "comm_ptr" => &mut l.comm_ptr,
                 "comm_id" => &mut l.comm_id,
                 "stack_thread" => &mut l.stack_thread,
@@ -491,7 +493,7 @@ impl Engine {
                 Self::learn_native_frame(job, src, n, func, line, at);
             } else if got.stack_thread.is_some() || got.frame_func.is_some() {
                 Self::learn_stack_line(job, src, fields, line, at);
-            } else if got.op_count.is_some() {
+            } else if got.op_count.is_some() || got.wrapper_seq.is_some() {
                 Self::learn_coll_call(job, src, fields, line, at, st);
             } else if let (Some(p), Some(id)) = (got.comm_ptr, got.comm_id) {
                 let s = &mut job.sources[src as usize];
@@ -672,7 +674,8 @@ impl Engine {
         job.table_lines_seen += 1;
     }
 
-    /// Keeps an NCCL collective trace line in its process's short list of calls.
+    /// Keeps a collective call (NCCL's trace, PyTorch's debug wrapper) in its process's short
+    /// list of calls.
     fn learn_coll_call(
         job: &mut Job,
         src: u32,
@@ -683,27 +686,16 @@ impl Engine {
     ) {
         let pairs = fields.to_pairs();
         let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        let num = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
-        let (Some(op), Some(op_count)) = (
-            get("coll_op"),
-            get("op_count").and_then(|v| u64::from_str_radix(v, 16).ok()),
-        ) else {
+        let Some(call) = stated_call(get) else {
             return;
         };
         let call = CollCall {
-            op: op.to_string(),
-            op_count,
-            count: num("count").unwrap_or(0),
-            datatype: num("datatype").unwrap_or(0) as u32,
-            redop: num("redop").unwrap_or(0) as u32,
-            root: get("root").and_then(|v| v.parse().ok()).unwrap_or(0),
-            nranks: num("coll_nranks").unwrap_or(0) as u32,
-            comm: get("comm_ptr").unwrap_or("").to_string(),
             seq: at.seq,
             line_no: at.line_no,
             ts_ms: at.ts,
             line: line.to_string(),
             origin: st.origin.clone(),
+            ..call
         };
         let (after, before) = job.sources[src as usize].push_coll_call(call);
         job.content_bytes = (job.content_bytes + after).saturating_sub(before);
@@ -1002,6 +994,72 @@ fn hit_record(ring: &Ring, (start, seq, line): (u64, u64, &str), max: usize) -> 
         .into_iter()
         .map(|l| l.text)
         .collect()
+}
+
+/// The call a COLL trace or debug-wrapper line states, from its fields (`get`); the line's
+/// place in the job is filled in by the caller.
+fn stated_call<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Option<CollCall> {
+    let num = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
+    let op = get("coll_op")?.to_string();
+    let blank = |kind, op_count| CollCall {
+        kind,
+        op,
+        op_count,
+        count: 0,
+        datatype: 0,
+        redop: 0,
+        root: 0,
+        nranks: 0,
+        comm: String::new(),
+        seq: 0,
+        line_no: 0,
+        ts_ms: None,
+        line: String::new(),
+        origin: std::sync::Arc::from(""),
+    };
+    if let Some(seq) = num("wrapper_seq") {
+        let shape = get("tensor_shape");
+        let tensors = shape.is_some();
+        let mut call = blank(CallKind::TorchWrapper { tensors }, seq);
+        call.count = shape.map_or(0, shape_numel);
+        call.datatype = get("dtype_name").map_or(u32::MAX, torch_dtype_as_nccl);
+        return Some(call);
+    }
+    let op_count = get("op_count").and_then(|v| u64::from_str_radix(v, 16).ok())?;
+    let mut call = blank(CallKind::NcclTrace, op_count);
+    call.count = num("count").unwrap_or(0);
+    call.datatype = num("datatype").unwrap_or(0) as u32;
+    call.redop = num("redop").unwrap_or(0) as u32;
+    call.root = get("root").and_then(|v| v.parse().ok()).unwrap_or(0);
+    call.nranks = num("coll_nranks").unwrap_or(0) as u32;
+    call.comm = get("comm_ptr").unwrap_or("").to_string();
+    Some(call)
+}
+
+/// Elements of a tensor of the printed shape (`73`, `4, 1024`; an empty shape is a scalar).
+fn shape_numel(shape: &str) -> u64 {
+    shape
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| d.parse::<u64>().unwrap_or(0))
+        .product()
+}
+
+/// The NCCL datatype number PyTorch sends a dtype as (ProcessGroupNCCL's mapping), so the
+/// wrapper's statements compare and read like NCCL's traces; `u32::MAX` for other dtypes.
+fn torch_dtype_as_nccl(name: &str) -> u32 {
+    match name {
+        "Char" => 0,
+        "Byte" | "Bool" => 1,
+        "Int" => 2,
+        "Long" => 4,
+        "Half" => 6,
+        "Float" => 7,
+        "Double" => 8,
+        "BFloat16" => 9,
+        _ => u32::MAX,
+    }
 }
 
 #[cfg(test)]

@@ -336,9 +336,6 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
             return step;
         }
     }
-    if let Some(n) = producer::c10_cut_site(rest, m) {
-        return Step::Producer(n);
-    }
     if rest[0].is_ascii_digit() {
         if let Some(step) = leading_time(rest, pos, m) {
             return step;

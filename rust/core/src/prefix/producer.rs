@@ -320,23 +320,6 @@ pub(super) fn c10(b: &[u8], year: i32, m: &mut LineMeta) -> Option<usize> {
     Some(end)
 }
 
-/// A c10 header whose front an excerpt cut off: only its C++ call site is left
-/// (`ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog caught …`). The level went with the cut.
-pub(super) fn c10_cut_site(b: &[u8], m: &mut LineMeta) -> Option<usize> {
-    const EXTENSIONS: [&[u8]; 6] = [b".cpp", b".cc", b".cu", b".hpp", b".h", b".cxx"];
-    if !b.first()?.is_ascii_alphabetic() {
-        return None;
-    }
-    let n = source_location(b, b"] ")?;
-    let site = &b[..n - 2];
-    let file = &site[..memchr::memchr(b':', site)?];
-    if !EXTENSIONS.iter().any(|e| file.ends_with(e)) {
-        return None;
-    }
-    m.producer = Producer::C10;
-    Some(n)
-}
-
 /// torch logging `W0529 16:25:00.123000 81200 path/file.py:900] `. Older releases print the
 /// thread id (up to 20 digits) where newer ones print the pid; only a value that fits a pid
 /// is kept as one.

@@ -451,16 +451,3 @@ fn tensorflow_cpp_log_header_gives_level_and_no_host() {
         p.msg
     );
 }
-
-#[test]
-fn a_c10_header_cut_before_its_call_site_is_still_peeled() {
-    let p = peeled("ProcessGroupNCCL.cpp:828] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=42, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1809852 milliseconds before timing out.");
-    assert!(p.msg.starts_with("[Rank 1] Watchdog caught"), "{}", p.msg);
-    let p = peeled("socket.cpp:793] [c10d] The client socket has timed out after 60s");
-    assert!(p.msg.starts_with("[c10d] The client"), "{}", p.msg);
-    // A Python call site is no C++ header, and prose with a colon is no call site.
-    let p = peeled("train.py:12] starting");
-    assert!(p.msg.starts_with("train.py:12]"), "{}", p.msg);
-    let p = peeled("Note: see ProcessGroupNCCL.cpp:828] for details");
-    assert!(p.msg.starts_with("Note:"), "{}", p.msg);
-}

@@ -156,6 +156,48 @@ mod tests {
         assert_eq!(d[0].json["root_cause"]["rank"], 2);
     }
 
+    fn wrapped(r: u32, seq: u32, op: &str, shape: &str, dtype: &str) -> String {
+        format!(
+            "[I ProcessGroupWrapper.cpp:562] [Rank {r}] Running collective: CollectiveFingerPrint(\
+             SequenceNumber={seq}, OpType={op}, TensorShape=[{shape}], TensorDtypes={dtype}, \
+             TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda))\n"
+        )
+    }
+
+    #[test]
+    fn debug_wrapper_fingerprints_at_one_sequence_number_are_compared() {
+        let mut log = String::new();
+        for r in 0..4 {
+            let (op, shape, dtype) = if r == 1 {
+                ("ALLREDUCE", "2", "Float")
+            } else {
+                ("BROADCAST", "73", "Byte")
+            };
+            log.push_str(&wrapped(r, 4, op, shape, dtype));
+        }
+        let d = diagnose(&log);
+        assert_eq!(d.len(), 1);
+        let j = &d[0].json;
+        assert_eq!(j["cause_signature"]["id"], "collective_mismatch");
+        assert_eq!(j["root_cause"]["rank"], 1);
+        assert_eq!(j["facts"]["odd_values"], "ALLREDUCE count 2 dtype float32");
+        assert_eq!(j["facts"]["other_values"], "BROADCAST count 73 dtype uint8");
+        assert!(root_line(&d).contains("[Rank 1] Running collective"));
+    }
+
+    #[test]
+    fn debug_wrapper_numbers_that_go_back_belong_to_several_groups() {
+        // Two process groups' wrappers in one process: their numbers interleave and cannot be
+        // compared with another process's.
+        let mut log = String::new();
+        for r in 0..2 {
+            log.push_str(&wrapped(r, 9, "ALLREDUCE", "8", "Float"));
+            log.push_str(&wrapped(r, 2, "ALLGATHER", "4, 4", "Float"));
+        }
+        log.push_str(&wrapped(2, 9, "ALLGATHER", "16", "Float"));
+        assert!(diagnose(&log).is_empty());
+    }
+
     fn traced(r: u32, comm: &str, op: &str, op_count: u32, count: u32) -> String {
         format!(
             "node{r}:{p}:{p} [{r}] NCCL INFO {op}: opCount {op_count:x} sendbuff 0x7f1f recvbuff 0x7f1e \

@@ -326,6 +326,51 @@ mod tests {
         assert_eq!(d[0].json["cause_signature"]["id"], "collective_not_reached");
     }
 
+    fn wrapper_line(rank: u32, seq: u32, shape: u32, dtype: &str) -> String {
+        format!(
+            "[rank{rank}]:[I1203 10:00:0{rank}.000000000 ProcessGroupWrapper.cpp:562] [Rank {rank}] Running collective: \
+             CollectiveFingerPrint(SequenceNumber={seq}, OpType=BROADCAST, TensorShape=[{shape}], TensorDtypes={dtype}, \
+             TensorDeviceTypes=TensorOptions(dtype=float (default), device=cuda))\n"
+        )
+    }
+
+    #[test]
+    fn a_rank_behind_in_the_debug_wrapper_is_the_one_the_others_wait_for() {
+        // Lightning-style: rank 1 logged a metric the others did not and is one broadcast
+        // behind them when they time out.
+        let mut log = String::new();
+        for r in 0..4 {
+            log.push_str(&wrapper_line(r, 2, 64, "Float"));
+        }
+        log.push_str(&wrapper_line(1, 3, 1, "Long"));
+        for r in [0, 2, 3] {
+            log.push_str(&wrapper_line(r, 3, 1, "Long"));
+            log.push_str(&wrapper_line(r, 4, 73, "Byte"));
+        }
+        for r in [0, 2, 3] {
+            log.push_str(&timeout(r, 10, 10));
+        }
+        let d = diagnose(&log);
+        assert_eq!(d[0].json["root_cause"]["rank"], 1, "{}", root_line(&d));
+        assert!(
+            root_line(&d).contains("SequenceNumber=3"),
+            "{}",
+            root_line(&d)
+        );
+    }
+
+    #[test]
+    fn debug_wrapper_lines_of_a_run_that_did_not_fail_make_no_diagnosis() {
+        let mut log = String::new();
+        for r in 0..4 {
+            log.push_str(&wrapper_line(r, 7, 64, "Float"));
+        }
+        for r in [0, 2, 3] {
+            log.push_str(&wrapper_line(r, 8, 64, "Float"));
+        }
+        assert!(diagnose(&log).is_empty());
+    }
+
     #[test]
     fn a_rank_waiting_in_a_later_collective_than_the_rest_is_the_odd_one() {
         let line = |rank: u32, seq: u32, op: &str| {
