@@ -241,10 +241,14 @@ pub(super) fn launcher_label(b: &[u8], m: &mut LineMeta, off: usize, year: i32) 
     let mut probe = LineMeta::default();
     // A whole NCCL header behind it makes even a host name without digits a label.
     let inner_nccl = nccl(rest, 0, &mut probe).is_some();
-    if !inner_nccl && !token.iter().any(u8::is_ascii_digit) {
+    // nccl-tests names the host before its own failure lines (`node-a: Test NCCL failure …`).
+    let nccl_tests =
+        rest.starts_with(b"Test NCCL failure ") || rest.starts_with(b"Test CUDA failure ");
+    if !inner_nccl && !nccl_tests && !token.iter().any(u8::is_ascii_digit) {
         return None;
     }
     let inner_known = inner_nccl
+        || nccl_tests
         || is_ipv4(token)
         || rest.first() == Some(&b'[')
         || torch_log(rest, year, &mut probe).is_some()

@@ -451,3 +451,11 @@ fn tensorflow_cpp_log_header_gives_level_and_no_host() {
         p.msg
     );
 }
+
+#[test]
+fn nccl_tests_failure_lines_name_their_host() {
+    let line = "gpu-node: Test NCCL failure common.cu:961 'internal error - please report this issue to the NCCL developers / '";
+    let p = peeled(line);
+    assert_eq!(p.host, Some("gpu-node"));
+    assert!(p.msg.starts_with("Test NCCL failure"), "{}", p.msg);
+}
