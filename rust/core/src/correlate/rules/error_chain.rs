@@ -29,6 +29,8 @@ use crate::prefix::peel;
 const MIN_SHARED_TAIL: usize = 32;
 /// Blank lines NCCL leaves between a trace and the WARN that follows it.
 const MAX_LINE_GAP: u64 = 2;
+/// Lines after a WARN in which its own trace is looked for.
+const REPEAT_WINDOW: usize = 16;
 /// Shortest shared head of a summary line and the attempts it sums up.
 const MIN_SHARED_HEAD: usize = 40;
 
@@ -206,6 +208,7 @@ fn provably_before(v: &View, earlier: usize, later: usize) -> bool {
 fn chain_start(v: &View, scope: &Scope, line: usize) -> Option<usize> {
     let target = v.hit(line);
     let mut cur = line;
+    let mut chain = Vec::new();
     loop {
         let c = v.hit(cur);
         let prev = scope.hits.iter().copied().find(|&i| {
@@ -218,14 +221,44 @@ fn chain_start(v: &View, scope: &Scope, line: usize) -> Option<usize> {
                 && h.line_no + MAX_LINE_GAP >= c.line_no
         });
         match prev {
-            Some(p) => cur = p,
+            Some(p) => {
+                cur = p;
+                chain.push(p);
+            }
             None => break,
         }
     }
-    if cur == line || failure_before(v, scope, cur).is_some() {
+    if cur == line || failure_before(v, scope, cur).is_some() || repeats_after(v, &chain, line) {
         return None;
     }
     Some(cur)
+}
+
+/// Every line of the trace before `line` comes again in the lines its process printed right
+/// after it: it is the tail of an earlier attempt at the same call (its WARN cut off or
+/// printed before), not a call that failed without a WARN. The ring is read, not the hits:
+/// a long trace's later lines are over the per-process cap of hits. Case: skypilot#4448,
+/// `transport/net.cc:687 -> 2` above the `socketStartConnect` WARN whose own trace ends in
+/// the same line.
+fn repeats_after(v: &View, chain: &[usize], line: usize) -> bool {
+    let target = v.hit(line);
+    let year = v.cfg.default_year;
+    let mut after: Vec<(u64, String)> = v.job.sources[target.source as usize]
+        .ring
+        .lines()
+        .into_iter()
+        .filter(|l| l.seq > target.seq)
+        .map(|l| {
+            let meta = peel(&l.text, year);
+            (l.seq, meta.message(&l.text).trim_end().to_string())
+        })
+        .collect();
+    after.sort_by_key(|(seq, _)| *seq);
+    after.truncate(REPEAT_WINDOW);
+    !chain.is_empty()
+        && chain
+            .iter()
+            .all(|&i| after.iter().any(|(_, m)| m == message(v, i)))
 }
 
 /// NCCL's last line of an error-return trace: the thread's top function names the thread
@@ -319,6 +352,29 @@ mod tests {
         );
         let d = diagnose(&log);
         assert_eq!(root_line(&d), warn);
+    }
+
+    #[test]
+    fn a_trace_that_ends_the_warns_own_trace_again_is_an_earlier_attempt() {
+        // The excerpt opens on the last line of an earlier connect attempt's trace; the WARN
+        // after it is followed by the same trace (longer than the hits kept per process): the WARN
+        // is where the failure shows.
+        let h = "node-0:11172:11249 [3]";
+        let log = format!(
+            "{h} NCCL INFO transport/net.cc:687 -> 2\n\n\
+             {h} misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 10.0.0.9<51577> failed : Software caused connection abort\n\
+             {h} NCCL INFO misc/socket.cc:567 -> 2\n\
+             {h} NCCL INFO misc/socket.cc:589 -> 2\n\
+             {h} NCCL INFO misc/socket.cc:612 -> 2\n\
+             {h} NCCL INFO transport/net_socket.cc:339 -> 2\n\
+             {h} NCCL INFO transport/net.cc:687 -> 2\n"
+        );
+        let d = diagnose(&log);
+        assert!(
+            root_line(&d).contains("NCCL WARN socketStartConnect"),
+            "{}",
+            root_line(&d)
+        );
     }
 
     #[test]
