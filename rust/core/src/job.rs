@@ -335,6 +335,20 @@ impl Incident {
     }
 }
 
+/// The second rank's init line of two ranks of one communicator on one GPU.
+#[derive(Debug, Clone)]
+pub struct SharedGpu {
+    pub src: u32,
+    pub rank: u32,
+    pub other_rank: u32,
+    pub bus_id: String,
+    pub comm_id: String,
+    pub text: String,
+    pub seq: u64,
+    pub line_no: u64,
+    pub ts_ms: Option<i64>,
+}
+
 #[derive(Debug, Default)]
 pub struct Job {
     pub name: String,
@@ -366,6 +380,9 @@ pub struct Job {
     pub last_clearing: FastMap<(u32, u16), u64>,
     /// Per process that printed native stack frames, what its latest dump shows (`native_stacks`).
     pub native_stacks: FastMap<u32, crate::native_stacks::NativeStack>,
+    /// Two ranks of one communicator that said they run on the same GPU of one host
+    /// (`note_shared_gpu`): the first such pair, on the line of the second rank.
+    pub shared_gpu: Option<SharedGpu>,
     /// No more input will come for this job: the end of `analyze`'s files, or a release after
     /// its sources went quiet (not an eviction, which only makes room).
     pub input_ended: bool,

@@ -276,6 +276,10 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
     if !job.incidents.is_empty() {
         return;
     }
+    if let Some(g) = job.shared_gpu.clone() {
+        open_shared_gpu(job, cat, cfg, g);
+        return;
+    }
     let tables_changed = job.table_lines_seen != job.table_lines_checked;
     // Links are compared with the addresses processes state, which may come later.
     let links_version = (job.p2p_links.links.len(), job.context.len());
@@ -376,6 +380,30 @@ fn open_stuck_watchdogs(job: &mut Job, cat: &Catalog, cfg: &Config) {
 }
 
 const STUCK_WATCHDOG: &str = "watchdog_stuck_in_cuda";
+const SHARED_GPU: &str = "gpu_shared_by_two_ranks";
+
+/// Two ranks of one communicator on one GPU (`Job::shared_gpu`): the finding, on the second
+/// rank's init line.
+fn open_shared_gpu(job: &mut Job, cat: &Catalog, cfg: &Config, g: crate::job::SharedGpu) {
+    let Some(sig) = cat.index_of(SHARED_GPU) else {
+        return;
+    };
+    let fields = vec![
+        ("subject_rank".to_string(), g.rank.to_string()),
+        ("other_rank".to_string(), g.other_rank.to_string()),
+        ("dup_bus_id".to_string(), g.bus_id),
+        ("comm_id".to_string(), g.comm_id),
+    ];
+    let line = TableLine {
+        src: g.src,
+        text: g.text,
+        origin: job.sources[g.src as usize].origin.clone(),
+        seq: g.seq,
+        line_no: g.line_no,
+        ts: g.ts_ms,
+    };
+    open_finding(job, cfg, sig, line, fields);
+}
 
 /// A line one of the job's tables kept, and where it was printed.
 struct TableLine {
@@ -634,6 +662,45 @@ fn diagnose(view: &View, inc_idx: usize, is_final: bool) -> Option<Diagnosis> {
 
 #[cfg(test)]
 mod tests {
+
+    fn init(pid: u32, rank: u32, comm: &str, bus: &str, comm_id: &str) -> String {
+        format!(
+            "gpu-node:{pid}:{pid} [0] NCCL INFO ncclCommInitRank comm {comm} rank {rank} nranks 2 \
+             cudaDev 0 nvmlDev 0 busId {bus} commId {comm_id} - Init START\n"
+        )
+    }
+
+    #[test]
+    fn two_ranks_of_one_communicator_on_one_gpu_open_a_finding() {
+        let log =
+            init(42, 0, "0x7a12", "100000", "0xaa9b") + &init(43, 1, "0x397e", "100000", "0xaa9b");
+        let d = diagnose_untimed(&log);
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            d[0].json["cause_signature"]["id"],
+            "gpu_shared_by_two_ranks"
+        );
+        assert!(
+            root_line(&d).starts_with("gpu-node:43:43"),
+            "{}",
+            root_line(&d)
+        );
+    }
+
+    #[test]
+    fn one_gpu_in_two_communicators_or_two_gpus_is_no_finding() {
+        // Two jobs' communicators on one GPU (another commId), and one process's rank in a
+        // second communicator of its own.
+        let other_comm =
+            init(42, 0, "0x7a12", "100000", "0xaa9b") + &init(43, 1, "0x397e", "100000", "0xbbbb");
+        assert!(diagnose_untimed(&other_comm).is_empty());
+        let own =
+            init(42, 3, "0x7a12", "100000", "0xaa9b") + &init(42, 0, "0x7a13", "100000", "0xcccc");
+        assert!(diagnose_untimed(&own).is_empty());
+        let two_gpus =
+            init(42, 0, "0x7a12", "100000", "0xaa9b") + &init(43, 1, "0x397e", "200000", "0xaa9b");
+        assert!(diagnose_untimed(&two_gpus).is_empty());
+    }
     use super::testkit::{diagnose, diagnose_untimed, root_line};
 
     /// A cause marked `only_with_failure` (libibverbs without a provider for a device).

@@ -10,8 +10,8 @@ use crate::correlate;
 use crate::fieldre::FieldSpan;
 use crate::filetext::TextAt;
 use crate::job::{
-    CallKind, CollCall, ContextObs, Hit, HostId, Job, LineIdentity, SourceKey, Stack, StackFrame,
-    SyncObs, CONTEXT_FIELDS, STACK_FRAMES_KEPT,
+    CallKind, CollCall, ContextObs, Hit, HostId, Job, LineIdentity, SharedGpu, SourceKey, Stack,
+    StackFrame, SyncObs, CONTEXT_FIELDS, STACK_FRAMES_KEPT,
 };
 use crate::memsize;
 use crate::p2p_links::P2pLink;
@@ -487,6 +487,7 @@ impl Engine {
                 got.rank.and_then(|v| v.parse::<u32>().ok()),
                 got.nranks.and_then(|v| v.parse::<u32>().ok()),
             ) {
+                note_shared_gpu(job, src, r, &got, line, at);
                 job.learn_rank(src, r, n);
             }
             if let (Some(n), Some(func)) = (got.native_frame, got.native_func) {
@@ -994,6 +995,55 @@ fn hit_record(ring: &Ring, (start, seq, line): (u64, u64, &str), max: usize) -> 
         .into_iter()
         .map(|l| l.text)
         .collect()
+}
+
+/// A communicator's init line (rank, busId, commId) whose GPU another process of the same
+/// communicator already stated with another rank: NCCL refuses two ranks on one GPU, and
+/// whether its own `Duplicate GPU detected` WARN is in view or not, the job cannot run.
+/// Kept once per job (tensorrt-llm#9263: two workers' `Init START` on busId 100000).
+fn note_shared_gpu(job: &mut Job, src: u32, rank: u32, got: &Learned<'_>, line: &str, at: LineAt) {
+    let (Some(bus), Some(comm_id)) = (got.bus_id, got.comm_id) else {
+        return;
+    };
+    if job.shared_gpu.is_some() {
+        return;
+    }
+    let Some(host) = job.source_host(src) else {
+        return;
+    };
+    let bus = bus.trim_start_matches("0x").to_ascii_lowercase();
+    let Some(&other_rank) = job.by_host_bus.get(&(host, bus.clone())) else {
+        return;
+    };
+    // The process's own rank in a bigger communicator is no other process: only then (rare)
+    // are the sources looked through.
+    let me = &job.sources[src as usize];
+    if other_rank == rank || me.stated_rank() == Some(other_rank) {
+        return;
+    }
+    let pid = me.pid;
+    let same_comm = job.sources.iter().enumerate().any(|(o, other)| {
+        o as u32 != src
+            && other.pid != pid
+            && other.stated_rank() == Some(other_rank)
+            && other.bus_id.as_deref() == Some(bus.as_str())
+            && other.comm_ids.iter().any(|(_, id)| id == comm_id)
+    });
+    if !same_comm {
+        return;
+    }
+    job.shared_gpu = Some(SharedGpu {
+        src,
+        rank,
+        other_rank,
+        bus_id: bus,
+        comm_id: comm_id.to_string(),
+        text: line.to_string(),
+        seq: at.seq,
+        line_no: at.line_no,
+        ts_ms: at.ts,
+    });
+    job.table_lines_seen += 1;
 }
 
 /// The call a COLL trace or debug-wrapper line states, from its fields (`get`); the line's
