@@ -324,6 +324,9 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
         if let Some(n) = producer::ucx_thread(rest, pos, m) {
             return Step::Producer(n);
         }
+        if let Some(n) = producer::sharp(rest, pos, m) {
+            return Step::Producer(n);
+        }
         if let Some(step) = bracketed(rest, year, m) {
             return step;
         }

@@ -529,6 +529,53 @@ pub(super) fn tf_severity_site(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     Some(2 + n)
 }
 
+/// The SHARP library's own log header (libsharp, under NCCL's SHARP plugin):
+/// `[C25L18:0:24972 - comm.c:374] ERROR ` — host, the SHARP rank, pid, call site, level — or
+/// `[node:0:3745196 unique id 9370583446459220315][2024-09-24 16:15:29] ERROR `.
+pub(super) fn sharp(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
+    let host = b[1..]
+        .iter()
+        .take(64)
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        .count();
+    let mut i = 1 + host;
+    if host == 0 || b.get(i) != Some(&b':') {
+        return None;
+    }
+    let (_, n) = leading_number(&b[i + 1..], 10)?;
+    i += 1 + n;
+    if b.get(i) != Some(&b':') {
+        return None;
+    }
+    let (pid, n) = leading_number(&b[i + 1..], 10)?;
+    i += 1 + n;
+    if b[i..].starts_with(b" - ") {
+        i += 3;
+        i += source_location(&b[i..], b"]")?;
+    } else {
+        i += b[i..].strip_prefix(b" unique id ").map(|_| 11)?;
+        let (_, n) = leading_number(&b[i..], 20)?;
+        i += n;
+        if b.get(i) != Some(&b']') {
+            return None;
+        }
+        i += 1;
+    }
+    // Newer releases add the wall-clock time in a bracket of its own.
+    if b.get(i) == Some(&b'[') {
+        i += memchr::memchr(b']', &b[i..b.len().min(i + 40)])? + 1;
+    }
+    i += blanks(&b[i..]);
+    let (level, n) = level_word(&b[i..])?;
+    i += n;
+    i += blanks(&b[i..]);
+    m.host = Some((off + 1, off + 1 + host));
+    m.pid = u32::try_from(pid).ok();
+    m.level = level;
+    m.producer = Producer::Stdlib;
+    Some(i)
+}
+
 /// `file.ext:<line>` (optionally `:func`) then `terminator`, as loggers print their call site.
 fn source_location(b: &[u8], terminator: &[u8]) -> Option<usize> {
     let limit = b.len().min(128);

@@ -459,3 +459,23 @@ fn nccl_tests_failure_lines_name_their_host() {
     assert_eq!(p.host, Some("gpu-node"));
     assert!(p.msg.starts_with("Test NCCL failure"), "{}", p.msg);
 }
+
+#[test]
+fn the_sharp_librarys_header_gives_host_pid_and_level() {
+    let p = peeled("[C25L18:0:24972 - comm.c:374] ERROR Failed to lock SAT tree(ID:0x40 ret:0x4)");
+    assert_eq!(p.host, Some("C25L18"));
+    assert_eq!((p.m.pid, p.m.level), (Some(24972), Level::Error));
+    assert!(p.msg.starts_with("Failed to lock SAT tree"), "{}", p.msg);
+    let p = peeled("[C25L18:0:24972 - context.c:702] INFO job (ID: 12) resource request quota");
+    assert_eq!(p.m.level, Level::Info);
+    assert!(p.msg.starts_with("job (ID: 12)"), "{}", p.msg);
+    let p = peeled("[snail01:0:3745196 unique id 9370583446459220315][2024-09-24 16:15:29] ERROR Job error in sharp_get_job_data_len.");
+    assert_eq!((p.host, p.m.level), (Some("snail01"), Level::Error));
+    assert!(p.msg.starts_with("Job error in"), "{}", p.msg);
+    let p = peeled("[snail01:0:3745196 - context.c:709][2024-09-24 16:15:29] ERROR sharp_get_job_data_len failed");
+    assert!(
+        p.msg.starts_with("sharp_get_job_data_len failed"),
+        "{}",
+        p.msg
+    );
+}
