@@ -687,16 +687,8 @@ impl Engine {
     ) {
         let pairs = fields.to_pairs();
         let get = |k: &str| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        let Some(call) = stated_call(get) else {
+        let Some(call) = stated_call(get, (line, at, &st.origin)) else {
             return;
-        };
-        let call = CollCall {
-            seq: at.seq,
-            line_no: at.line_no,
-            ts_ms: at.ts,
-            line: line.to_string(),
-            origin: st.origin.clone(),
-            ..call
         };
         let (after, before) = job.sources[src as usize].push_coll_call(call);
         job.content_bytes = (job.content_bytes + after).saturating_sub(before);
@@ -1046,9 +1038,12 @@ fn note_shared_gpu(job: &mut Job, src: u32, rank: u32, got: &Learned<'_>, line: 
     job.table_lines_seen += 1;
 }
 
-/// The call a COLL trace or debug-wrapper line states, from its fields (`get`); the line's
-/// place in the job is filled in by the caller.
-fn stated_call<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Option<CollCall> {
+/// The call a COLL trace or debug-wrapper line states, from its fields (`get`), at the line's
+/// place in the job.
+fn stated_call<'a>(
+    get: impl Fn(&str) -> Option<&'a str>,
+    (line, at, origin): (&str, LineAt, &std::sync::Arc<str>),
+) -> Option<CollCall> {
     let num = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
     let op = get("coll_op")?.to_string();
     let blank = |kind, op_count| CollCall {
@@ -1061,11 +1056,11 @@ fn stated_call<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Option<CollCall> {
         root: 0,
         nranks: 0,
         comm: String::new(),
-        seq: 0,
-        line_no: 0,
-        ts_ms: None,
-        line: String::new(),
-        origin: std::sync::Arc::from(""),
+        seq: at.seq,
+        line_no: at.line_no,
+        ts_ms: at.ts,
+        line: line.to_string(),
+        origin: origin.clone(),
     };
     if let Some(seq) = num("wrapper_seq") {
         let shape = get("tensor_shape");
