@@ -992,18 +992,21 @@ fn hit_record(ring: &Ring, (start, seq, line): (u64, u64, &str), max: usize) -> 
 /// A communicator's init line (rank, busId, commId) whose GPU another process of the same
 /// communicator already stated with another rank: NCCL refuses two ranks on one GPU, and
 /// whether its own `Duplicate GPU detected` WARN is in view or not, the job cannot run.
-/// Kept once per job (tensorrt-llm#9263: two workers' `Init START` on busId 100000).
+/// Kept once per job (tensorrt-llm#9263: two workers' `Init START` on busId 100000). It reads
+/// the bus id this line already taught its source, as `learn_from_fields` normalised it.
 fn note_shared_gpu(job: &mut Job, src: u32, rank: u32, got: &Learned<'_>, line: &str, at: LineAt) {
-    let (Some(bus), Some(comm_id)) = (got.bus_id, got.comm_id) else {
+    let (Some(_), Some(comm_id)) = (got.bus_id, got.comm_id) else {
         return;
     };
     if job.shared_gpu.is_some() {
         return;
     }
-    let Some(host) = job.source_host(src) else {
+    let (Some(host), Some(bus)) = (
+        job.source_host(src),
+        job.sources[src as usize].bus_id.clone(),
+    ) else {
         return;
     };
-    let bus = bus.trim_start_matches("0x").to_ascii_lowercase();
     let Some(&other_rank) = job.by_host_bus.get(&(host, bus.clone())) else {
         return;
     };

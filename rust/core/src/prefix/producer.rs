@@ -536,7 +536,7 @@ pub(super) fn sharp(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
     let host = b[1..]
         .iter()
         .take(64)
-        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        .take_while(|&&c| is_host_byte(c))
         .count();
     let mut i = 1 + host;
     if host == 0 || b.get(i) != Some(&b':') {
@@ -674,11 +674,7 @@ pub(super) fn ucx(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
     let host = (off + i + host.0, off + i + host.1);
     i += end;
     i += blanks(&b[i..]);
-    let loc = b[i..]
-        .iter()
-        .take(128)
-        .take_while(|c| !c.is_ascii_whitespace())
-        .count();
+    let loc = token_len(&b[i..]);
     if loc == 0 || !b[i..i + loc].contains(&b':') {
         return None;
     }
@@ -731,11 +727,7 @@ pub(super) fn ucx_thread(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize
         return None;
     }
     i += blanks(&b[i..]);
-    let loc = b[i..]
-        .iter()
-        .take(128)
-        .take_while(|c| !c.is_ascii_whitespace())
-        .count();
+    let loc = token_len(&b[i..]);
     if is_source_location(&b[i..i + loc]) {
         i += loc;
         i += blanks(&b[i..]);
@@ -744,6 +736,15 @@ pub(super) fn ucx_thread(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize
     m.pid = std::str::from_utf8(pid).ok()?.parse().ok();
     m.producer = Producer::Ucx;
     Some(i)
+}
+
+/// The length of the word at the start of `b` (a call site such as `ib_mlx5_log.c:139`): up
+/// to the first blank, at most 128 bytes.
+fn token_len(b: &[u8]) -> usize {
+    b.iter()
+        .take(128)
+        .take_while(|c| !c.is_ascii_whitespace())
+        .count()
 }
 
 /// `ib_mlx5_log.c:139`: a C source file and a line number.
