@@ -1281,6 +1281,19 @@ mod tests {
         }
     }
 
+    #[test]
+    fn an_exception_ray_wraps_is_an_exception_line() {
+        use crate::prefix::is_exception_line;
+        assert!(is_exception_line(
+            "ray.exceptions.RayTaskError(NcclError): ray::Worker.compute() (pid=35381)"
+        ));
+        assert!(is_exception_line("RayTaskError(RuntimeError)"));
+        assert!(!is_exception_line(
+            "RayTaskError(x): not an exception inside"
+        ));
+        assert!(!is_exception_line("RayTaskError(NcclError) trailing words"));
+    }
+
     /// Feeds one failing job at `now` and polls then; returns the diagnoses of that poll.
     fn short_job(e: &mut Engine, name: &str, now: i64) -> Vec<Diagnosis> {
         e.poll(now);

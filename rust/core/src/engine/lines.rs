@@ -9,7 +9,9 @@ use crate::catalog::Catalog;
 use crate::digits;
 use crate::fieldre::FieldSpan;
 use crate::memsize;
-use crate::prefix::{docker_json, is_exception_line, peel, KnownLabels, Level, LineMeta};
+use crate::prefix::{
+    docker_json, is_exception_line, peel, states_error, KnownLabels, Level, LineMeta,
+};
 use crate::scandb::Scanner;
 use std::ops::Range;
 use std::sync::Arc;
@@ -617,7 +619,9 @@ impl LineDecoder {
             .is_some_and(|pid| pid.is_none() || pid == meta.pid);
         let continuation = is_continuation(msg, st, last_error_text);
         let mut level = meta.level;
-        if msg.starts_with("Traceback (most recent call last):") {
+        // Also at the end of a logger's line (`Scheduler hit an exception: Traceback (most
+        // recent call last):`): the traceback follows on the next lines.
+        if ends_with_trimmed(msg, "Traceback (most recent call last):") {
             level = level.max(Level::Error);
             st.in_traceback = true;
         } else if st.in_traceback && !continuation {
@@ -735,6 +739,15 @@ impl LineDecoder {
                 }
             }
             d.hits = first..out.hits.len();
+            // A signature decides what its lines mean (some are errors that healthy runs
+            // print); a line none knows is an error when its own words say so.
+            if d.hits.is_empty()
+                && d.level == Level::Unknown
+                && !d.source_code
+                && states_error(d.meta.message(d.span.text(chunk, &out.own)))
+            {
+                d.level = Level::Error;
+            }
             start = end;
         }
         out.scanned = out.lines.len();

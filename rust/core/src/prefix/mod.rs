@@ -9,6 +9,7 @@
 
 mod anchor;
 mod docker_json;
+mod error_word;
 mod fast;
 mod labels;
 mod launcher;
@@ -17,9 +18,10 @@ mod producer;
 mod progress;
 
 pub use docker_json::{docker_json, DockerPiece};
+pub use error_word::states_error;
 pub use labels::KnownLabels;
 pub use pg_rank::{pg_rank, PgRank};
-pub use progress::is_bar_line;
+pub use progress::{bar_counts, is_bar_line};
 
 use crate::timefmt::{ctime, iso_datetime, leading_number, syslog_time};
 
@@ -100,20 +102,38 @@ impl LineMeta {
     }
 }
 
-/// A Python exception line: `pkg.mod.SomeError: text` or a bare `SomeException`.
+/// A Python exception line: `pkg.mod.SomeError: text` or a bare `SomeException`, also as Ray
+/// re-raises a task's exception: `ray.exceptions.RayTaskError(NcclError): text`.
 pub fn is_exception_line(msg: &str) -> bool {
     // `pkg.mod.SomeError: text` / `SomeException` at the end of a traceback: a dotted name,
     // then ':' or the end. Stops at the first byte a name cannot hold (most lines: a space
     // within a few bytes).
     let b = msg.as_bytes();
-    let end = b
-        .iter()
-        .position(|&c| !(c.is_ascii_alphanumeric() || c == b'.' || c == b'_'))
-        .unwrap_or(b.len());
-    if end == 0 || (end < b.len() && b[end] != b':') {
+    let end = dotted_name_len(b);
+    if end == 0 || !names_exception(&b[..end]) {
         return false;
     }
-    let head = &b[..end];
+    match b.get(end) {
+        None | Some(b':') => true,
+        Some(b'(') => {
+            let inner = dotted_name_len(&b[end + 1..]);
+            let close = end + 1 + inner;
+            inner > 0
+                && names_exception(&b[end + 1..close])
+                && b.get(close) == Some(&b')')
+                && matches!(b.get(close + 1), None | Some(b':'))
+        }
+        _ => false,
+    }
+}
+
+fn dotted_name_len(b: &[u8]) -> usize {
+    b.iter()
+        .position(|&c| !(c.is_ascii_alphanumeric() || c == b'.' || c == b'_'))
+        .unwrap_or(b.len())
+}
+
+fn names_exception(name: &[u8]) -> bool {
     [
         &b"Error"[..],
         b"Exception",
@@ -122,7 +142,7 @@ pub fn is_exception_line(msg: &str) -> bool {
         b"Failure",
     ]
     .iter()
-    .any(|s| head.ends_with(s))
+    .any(|s| name.ends_with(s))
 }
 
 fn is_host_byte(c: u8) -> bool {

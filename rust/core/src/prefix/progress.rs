@@ -34,6 +34,17 @@ fn bar_after_percent(b: &[u8], p: usize) -> Option<usize> {
 
 /// The index of the `]` that closes the bar whose `%` is at `p`.
 fn bar_close(b: &[u8], p: usize) -> Option<usize> {
+    bar_parts(b, p).map(|parts| parts.close)
+}
+
+/// Where a bar's counters and its closing `]` are.
+struct BarParts {
+    done: std::ops::Range<usize>,
+    total: std::ops::Range<usize>,
+    close: usize,
+}
+
+fn bar_parts(b: &[u8], p: usize) -> Option<BarParts> {
     if p == 0 || !b[p - 1].is_ascii_digit() {
         return None;
     }
@@ -43,16 +54,34 @@ fn bar_close(b: &[u8], p: usize) -> Option<usize> {
         k += 1 + memchr::memchr(b'|', &b[k + 1..end])? + 1;
     }
     k += count(&b[k..end], |c| c == b' ');
-    k += counter(&b[k..end])?;
+    let done = k..k + counter(&b[k..end])?;
+    k = done.end;
     if b.get(k) != Some(&b'/') {
         return None;
     }
     k += 1;
-    k += counter(&b[k..end])?;
+    let total = k..k + counter(&b[k..end])?;
+    k = total.end;
     if !b[k..end].starts_with(b" [") {
         return None;
     }
-    Some(k + 2 + memchr::memchr(b']', &b[k + 2..end])?)
+    let close = k + 2 + memchr::memchr(b']', &b[k + 2..end])?;
+    Some(BarParts { done, total, close })
+}
+
+/// The `n/total` of a line that is a progress bar and nothing else, when both are plain
+/// numbers (not `?`, not scaled like `1.2k`).
+pub fn bar_counts(line: &str) -> Option<(u64, u64)> {
+    let b = line.as_bytes();
+    let window = &b[..b.len().min(PERCENT_WINDOW)];
+    memchr::memchr_iter(b'%', window).find_map(|p| {
+        let parts = bar_parts(b, p)?;
+        if !b[parts.close + 1..].iter().all(u8::is_ascii_whitespace) {
+            return None;
+        }
+        let number = |r: std::ops::Range<usize>| line.get(r)?.parse::<u64>().ok();
+        Some((number(parts.done)?, number(parts.total)?))
+    })
 }
 
 /// A tqdm counter: digits, maybe scaled (`1.2k`, `3M`) or unknown (`?`).
@@ -73,7 +102,25 @@ fn count(b: &[u8], keep: impl Fn(u8) -> bool) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_bar_line, progress_bar};
+    use super::{bar_counts, is_bar_line, progress_bar};
+
+    #[test]
+    fn a_bars_counts_are_read() {
+        let bar = "  7%|\u{258b}         | 496/7151 [3:38:58<46:22:13, 25.08s/it]";
+        assert_eq!(bar_counts(bar), Some((496, 7151)));
+        assert_eq!(
+            bar_counts("Loading:  33% 1/3 [00:05<00:10,  5.02s/it]  "),
+            Some((1, 3))
+        );
+        assert_eq!(
+            bar_counts("eval:  50%|#####     | 1.5k/3k [00:30<00:30]"),
+            None
+        );
+        assert_eq!(
+            bar_counts(" 12%|x| 3/25 [00:09<01:07,  3.07s/it]ERROR: failed"),
+            None
+        );
+    }
 
     #[test]
     fn a_bar_alone_is_a_bar_line() {

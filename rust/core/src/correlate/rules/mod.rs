@@ -6,6 +6,7 @@
 mod advertised_address;
 mod bad_interface;
 mod bar_at_timeout;
+mod bars_disagree;
 mod busy_at_entry;
 mod cause_signature;
 mod collective_mismatch;
@@ -73,6 +74,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("progress", progress::apply),
     ("busy_at_entry", busy_at_entry::apply),
     ("bar_at_timeout", bar_at_timeout::apply),
+    ("bars_disagree", bars_disagree::apply),
     ("stack_dumps", stack_dumps::apply),
     ("ras_report", ras_report::apply),
     ("silence", silence::apply),
