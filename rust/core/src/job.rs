@@ -63,8 +63,8 @@ pub struct Source {
     pub comm_ids: Vec<(String, String)>,
     /// The last main-thread stack this process's log showed (py-spy, faulthandler).
     pub stack: Option<Stack>,
-    /// A second producer's source (`SourceKey::StreamPid`): its host may come from its file's
-    /// name.
+    /// A second producer's source (`SourceKey::StreamPid`) or a tool's capture (an `ibstat`
+    /// port state): its host may come from its file's name.
     pub host_from_name: bool,
     /// The last NCCL RAS report this source printed, kept whole (`ras_capture`).
     pub ras_report: Option<Box<crate::ras_capture::Capture>>,

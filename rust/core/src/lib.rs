@@ -25,6 +25,7 @@ pub mod flight_recorder;
 pub mod flight_recorder_analysis;
 pub mod flight_recorder_files;
 pub mod hextoken;
+pub mod ib_ports;
 pub mod identity;
 pub mod job;
 pub mod jsonfields;

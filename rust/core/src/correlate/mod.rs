@@ -567,8 +567,31 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
 /// selected one for the next), or the cause is a network device it lists (`listed_dev`) that
 /// none of the channels it set up uses.
 pub(crate) fn recovered(job: &Job, cat: &Catalog, h: &Hit) -> bool {
-    unused_device(job, h) || cleared(job, cat, h)
+    unused_device(job, h) || unused_ib_port(job, cat, h) || cleared(job, cat, h)
 }
+
+/// A port an InfiniBand tool shows down (`ib_dev`) on a host whose NCCL lists the devices it
+/// uses (`NET/IB : Using [0]mlx5_0:1/IB …`) without it: a port nobody cabled, not the fault.
+fn unused_ib_port(job: &Job, cat: &Catalog, h: &Hit) -> bool {
+    let (Some(dev), Some(host)) = (h.field("ib_dev"), job.source_host(h.source)) else {
+        return false;
+    };
+    let listed = format!("]{dev}:");
+    let mut lists = job
+        .context
+        .iter()
+        .filter(|((field, _), obs)| {
+            *field == "ib_dev"
+                && cat.signatures[obs.sig as usize].id == IB_USING
+                && job.source_host(obs.source) == Some(host)
+        })
+        .map(|(_, obs)| obs.line.contains(&listed))
+        .peekable();
+    lists.peek().is_some() && !lists.any(|names_it| names_it)
+}
+
+/// NCCL's line naming the InfiniBand devices a process uses (`catalog/context.toml`).
+const IB_USING: &str = "nccl_net_ib_using";
 
 /// NCCL lists every socket interface it may use (`[0]ens5:… [1]veth…:fe80::…`) and prints
 /// which one each channel uses (`via NET/Socket/0`): a listed one no channel took is idle.

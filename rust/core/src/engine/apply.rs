@@ -391,9 +391,28 @@ impl Engine {
             hit.sig = Some(sig);
             hit.warn_only = needs_failure;
             hit.fields = fields.to_pairs();
+            if spec.id == IB_PORT_STATE {
+                hit.fields.extend(self.port_of_state_line(job, ctx.src));
+                // A capture saved per host (`node-3.ibstat.txt`) is that host's.
+                job.sources[ctx.src as usize].host_from_name = true;
+            }
             st.open_hit = Some(self.add_hit(job, hit, is_cause));
         }
         opened
+    }
+
+    /// The device and port of an InfiniBand tool's port-state line, from the lines its
+    /// process printed before it (the line itself is the ring's newest).
+    fn port_of_state_line(&self, job: &Job, src: u32) -> Vec<(String, String)> {
+        let lines = job.sources[src as usize]
+            .ring
+            .before(job.seq, crate::ib_ports::LOOK_BACK_LINES);
+        let year = self.cfg.default_year;
+        let msgs: Vec<&str> = lines
+            .iter()
+            .map(|l| crate::prefix::peel(&l.text, year).message(&l.text))
+            .collect();
+        crate::ib_ports::device_and_port(msgs.into_iter())
     }
 
     /// A rank claimed a second time before its world was complete: a hit of the
@@ -906,6 +925,9 @@ fn names_the_exception(hit: &Hit, d: &Decoded, line: &str) -> bool {
             .ends_with("Traceback (most recent call last):")
         && crate::prefix::is_exception_line(d.meta.message(line))
 }
+
+/// The port-state line of an `ibstat`/`ibstatus`/`ibv_devinfo` capture (`catalog/ib.toml`).
+const IB_PORT_STATE: &str = "ib_port_not_active";
 
 /// The context signatures of NCCL's `Init START` and `Init COMPLETE` lines.
 const INIT_LINES: [&str; 2] = ["nccl_init_start", "nccl_init_complete"];
