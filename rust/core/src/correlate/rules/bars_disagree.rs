@@ -39,8 +39,11 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let Some(first_hit) = scope.hits.iter().map(|&i| v.hit(i)).min_by_key(|h| h.seq) else {
         return;
     };
-    let Some(behind) =
-        (0..v.job.sources.len() as u32).find_map(|src| behind_bar(v, src, first_hit.seq))
+    // Only a console shared by processes mixes their bars: a source that is one process (it
+    // has a rank or a pid) draws one bar, and there are thousands of those in a large job.
+    let Some(behind) = (0..v.job.sources.len() as u32)
+        .filter(|&src| v.rank_of(src).is_none() && v.job.sources[src as usize].pid.is_none())
+        .find_map(|src| behind_bar(v, src, first_hit.seq))
     else {
         return;
     };
@@ -75,12 +78,12 @@ struct Behind {
 }
 
 fn behind_bar(v: &View, src: u32, first_hit: u64) -> Option<Behind> {
-    let lines = v.job.sources[src as usize].ring.lines();
-    let before: Vec<_> = lines.iter().filter(|l| l.seq < first_hit).collect();
+    let before = v.job.sources[src as usize]
+        .ring
+        .before(first_hit, LAST_LINES);
     let frames: Vec<(u64, (u64, u64))> = before
         .iter()
         .rev()
-        .take(LAST_LINES)
         .filter_map(|l| {
             let msg = peel(&l.text, v.cfg.default_year).message(&l.text);
             Some((l.seq, bar_counts(msg)?))
