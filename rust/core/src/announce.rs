@@ -16,6 +16,10 @@ const MAX_WORLD_SIZE: u32 = 1 << 20;
 /// lines share the stream, not a restart.
 const SAME_STREAM_NEAR_MS: i64 = 5_000;
 const SAME_STREAM_NEAR_LINES: u64 = 16;
+/// For a world of unknown size, the second claim comes within a few lines of the first: two
+/// processes' headers printed together. A run that printed a results table between them is
+/// another run (a test repeated, or another host's pasted after it: ten lines and more).
+const UNSIZED_NEAR_LINES: u64 = 6;
 
 /// Who claimed a rank, and where.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +40,10 @@ struct World {
 #[derive(Debug, Default)]
 pub struct Announced {
     worlds: Vec<World>,
+    /// Claims of a world whose size no line states (nccl-tests lists its ranks' devices), and
+    /// whether a double claim was reported for it.
+    unsized_first: FastMap<u32, Claim>,
+    unsized_settled: bool,
 }
 
 impl Announced {
@@ -74,6 +82,27 @@ impl Announced {
         }
     }
 
+    /// Notes `rank` claimed in a world of unknown size. With no size there is no complete
+    /// world, so only a claim of the same rank a few lines later in the same stream counts
+    /// (two processes' start-up lines interleaved in one console); claims further apart, or in
+    /// other files, are other runs (a test repeated, two hosts tested one by one).
+    pub fn note_unsized(&mut self, rank: u32, claim: Claim) -> Option<Claim> {
+        if self.unsized_settled {
+            return None;
+        }
+        match self.unsized_first.insert(rank, claim) {
+            Some(earlier)
+                if earlier.source == claim.source
+                    && claim.seq.saturating_sub(earlier.seq) <= UNSIZED_NEAR_LINES =>
+            {
+                self.unsized_settled = true;
+                self.unsized_first = FastMap::default();
+                Some(earlier)
+            }
+            _ => None,
+        }
+    }
+
     fn world(&mut self, size: u32) -> Option<&mut World> {
         match self.worlds.iter().position(|w| w.size == size) {
             Some(i) => Some(&mut self.worlds[i]),
@@ -89,7 +118,8 @@ impl Announced {
     }
 
     pub fn tables_bytes(&self) -> usize {
-        memsize::vec(&self.worlds)
+        memsize::map(&self.unsized_first)
+            + memsize::vec(&self.worlds)
             + self
                 .worlds
                 .iter()
@@ -114,6 +144,26 @@ mod tests {
 
     fn claim(source: u32, seq: u64, ts_ms: Option<i64>) -> Claim {
         Claim { source, seq, ts_ms }
+    }
+
+    #[test]
+    fn a_rank_of_an_unsized_world_claimed_twice_in_one_stream_moments_apart_is_reported() {
+        let mut a = Announced::default();
+        assert_eq!(a.note_unsized(0, claim(1, 10, None)), None);
+        assert_eq!(
+            a.note_unsized(0, claim(1, 11, None)),
+            Some(claim(1, 10, None))
+        );
+        assert_eq!(a.note_unsized(0, claim(1, 12, None)), None, "once");
+    }
+
+    #[test]
+    fn unsized_claims_far_apart_or_in_other_files_are_other_runs() {
+        let mut a = Announced::default();
+        assert_eq!(a.note_unsized(0, claim(1, 10, None)), None);
+        assert_eq!(a.note_unsized(0, claim(1, 22, None)), None);
+        assert_eq!(a.note_unsized(0, claim(2, 23, None)), None);
+        assert_eq!(a.note_unsized(1, claim(2, 24, None)), None);
     }
 
     #[test]

@@ -93,6 +93,7 @@ impl<'a> FieldView<'a> {
 
 /// The finding a second claim of one rank opens.
 const DOUBLE_CLAIM: &str = "rank_claimed_twice";
+const TESTS_RAN_APART: &str = "nccl_tests_ran_apart";
 
 /// Communicators remembered per process (a job creates a few: world, data and tensor
 /// parallel groups; a process that creates thousands is not tracked past this).
@@ -425,7 +426,13 @@ impl Engine {
         ctx: &LineCtx<'_>,
         fields: &FieldView<'_>,
     ) {
-        let Some(sig) = self.catalog.index_of(DOUBLE_CLAIM) else {
+        // nccl-tests' own device list claims ranks in a world it does not size: a rank listed
+        // twice there is a test binary each process ran on its own.
+        let finding = match fields.learned().announced_world {
+            Some(_) => DOUBLE_CLAIM,
+            None => TESTS_RAN_APART,
+        };
+        let Some(sig) = self.catalog.index_of(finding) else {
             return;
         };
         let mut hit = new_hit(job, st, line, ctx, SYMPTOM_RECORD_LINES);
@@ -785,14 +792,17 @@ impl Engine {
 /// one is a second claim (`crate::announce`).
 fn note_announcement(job: &mut Job, src: u32, got: &Learned<'_>, at: LineAt) -> Option<Claim> {
     let num = |v: Option<&str>| v.and_then(|v| v.parse::<u32>().ok());
-    let (rank, world) = (num(got.announced_rank)?, num(got.announced_world)?);
+    let rank = num(got.announced_rank)?;
     job.tables_dirty = true;
     let claim = Claim {
         source: src,
         seq: at.seq,
         ts_ms: at.ts,
     };
-    job.announced.note(rank, world, claim)
+    match num(got.announced_world) {
+        Some(world) => job.announced.note(rank, world, claim),
+        None => job.announced.note_unsized(rank, claim),
+    }
 }
 
 /// Where a line was placed in time, and whether that time is only its record's.
