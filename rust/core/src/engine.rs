@@ -1282,6 +1282,19 @@ mod tests {
     }
 
     #[test]
+    fn a_torchelastic_error_dump_is_named_by_its_message() {
+        use crate::correlate::testkit::{diagnose, root_line};
+        let msg = r#"    "message": "RendezvousConnectionError: The connection to the C10d store has failed.","#;
+        let log = format!(
+            "[ERROR] 2022-03-14 09:12:40,402 error_handler: {{\n  \"message\": {{\n{msg}\n"
+        );
+        assert_eq!(root_line(&diagnose(&log)), msg);
+        // Without an exception in it, the dump's header stays the line.
+        let plain = "[ERROR] 2022-03-14 09:12:40,402 error_handler: {\n  \"message\": \"lost\",\n";
+        assert!(root_line(&diagnose(plain)).ends_with("error_handler: {"));
+    }
+
+    #[test]
     fn an_exception_ray_wraps_is_an_exception_line() {
         use crate::prefix::is_exception_line;
         assert!(is_exception_line(

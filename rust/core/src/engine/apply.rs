@@ -902,7 +902,7 @@ fn track_record(
     let Some(hit) = st.open_hit.and_then(|h| job.hits.get_mut(h)) else {
         return;
     };
-    if unmatched && names_the_exception(hit, d, line) {
+    if (unmatched && names_the_exception(hit, d, line)) || names_the_dumped_error(hit, d, line) {
         let before = memsize::string(&hit.text);
         hit.text = line.to_string();
         hit.line_no = d.line_no;
@@ -938,6 +938,21 @@ fn names_the_exception(hit: &Hit, d: &Decoded, line: &str) -> bool {
 
 /// The port-state line of an `ibstat`/`ibstatus`/`ibv_devinfo` capture (`catalog/ib.toml`).
 const IB_PORT_STATE: &str = "ib_port_not_active";
+
+/// Whether `line` is the `"message": "SomeError: …"` of the error file torchelastic's error
+/// handler dumps under an unclassified `error_handler: {` line: the header says only that a
+/// dump follows, the message what failed (whether or not a signature knows it; the inner
+/// exception, where in view, is a hit of its own).
+fn names_the_dumped_error(hit: &Hit, d: &Decoded, line: &str) -> bool {
+    let header = hit.text.trim_end();
+    hit.sig.is_none()
+        && (header.ends_with("error_handler:{") || header.ends_with("error_handler: {"))
+        && d.meta
+            .message(line)
+            .trim_start()
+            .strip_prefix("\"message\": \"")
+            .is_some_and(crate::prefix::is_exception_line)
+}
 
 /// The context signatures of NCCL's `Init START` and `Init COMPLETE` lines.
 const INIT_LINES: [&str; 2] = ["nccl_init_start", "nccl_init_complete"];
