@@ -573,6 +573,13 @@ pub(crate) fn recovered(job: &Job, cat: &Catalog, h: &Hit) -> bool {
 /// A port an InfiniBand tool shows down (`ib_dev`) on a host whose NCCL lists the devices it
 /// uses (`NET/IB : Using [0]mlx5_0:1/IB …`) without it: a port nobody cabled, not the fault.
 fn unused_ib_port(job: &Job, cat: &Catalog, h: &Hit) -> bool {
+    // Only a capture's port line: NCCL's own IB errors name a device too, and thousands of
+    // them in one incident must not each scan the job's context.
+    if h.sig
+        .is_none_or(|s| cat.signatures[s as usize].id != IB_PORT_STATE)
+    {
+        return false;
+    }
     let (Some(dev), Some(host)) = (h.field("ib_dev"), job.source_host(h.source)) else {
         return false;
     };
@@ -590,8 +597,10 @@ fn unused_ib_port(job: &Job, cat: &Catalog, h: &Hit) -> bool {
     lists.peek().is_some() && !lists.any(|names_it| names_it)
 }
 
-/// NCCL's line naming the InfiniBand devices a process uses (`catalog/context.toml`).
+/// NCCL's line naming the InfiniBand devices a process uses (`catalog/context.toml`), and an
+/// InfiniBand tool's port-state line (`catalog/ib.toml`).
 const IB_USING: &str = "nccl_net_ib_using";
+pub(crate) const IB_PORT_STATE: &str = "ib_port_not_active";
 
 /// NCCL lists every socket interface it may use (`[0]ens5:… [1]veth…:fe80::…`) and prints
 /// which one each channel uses (`via NET/Socket/0`): a listed one no channel took is idle.

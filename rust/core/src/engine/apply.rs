@@ -392,7 +392,7 @@ impl Engine {
             hit.sig = Some(sig);
             hit.warn_only = needs_failure;
             hit.fields = fields.to_pairs();
-            if spec.id == IB_PORT_STATE {
+            if spec.id == correlate::IB_PORT_STATE {
                 hit.fields.extend(self.port_of_state_line(job, ctx.src));
                 // A capture saved per host (`node-3.ibstat.txt`) is that host's.
                 job.sources[ctx.src as usize].host_from_name = true;
@@ -935,9 +935,6 @@ fn names_the_exception(hit: &Hit, d: &Decoded, line: &str) -> bool {
             .ends_with("Traceback (most recent call last):")
         && crate::prefix::is_exception_line(d.meta.message(line))
 }
-
-/// The port-state line of an `ibstat`/`ibstatus`/`ibv_devinfo` capture (`catalog/ib.toml`).
-const IB_PORT_STATE: &str = "ib_port_not_active";
 
 /// Whether `line` is the `"message": "SomeError: …"` of the error file torchelastic's error
 /// handler dumps under an unclassified `error_handler: {` line: the header says only that a
