@@ -272,6 +272,16 @@ fn the_exception_of_a_traceback_cut_above_its_frames_is_an_error() {
 }
 
 #[test]
+fn a_traceback_opened_at_the_end_of_a_loggers_line_is_one() {
+    let text = "[2025-06-02 10:13:52 TP1] Scheduler hit an exception: Traceback (most recent \
+        call last):\n  File \"/srv/x.py\", line 3, in run\nValueError: bad shape\n";
+    let batch = decode_alone(text);
+    assert_eq!(batch.lines[0].level, Level::Error);
+    // The exception at its end belongs to that traceback.
+    assert!(batch.lines[2].continuation);
+}
+
+#[test]
 fn the_text_after_last_error_is_the_next_line_of_the_process_that_printed_it() {
     let text = "(Worker pid=7) ERROR 01-15 02:47:32 w.py:1] Last error:\n\
         (Worker pid=8) ERROR 01-15 02:47:32 w.py:1] Traceback (most recent call last):\n\
