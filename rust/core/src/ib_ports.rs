@@ -106,14 +106,19 @@ node-2:3310:3388 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion 
         format!("CA 'mlx5_0'\n\tPort 1:\n\t\tState: Active\nCA '{dev}'\n\tPort 1:\n\t\tState: Down\n\t\tPhysical state: Polling\n")
     }
 
-    #[test]
-    fn a_down_port_the_job_uses_is_the_root_on_the_host_its_file_names() {
-        let capture = ibstat("mlx5_2");
-        let d = diagnose_files(&[
+    /// The two hosts' failing logs, with node-2's `ibstat` showing `dev`'s port down.
+    fn diagnose_with_port_down(dev: &str) -> Vec<crate::Diagnosis> {
+        let capture = ibstat(dev);
+        diagnose_files(&[
             ("job/node-1.log", NODE1),
             ("job/node-2.log", NODE2),
             ("job/node-2.ibstat.txt", &capture),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn a_down_port_the_job_uses_is_the_root_on_the_host_its_file_names() {
+        let d = diagnose_with_port_down("mlx5_2");
         assert_eq!(root_line(&d), "\t\tState: Down");
         let j = &d[0].json;
         assert_eq!(j["cause_signature"]["id"], "ib_port_not_active");
@@ -123,12 +128,7 @@ node-2:3310:3388 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion 
 
     #[test]
     fn a_down_port_no_process_uses_is_not_the_fault() {
-        let capture = ibstat("mlx5_4");
-        let d = diagnose_files(&[
-            ("job/node-1.log", NODE1),
-            ("job/node-2.log", NODE2),
-            ("job/node-2.ibstat.txt", &capture),
-        ]);
+        let d = diagnose_with_port_down("mlx5_4");
         assert_ne!(d[0].json["cause_signature"]["id"], "ib_port_not_active");
     }
 
