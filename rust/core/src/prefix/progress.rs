@@ -18,10 +18,14 @@ pub(super) fn progress_bar(b: &[u8]) -> Option<usize> {
 
 /// Whether `line` is a progress bar and nothing else (a bar's last drawing kept in the log).
 pub fn is_bar_line(line: &str) -> bool {
-    let b = line.as_bytes();
+    bar_alone(line.as_bytes()).is_some()
+}
+
+/// The parts of the bar `b` is made of, when nothing but blanks follows it.
+fn bar_alone(b: &[u8]) -> Option<BarParts> {
     let window = &b[..b.len().min(PERCENT_WINDOW)];
-    memchr::memchr_iter(b'%', window).any(|p| {
-        bar_close(b, p).is_some_and(|close| b[close + 1..].iter().all(u8::is_ascii_whitespace))
+    memchr::memchr_iter(b'%', window).find_map(|p| {
+        bar_parts(b, p).filter(|parts| b[parts.close + 1..].iter().all(u8::is_ascii_whitespace))
     })
 }
 
@@ -72,16 +76,9 @@ fn bar_parts(b: &[u8], p: usize) -> Option<BarParts> {
 /// The `n/total` of a line that is a progress bar and nothing else, when both are plain
 /// numbers (not `?`, not scaled like `1.2k`).
 pub fn bar_counts(line: &str) -> Option<(u64, u64)> {
-    let b = line.as_bytes();
-    let window = &b[..b.len().min(PERCENT_WINDOW)];
-    memchr::memchr_iter(b'%', window).find_map(|p| {
-        let parts = bar_parts(b, p)?;
-        if !b[parts.close + 1..].iter().all(u8::is_ascii_whitespace) {
-            return None;
-        }
-        let number = |r: std::ops::Range<usize>| line.get(r)?.parse::<u64>().ok();
-        Some((number(parts.done)?, number(parts.total)?))
-    })
+    let parts = bar_alone(line.as_bytes())?;
+    let number = |r: std::ops::Range<usize>| line.get(r)?.parse::<u64>().ok();
+    Some((number(parts.done)?, number(parts.total)?))
 }
 
 /// A tqdm counter: digits, maybe scaled (`1.2k`, `3M`) or unknown (`?`).
