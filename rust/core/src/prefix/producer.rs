@@ -768,6 +768,8 @@ fn ucx_process(b: &[u8]) -> Option<((usize, usize), u32, usize)> {
     let inner = &b[1..close];
     let mut parts = inner.rsplitn(3, |&c| c == b':');
     let (tid, pid, host) = (parts.next()?, parts.next()?, parts.next()?);
+    // UCX pads the pid to five columns (`[host:7356 :0]`).
+    let pid = pid.trim_ascii_end();
     let all_digits = |v: &[u8]| !v.is_empty() && v.iter().all(u8::is_ascii_digit);
     if !all_digits(tid)
         || !all_digits(pid)
@@ -1013,6 +1015,15 @@ mod ucx_tests {
         assert_eq!(m.pid, Some(4411));
         assert_eq!(m.ts_ms, Some(1_718_000_000_112));
         assert_eq!(m.message(line), "mm_iface failed to allocate receive FIFO");
+    }
+
+    #[test]
+    fn ucx_header_with_a_padded_pid() {
+        let line = "[1700554343.440877] [node-7:7356 :0]            sock.c:323  UCX  ERROR   connect(fd=48, dest_addr=172.17.0.1:42887) failed: Connection refused";
+        let m = peel(line, 2026);
+        assert_eq!(m.producer, Producer::Ucx);
+        assert_eq!(m.pid, Some(7356));
+        assert!(m.message(line).starts_with("connect(fd=48"));
     }
 
     #[test]
