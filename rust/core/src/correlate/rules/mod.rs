@@ -8,6 +8,7 @@ mod bad_interface;
 mod bar_at_timeout;
 mod bars_disagree;
 mod busy_at_entry;
+mod busy_in_console;
 mod cause_signature;
 mod collective_mismatch;
 mod crash_teardown;
@@ -26,6 +27,7 @@ mod seq_lag;
 mod setting_blame;
 mod silence;
 mod stack_dumps;
+mod step_teardown;
 mod symptoms;
 mod transport_mismatch;
 mod unexplained_error;
@@ -65,6 +67,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("error_chain", error_chain::apply),
     ("crash_teardown", crash_teardown::apply),
     ("last_words", last_words::apply),
+    ("step_teardown", step_teardown::apply),
     ("peer_naming", peer_naming::apply),
     ("loopback_peer", loopback_peer::apply),
     ("desync_report", desync_report::apply),
@@ -73,6 +76,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("scalar_side", scalar_side::apply),
     ("progress", progress::apply),
     ("busy_at_entry", busy_at_entry::apply),
+    ("busy_in_console", busy_in_console::apply),
     ("bar_at_timeout", bar_at_timeout::apply),
     ("bars_disagree", bars_disagree::apply),
     ("stack_dumps", stack_dumps::apply),

@@ -1,0 +1,219 @@
+//! The timeless form of `busy_at_entry`. Ranks time out in a mid-run collective, and in the
+//! same console the lines just before the first timeout come from the one stream that logs
+//! without a rank: the training script's own logger, which the frameworks (mmengine,
+//! torchtune, Hugging Face, Lightning) run on rank 0 only. What that stream printed after its
+//! last progress line (`Evaluating bbox...`, `Saving checkpoint...`) is the work that process
+//! was busy with while the others waited, and its first line says what the work was (+30, as
+//! `busy_at_entry`). With no times in view, only the order of the console tells: the stream's
+//! last line must be the console's last line before the first timeout.
+//!
+//! Not read: a job with a cause line of its own; a stream whose activity runs longer than
+//! `MAX_ACTIVITY` lines or holds an error; a console where rank 0 itself reports waiting (then
+//! the unranked stream may be rank 0's prints, waiting too); two or more unranked streams.
+//! Cases: open-mmlab/mmdetection#11096 (rank 0 alone runs the COCO evaluation; ranks 2-6 time
+//! out in a broadcast), torchtune#2651 (four `Saving checkpoint` lines before rank 4's timeout).
+
+use crate::correlate::board::{Board, LineRef};
+use crate::correlate::collectives::{who_list, Entry};
+use crate::correlate::rules::Scope;
+use crate::correlate::view::{View, Who};
+use crate::prefix::bar_counts;
+use crate::ring::RingLine;
+use std::collections::BTreeSet;
+
+const FINDING: &str = "busy_before_timeouts";
+/// Collectives before this sequence number are start-up, not mid-run (as in `busy_at_entry`).
+const MIN_SEQ: u64 = 100;
+/// The most lines one piece of work may print and still read as one activity.
+const MAX_ACTIVITY: usize = 12;
+
+pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
+    let Some(finding) = v.cat.index_of(FINDING) else {
+        return;
+    };
+    if board
+        .cands
+        .values()
+        .any(|c| c.cause.is_some() || c.finding.is_some())
+    {
+        return;
+    }
+    let waiting: Vec<&Entry> = scope
+        .collectives(v)
+        .iter()
+        .filter(|e| e.waiting && e.seq >= MIN_SEQ)
+        .collect();
+    let Some((first, at)) = waiting
+        .iter()
+        .filter_map(|e| Some((*e, hit_at(v, e)?)))
+        .min_by_key(|(_, at)| at.1)
+    else {
+        return;
+    };
+    let waiters: BTreeSet<Who> = waiting.iter().map(|e| e.who).collect();
+    if waiters.contains(&Who::Rank(0)) {
+        return;
+    }
+    let Some((src, activity)) = busy_stream(v, scope, at, &waiters) else {
+        return;
+    };
+    let who = v.process(src);
+    let host = v.who_host(who);
+    let waiting_ranks = who_list(&waiters.iter().copied().collect::<Vec<_>>());
+    let mut facts = vec![
+        ("coll_seq".to_string(), first.seq.to_string()),
+        ("coll_op".to_string(), first.fp.op.clone()),
+        ("waiting_ranks".to_string(), waiting_ranks.clone()),
+    ];
+    // Watchdog lines before torch 2.2 name no process group.
+    let group = (first.group != "?").then_some(first.group.as_str());
+    if let Some(g) = group {
+        facts.push(("coll_group".to_string(), g.to_string()));
+    }
+    let c = board.cand(who, host);
+    c.stated = c.stated.or(Some(LineRef::Ring(src, activity)));
+    c.finding = c.finding.take().or(Some((finding, facts)));
+    let why = format!(
+        "the console's unranked stream was busy with this when {waiting_ranks} timed out in #{}{}",
+        first.seq,
+        group.map_or(String::new(), |g| format!(" of {g}"))
+    );
+    board.add(who, host, "busy_in_console", 30, why);
+}
+
+/// Where a waiting entry's line is, (source, job sequence number), when the line is a hit.
+fn hit_at(v: &View, e: &Entry) -> Option<(u32, u64)> {
+    match e.line {
+        LineRef::Hit(i) => Some((v.hit(i).source, v.hit(i).seq)),
+        _ => None,
+    }
+}
+
+/// The one unranked stream of the console that printed the first timeout (`at`), when its
+/// last line before the timeout is the console's last line before it, with the seq of the
+/// first line of its activity.
+fn busy_stream(
+    v: &View,
+    scope: &Scope,
+    at: (u32, u64),
+    waiters: &BTreeSet<Who>,
+) -> Option<(u32, u64)> {
+    let origin = &v.job.sources[at.0 as usize].origin;
+    let failed_before: BTreeSet<u32> = scope
+        .hits
+        .iter()
+        .map(|&i| v.hit(i))
+        .filter(|h| h.seq < at.1)
+        .map(|h| h.source)
+        .collect();
+    let mut latest: Option<(u64, u32)> = None;
+    let mut unranked = Vec::new();
+    for (si, s) in v.job.sources.iter().enumerate() {
+        let si = si as u32;
+        if s.origin != *origin {
+            continue;
+        }
+        let lines: Vec<RingLine> = s
+            .ring
+            .lines()
+            .into_iter()
+            .filter(|l| l.seq < at.1)
+            .collect();
+        let Some(last) = lines.last() else { continue };
+        if latest.is_none_or(|(seq, _)| last.seq > seq) {
+            latest = Some((last.seq, si));
+        }
+        let quiet = !failed_before.contains(&si) && !waiters.contains(&Who::Source(si));
+        if v.rank_of(si).is_none() && quiet {
+            unranked.push((si, lines));
+        }
+    }
+    let [(si, lines)] = <[_; 1]>::try_from(unranked).ok()?;
+    if latest?.1 != si {
+        return None;
+    }
+    Some((si, activity_start(&lines)?))
+}
+
+/// The seq of the first line after the last progress line (or of the first line the ring
+/// holds), when the activity is at most `MAX_ACTIVITY` lines.
+fn activity_start(lines: &[RingLine]) -> Option<u64> {
+    let after = lines
+        .iter()
+        .rposition(|l| is_progress(&l.text))
+        .map_or(0, |p| p + 1);
+    let activity = lines.get(after..)?;
+    if activity.is_empty() || activity.len() > MAX_ACTIVITY {
+        return None;
+    }
+    activity.iter().find(|l| !l.continuation).map(|l| l.seq)
+}
+
+/// A line that reports progress through a loop: a tqdm bar, a `[N/M]` counter, an ETA.
+fn is_progress(text: &str) -> bool {
+    bar_counts(text).is_some() || text.contains("eta:") || has_bracketed_counter(text)
+}
+
+/// `[3400/3402]`: a counter of done out of total, as mmengine and detectron2 print.
+fn has_bracketed_counter(text: &str) -> bool {
+    text.split('[').skip(1).any(|rest| {
+        let Some((inside, _)) = rest.split_once(']') else {
+            return false;
+        };
+        let Some((done, total)) = inside.split_once('/') else {
+            return false;
+        };
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        digits(done) && digits(total)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::correlate::testkit::{assert_finding, assert_not_finding, diagnose_untimed};
+
+    fn timeout(rank: u32, seq: u32) -> String {
+        format!(
+            "[E ProcessGroupNCCL.cpp:828] [Rank {rank}] Watchdog caught collective operation \
+             timeout: WorkNCCL(SeqNum={seq}, OpType=BROADCAST, Timeout(ms)=1800000) ran for \
+             1800741 milliseconds before timing out.\n"
+        )
+    }
+
+    const PROGRESS: &str = "10/26 11:25:41 - mmengine - INFO - Epoch(val)  [2][3400/3402]    \
+        eta: 0:00:00  time: 0.1484";
+    const EVAL: &str = "10/26 11:27:48 - mmengine - INFO - Evaluating bbox...";
+
+    fn console(rank: u32, seq: u32) -> String {
+        format!(
+            "{PROGRESS}\n{EVAL}\nLoading and preparing results...\nindex created!\n{}{}",
+            timeout(rank, seq),
+            timeout(rank + 2, seq)
+        )
+    }
+
+    #[test]
+    fn the_work_after_the_last_progress_line_is_the_root() {
+        let d = diagnose_untimed(&console(4, 987156));
+        assert_finding(&d, EVAL, "busy_before_timeouts", "#987156");
+    }
+
+    #[test]
+    fn a_start_up_collective_is_not_read() {
+        let d = diagnose_untimed(&console(4, 3));
+        assert_not_finding(&d, "busy_before_timeouts");
+    }
+
+    #[test]
+    fn rank_zero_waiting_too_tells_nothing() {
+        let d = diagnose_untimed(&console(0, 987156));
+        assert_not_finding(&d, "busy_before_timeouts");
+    }
+
+    #[test]
+    fn a_long_stream_of_work_is_not_one_activity() {
+        let many: String = (0..20).map(|i| format!("metric {i}: 0.5\n")).collect();
+        let d = diagnose_untimed(&format!("{PROGRESS}\n{many}{}", timeout(4, 987156)));
+        assert_not_finding(&d, "busy_before_timeouts");
+    }
+}
