@@ -332,21 +332,27 @@ pub(super) fn torch_log(b: &[u8], year: i32, m: &mut LineMeta) -> Option<usize> 
         b'D' => Level::Info,
         c => severity_letter(c)?,
     };
-    let base = mmdd_hms(&b[1..], 4, year)?;
-    if b[14] != b'.' {
+    // glog 0.7 and absl print the year too: `W20250825 11:10:33.595331`.
+    let (base, dot) = match digits(&b[1..], 8).filter(|_| b[9] == b' ') {
+        Some(ymd) => (mmdd_hms(&b[5..], 4, (ymd / 10_000) as i32)?, 18),
+        None => (mmdd_hms(&b[1..], 4, year)?, 14),
+    };
+    if b[dot] != b'.' {
         return None;
     }
-    let mut i = 15;
+    let mut i = dot + 1;
     let frac_start = i;
     while i < b.len() && b[i].is_ascii_digit() {
         i += 1;
     }
     let ms = i64::from(digits(&b[frac_start..], 3).unwrap_or(0));
-    if b.get(i) != Some(&b' ') {
+    // glog pads the thread id to five columns.
+    let pad = b[i..].iter().take_while(|&&c| c == b' ').count();
+    if pad == 0 {
         return None;
     }
-    let (id, n) = leading_number(&b[i + 1..], 20)?;
-    i += 1 + n;
+    let (id, n) = leading_number(&b[i + pad..], 20)?;
+    i += pad + n;
     let end = file_line_close(b, i)?;
     m.level = level;
     keep_dated_time(m, Some(base + ms));
@@ -891,6 +897,20 @@ mod tests {
         let n = torch_log(b, 2025, &mut m).unwrap();
         assert!(b[n..].starts_with(b"Sending process"));
         assert_eq!((m.level, m.pid), (Level::Warn, None));
+    }
+
+    #[test]
+    fn glog_with_the_year_and_a_padded_thread_id() {
+        let mut m = LineMeta::default();
+        let b = b"W20250825 11:10:33.595331   331 util_rdma.h:547] NET/IB: read failed in ncclIbRoceGetVersionNum: Invalid argument";
+        let n = torch_log(b, 2020, &mut m).unwrap();
+        assert!(b[n..].starts_with(b"NET/IB: read failed"));
+        assert_eq!(m.level, Level::Warn);
+        assert_eq!(m.ts_ms, Some(1_756_120_233_595));
+        let b = b"F0825 11:10:33.595355   331 util_rdma.h:592] Check failed: x";
+        let n = torch_log(b, 2025, &mut m).unwrap();
+        assert!(b[n..].starts_with(b"Check failed"));
+        assert_eq!(m.level, Level::Fatal);
     }
 
     #[test]
