@@ -318,6 +318,7 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
     }
     if lines.is_empty() && tables_changed {
         open_stuck_watchdogs(job, cat, cfg);
+        open_nccl_waits(job, cat, cfg);
         return;
     }
     for (line, finding) in lines {
@@ -379,7 +380,33 @@ fn open_stuck_watchdogs(job: &mut Job, cat: &Catalog, cfg: &Config) {
     }
 }
 
+/// Processes whose native stack dump shows a thread waiting inside NCCL's own code
+/// (`native_stacks`): the finding `thread_waits_inside_nccl` on that NCCL frame, the first
+/// process's.
+fn open_nccl_waits(job: &mut Job, cat: &Catalog, cfg: &Config) {
+    let Some(sig) = cat.index_of(WAITS_IN_NCCL) else {
+        return;
+    };
+    let first = job
+        .native_stacks
+        .iter()
+        .filter_map(|(&src, s)| Some((src, s.waits_in_nccl()?)))
+        .min_by_key(|(_, f)| f.seq)
+        .map(|(src, f)| TableLine {
+            src,
+            text: f.text.to_string(),
+            origin: job.sources[src as usize].origin.clone(),
+            seq: f.seq,
+            line_no: f.line_no,
+            ts: f.ts_ms,
+        });
+    if let Some(line) = first {
+        open_finding(job, cfg, sig, line, Vec::new());
+    }
+}
+
 const STUCK_WATCHDOG: &str = "watchdog_stuck_in_cuda";
+const WAITS_IN_NCCL: &str = "thread_waits_inside_nccl";
 const SHARED_GPU: &str = "gpu_shared_by_two_ranks";
 
 /// Two ranks of one communicator on one GPU (`Job::shared_gpu`): the finding, on the second
