@@ -264,6 +264,7 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "socket_ifname",
     "graph_file",
     "non_pci_nic",
+    "pin_memory_reload",
     "op_count",
     "wrapper_seq",
     "stack_thread",
@@ -292,6 +293,7 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "socket_ifname",
     "graph_file",
     "non_pci_nic",
+    "pin_memory_reload",
     "op_count",
     "wrapper_seq",
     "stack_thread",
@@ -316,8 +318,9 @@ fn needed_by_correlator(name: &str) -> bool {
 }
 
 /// Context fields a cause may name in `blames_setting`: settings that, once in effect, make a
-/// failure of that kind the setting's fault (an injected search graph, a NIC outside PCI).
-pub const SETTING_FIELDS: &[&str] = &["graph_file", "non_pci_nic"];
+/// failure of that kind the setting's fault (an injected search graph, a NIC outside PCI, a
+/// DataLoader configuration its framework warns about).
+pub const SETTING_FIELDS: &[&str] = &["graph_file", "non_pci_nic", "pin_memory_reload"];
 
 /// Error from loading a catalog: which file, which signature and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -441,6 +441,7 @@ pub const CONTEXT_FIELDS: &[&str] = &[
     "socket_ifname",
     "graph_file",
     "non_pci_nic",
+    "pin_memory_reload",
 ];
 
 impl Job {

@@ -426,9 +426,13 @@ fn bracketed(rest: &[u8], year: i32, m: &mut LineMeta) -> Option<Step> {
         .map(Step::Prefix)
 }
 
-/// dmesg `[183422.511734] `: seconds since boot, not a wall clock.
+/// dmesg `[183422.511734] `: seconds since boot, not a wall clock; `dmesg -H` prints the
+/// seconds since the previous line instead (`[  +0.000844] `).
 fn dmesg_uptime(rest: &[u8]) -> Option<usize> {
-    let sp = rest[1..].iter().take_while(|c| **c == b' ').count();
+    let mut sp = rest[1..].iter().take_while(|c| **c == b' ').count();
+    if rest.get(1 + sp) == Some(&b'+') {
+        sp += 1;
+    }
     let (_, n) = leading_number(&rest[1 + sp..], 12)?;
     let n = n + sp;
     if rest.get(1 + n) != Some(&b'.') {

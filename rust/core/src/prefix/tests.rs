@@ -102,6 +102,9 @@ fn python_side_and_kernel() {
     assert_eq!(m.producer, Producer::Kernel);
     let (t, _) = msg("[183422.511734] NVRM: Xid (PCI:0000:9a:00): 79");
     assert!(t.starts_with("NVRM"));
+    let (t, m) = msg("[  +0.000844] nvidia 0000:03:00.0: AER: can't recover");
+    assert!(t.starts_with("nvidia 0000:03:00.0"));
+    assert_eq!(m.producer, Producer::Kernel);
     let (t, m) = msg("2026-11-30 12:00:05,123 INFO step=12 loss=2.3");
     assert_eq!(t, "step=12 loss=2.3");
     assert_eq!(m.level, Level::Info);

@@ -91,7 +91,8 @@ fn hit_at(v: &View, e: &Entry) -> Option<(u32, u64)> {
 
 /// The one unranked stream of the console that printed the first timeout (`at`), when its
 /// last line before the timeout is the console's last line before it, with the seq of the
-/// first line of its activity.
+/// first line of its activity. The daemon's console is a whole partition: the stream is
+/// chosen by its cheap marks first, and the other streams' last lines are read only then.
 fn busy_stream(
     v: &View,
     scope: &Scope,
@@ -106,37 +107,38 @@ fn busy_stream(
         .filter(|h| h.seq < at.1)
         .map(|h| h.source)
         .collect();
-    let mut latest: Option<(u64, u32)> = None;
-    let mut unranked = Vec::new();
-    for (si, s) in v.job.sources.iter().enumerate() {
-        let si = si as u32;
-        if s.origin != *origin {
-            continue;
-        }
-        let lines: Vec<RingLine> = s
-            .ring
-            .lines()
-            .into_iter()
-            .filter(|l| l.seq < at.1)
-            .collect();
-        let Some(last) = lines.last() else { continue };
-        if latest.is_none_or(|(seq, _)| last.seq > seq) {
-            latest = Some((last.seq, si));
-        }
-        let quiet = !failed_before.contains(&si) && !waiters.contains(&Who::Source(si));
-        if v.rank_of(si).is_none() && quiet {
-            unranked.push((si, lines));
-        }
+    let console = || {
+        v.job
+            .sources
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.origin == *origin)
+            .map(|(si, s)| (si as u32, s))
+    };
+    let mut unranked = console().filter(|&(si, _)| {
+        v.rank_of(si).is_none()
+            && !failed_before.contains(&si)
+            && !waiters.contains(&Who::Source(si))
+    });
+    let (si, stream) = unranked.next()?;
+    if unranked.next().is_some() {
+        return None;
     }
-    let [(si, lines)] = <[_; 1]>::try_from(unranked).ok()?;
-    if latest?.1 != si {
+    // Enough lines to tell an activity of MAX_ACTIVITY lines from a longer one.
+    let lines = stream.ring.before(at.1, MAX_ACTIVITY + 1);
+    let last = lines.last()?.seq;
+    let later = console().any(|(other, s)| {
+        other != si && s.ring.before(at.1, 1).first().is_some_and(|l| l.seq > last)
+    });
+    if later {
         return None;
     }
     Some((si, activity_start(&lines)?))
 }
 
-/// The seq of the first line after the last progress line (or of the first line the ring
-/// holds), when the activity is at most `MAX_ACTIVITY` lines.
+/// The seq of the first line after the last progress line (or of the first of `lines`, the
+/// stream's last lines before the timeouts), when the activity is at most `MAX_ACTIVITY`
+/// lines.
 fn activity_start(lines: &[RingLine]) -> Option<u64> {
     let after = lines
         .iter()
