@@ -414,6 +414,14 @@ fn bracketed(rest: &[u8], year: i32, m: &mut LineMeta) -> Option<Step> {
     if let Some(n) = producer::bracketed_level(rest, m) {
         return Some(Step::Producer(n));
     }
+    // `dmesg -T`: `[Fri Jan 29 23:42:34 2021] `, the kernel's time as a C `ctime()`.
+    if let Some((ts, n)) = ctime(&rest[1..]).filter(|&(_, n)| rest.get(1 + n) == Some(&b']')) {
+        (m.ts_ms, m.ts_dated) = (Some(ts), true);
+        m.producer = Producer::Kernel;
+        return Some(Step::Prefix(
+            2 + n + usize::from(rest.get(2 + n) == Some(&b' ')),
+        ));
+    }
     if let Some(n) = dmesg_uptime(rest) {
         m.producer = Producer::Kernel;
         return Some(Step::Prefix(n));

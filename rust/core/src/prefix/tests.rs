@@ -102,6 +102,9 @@ fn python_side_and_kernel() {
     assert_eq!(m.producer, Producer::Kernel);
     let (t, _) = msg("[183422.511734] NVRM: Xid (PCI:0000:9a:00): 79");
     assert!(t.starts_with("NVRM"));
+    let (t, m) = msg("[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641");
+    assert!(t.starts_with("NVRM: Xid"));
+    assert_eq!(m.ts_ms, Some(1_611_963_754_000));
     let (t, m) = msg("[  +0.000844] nvidia 0000:03:00.0: AER: can't recover");
     assert!(t.starts_with("nvidia 0000:03:00.0"));
     assert_eq!(m.producer, Producer::Kernel);
