@@ -64,9 +64,13 @@ pub(super) fn nccl(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
             i += 1;
         }
     }
-    // Posters often blank the host name out (`:166:1226 [0] NCCL WARN ...`); such a header
-    // still names the process and its GPU, but only with the `NCCL ` marker after it.
+    // Posters often blank the host name out (`:166:1226 [0] NCCL WARN ...`, or `::166:1226`
+    // where the name held a colon too); such a header still names the process and its GPU,
+    // but only with the `NCCL ` marker after it.
     let blank_host = i == 0;
+    if blank_host && b.starts_with(b"::") {
+        i = 1;
+    }
     if b.get(i) != Some(&b':') {
         return None;
     }
@@ -833,6 +837,13 @@ mod tests {
         );
         assert_eq!((m.level, m.producer), (Level::Warn, Producer::Nccl));
         assert_eq!(m.message(line), "socketProgress: Connection reset");
+        let line = "::16674:17023 [0] NCCL INFO NCCL_GRAPH_FILE set by environment to /g.xml";
+        let m = crate::prefix::peel(line, 2026);
+        assert_eq!((m.host(line), m.pid), (None, Some(16674)));
+        assert_eq!(
+            m.message(line),
+            "NCCL_GRAPH_FILE set by environment to /g.xml"
+        );
         // Without the marker a leading `:1:2 [3]` is not taken for a header.
         let line = ":12:34 [5] INFO something";
         assert_ne!(crate::prefix::peel(line, 2026).producer, Producer::Nccl);
