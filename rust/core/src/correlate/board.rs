@@ -150,6 +150,19 @@ impl Board {
             .push(Evidence { rule, weight, why });
     }
 
+    /// Takes back a candidate's cause (its `cause_signature` weight, as evidence of `rule` with
+    /// `why`): the rules that find a cause line to be another failure's aftermath. Returns the
+    /// candidate, for the symptom and time it is left with.
+    pub fn take_back_cause(&mut self, who: Who, rule: &'static str, why: String) -> &mut Cand {
+        let c = &self.cands[&who];
+        let (weight, host) = (c.cause_weight as i32, c.host);
+        self.add(who, host, rule, -weight, why);
+        let c = self.cand(who, host);
+        c.cause = None;
+        c.cause_weight = 0;
+        c
+    }
+
     /// Candidates best first: evidence score, cause weight, earlier corrected time, earlier
     /// arrival (lines without a time keep the order they were printed or pasted in), identity.
     /// Host-only candidates whose host also has a process candidate are folded into it, unless

@@ -23,6 +23,7 @@ pub use util::{bdf_to_bus_id, iso_ms, parse_rank_list, rank_ranges};
 use crate::catalog::{Catalog, HostScope};
 use crate::config::Config;
 use crate::job::{Hit, Job};
+use crate::native_stacks::NativeStack;
 use board::Board;
 use clock::estimate_offsets;
 use serde_json::Value;
@@ -359,38 +360,31 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
 /// Processes whose native stack dump shows the NCCL watchdog blocked in a CUDA call
 /// (`native_stacks`): the finding `watchdog_stuck_in_cuda` on that frame, the first process's.
 fn open_stuck_watchdogs(job: &mut Job, cat: &Catalog, cfg: &Config) {
-    let Some(sig) = cat.index_of(STUCK_WATCHDOG) else {
-        return;
-    };
-    let first = job
-        .native_stacks
-        .iter()
-        .filter_map(|(&src, s)| Some((src, s.stuck_watchdog.as_ref()?)))
-        .min_by_key(|(_, f)| f.seq)
-        .map(|(src, f)| TableLine {
-            src,
-            text: f.text.to_string(),
-            origin: job.sources[src as usize].origin.clone(),
-            seq: f.seq,
-            line_no: f.line_no,
-            ts: f.ts_ms,
-        });
-    if let Some(line) = first {
-        open_finding(job, cfg, sig, line, Vec::new());
-    }
+    open_stack_finding(job, cat, cfg, STUCK_WATCHDOG, |s| s.stuck_watchdog.as_ref());
 }
 
 /// Processes whose native stack dump shows a thread waiting inside NCCL's own code
 /// (`native_stacks`): the finding `thread_waits_inside_nccl` on that NCCL frame, the first
 /// process's.
 fn open_nccl_waits(job: &mut Job, cat: &Catalog, cfg: &Config) {
-    let Some(sig) = cat.index_of(WAITS_IN_NCCL) else {
+    open_stack_finding(job, cat, cfg, WAITS_IN_NCCL, NativeStack::waits_in_nccl);
+}
+
+/// The finding `id` on the earliest frame `frame` picks from a process's native stack dump.
+fn open_stack_finding(
+    job: &mut Job,
+    cat: &Catalog,
+    cfg: &Config,
+    id: &str,
+    frame: impl Fn(&NativeStack) -> Option<&crate::native_stacks::Frame>,
+) {
+    let Some(sig) = cat.index_of(id) else {
         return;
     };
     let first = job
         .native_stacks
         .iter()
-        .filter_map(|(&src, s)| Some((src, s.waits_in_nccl()?)))
+        .filter_map(|(&src, s)| Some((src, frame(s)?)))
         .min_by_key(|(_, f)| f.seq)
         .map(|(src, f)| TableLine {
             src,

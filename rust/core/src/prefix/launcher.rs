@@ -453,6 +453,38 @@ pub(super) fn app_tag(b: &[u8]) -> Option<usize> {
     Some(close + 2)
 }
 
+/// Metaflow's task label after its time: `[177/train/578 (pid 28936)] ` (run, step, task and
+/// the task's process).
+#[inline]
+pub(super) fn metaflow_task(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let close = memchr::memchr(b']', &b[..b.len().min(128)])?;
+    let inner = std::str::from_utf8(&b[1..close]).ok()?;
+    let (path, pid) = inner.strip_suffix(')')?.split_once(" (pid ")?;
+    let parts: Vec<&str> = path.split('/').collect();
+    let word = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+    if parts.len() != 3 || !parts.iter().all(|p| word(p)) {
+        return None;
+    }
+    m.pid = Some(pid.parse().ok()?);
+    Some(close + 1 + usize::from(b.get(close + 1) == Some(&b' ')))
+}
+
+/// A request or attempt id in brackets before the message: `[09c561ee-a44c-4795-967c-7183a83b3160] `.
+#[inline]
+pub(super) fn uuid_tag(b: &[u8]) -> Option<usize> {
+    let id = b.get(1..37)?;
+    let hex_at = |i: usize| id[i].is_ascii_hexdigit();
+    let dashes = [8, 13, 18, 23];
+    let is_uuid = (0..36).all(|i| {
+        if dashes.contains(&i) {
+            id[i] == b'-'
+        } else {
+            hex_at(i)
+        }
+    });
+    (is_uuid && b.get(37) == Some(&b']')).then(|| 38 + usize::from(b.get(38) == Some(&b' ')))
+}
+
 /// CRI `2026-03-14T09:22:05.412233870Z stdout F `.
 #[inline]
 pub(super) fn cri(b: &[u8], m: &mut LineMeta) -> Option<usize> {

@@ -431,6 +431,8 @@ fn bracketed(rest: &[u8], year: i32, m: &mut LineMeta) -> Option<Step> {
     }
     launcher::bracket_tag(rest, m)
         .or_else(|| launcher::app_tag(rest))
+        .or_else(|| launcher::metaflow_task(rest, m))
+        .or_else(|| launcher::uuid_tag(rest))
         .map(Step::Prefix)
 }
 

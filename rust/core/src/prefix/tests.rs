@@ -105,6 +105,13 @@ fn python_side_and_kernel() {
     let (t, m) = msg("[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641");
     assert!(t.starts_with("NVRM: Xid"));
     assert_eq!(m.ts_ms, Some(1_611_963_754_000));
+    let line = "2023-04-29 06:01:12.977 [177/train/578 (pid 28936)] \
+                [09c561ee-a44c-4795-967c-7183a83b3160] OSError: [Errno 28] No space left on device";
+    let (t, m) = msg(line);
+    assert_eq!(t, "OSError: [Errno 28] No space left on device");
+    assert_eq!(m.pid, Some(28936));
+    let (t, _) = msg("[177/train (pid 28936)] x");
+    assert_eq!(t, "[177/train (pid 28936)] x");
     let (t, m) = msg("[  +0.000844] nvidia 0000:03:00.0: AER: can't recover");
     assert!(t.starts_with("nvidia 0000:03:00.0"));
     assert_eq!(m.producer, Producer::Kernel);

@@ -56,13 +56,9 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
                 && h.sig.is_some_and(|s| sig.explains_idx.contains(&s))
         });
         let Some(first) = earlier else { continue };
-        let (weight, host) = (c.cause_weight as i32, c.host);
         let id = v.sig(v.hit(first)).map_or("", |s| s.id.as_str());
         let why = format!("crashed only after it had reported {id} itself (a teardown crash)");
-        board.add(who, host, "crash_teardown", -weight, why);
-        let c = board.cand(who, host);
-        c.cause = None;
-        c.cause_weight = 0;
+        let c = board.take_back_cause(who, "crash_teardown", why);
         c.symptom.get_or_insert(first);
         c.ts = v.hit_time(v.hit(first));
     }

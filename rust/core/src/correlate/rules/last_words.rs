@@ -41,13 +41,9 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             h.source == report.source && h.seq < report.seq && v.sig(h).is_some_and(is_own_error)
         });
         let Some(first) = own else { continue };
-        let (weight, host) = (c.cause_weight as i32, c.host);
         let id = v.sig(v.hit(first)).map_or("", |s| s.id.as_str());
         let why = format!("printed {id} itself before its launcher reported the exit");
-        board.add(who, host, "last_words", -weight, why);
-        let c = board.cand(who, host);
-        c.cause = None;
-        c.cause_weight = 0;
+        let c = board.take_back_cause(who, "last_words", why);
         c.symptom = Some(first);
         c.ts = v.hit_time(v.hit(first));
     }

@@ -40,14 +40,12 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
                 && v.sig(h).is_some_and(is_launcher)
         });
         let Some(first) = earlier else { continue };
-        let (weight, host) = (c.cause_weight as i32, c.host);
         let id = v.sig(v.hit(first)).map_or("", |s| s.id.as_str());
         let why = format!("reported after the launcher's {id}: the step was being torn down");
-        board.add(who, host, "step_teardown", -weight, why);
-        let c = board.cand(who, host);
-        c.cause = None;
-        c.cause_weight = 0;
-        c.symptom.get_or_insert(ci);
+        board
+            .take_back_cause(who, "step_teardown", why)
+            .symptom
+            .get_or_insert(ci);
     }
 }
 
