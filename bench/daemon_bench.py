@@ -1007,6 +1007,9 @@ def storm_main(args: argparse.Namespace) -> int:
                         "first_p99_s": pct(lat.first, 0.99),
                         "correct_p50_s": pct(lat.correct, 0.5),
                         "correct_p99_s": pct(lat.correct, 0.99),
+                        "correct_p99_by_scenario_s": {
+                            s: pct(v, 0.99) for s, v in sorted(lat.by_scenario.items())
+                        },
                         "peak_rss_bytes": peak,
                         "baseline_rss_bytes": baseline,
                         "engine_memory_bytes": m.get("rankwatch_ring_memory_bytes", 0),
