@@ -9,6 +9,9 @@ from typing import Any
 from rankwatch import diagnosis as rd
 from rankwatch.wording import alternative_text, counted, suspect_text, who
 
+# The signature id of a root line no catalog signature matched.
+UNCLASSIFIED = "unclassified"
+
 # What the renderers take: a typed diagnosis, or its JSON as parsed (decoded here).
 AnyDiagnosis = rd.Diagnosis | Mapping[str, Any]
 
@@ -45,16 +48,19 @@ def _para(label: str, text: str, st: Style, indent: int = 2) -> list[str]:
 
 def _header(d: rd.Diagnosis, st: Style) -> list[str]:
     sig = d.signature
+    cs = d.cause_signature
+    # A finding rooted at a line no signature knows (what a busy rank printed last): the
+    # finding is the headline, not "unclassified".
+    shown = cs if cs is not None and cs.id and sig.id == UNCLASSIFIED else sig
     tie = "  (tie: see alternatives)" if d.tie else ""
     out = [
         st.bold(f"Incident {d.id}") + st.dim(f"  job {d.job}  confidence {d.confidence:.2f}{tie}"),
         st.red("ROOT CAUSE  ")
         + st.bold(who(d.root_cause))
-        + f"  {sig.title} "
-        + st.dim(f"[{sig.id}]"),
+        + f"  {shown.title} "
+        + st.dim(f"[{shown.id}]"),
     ]
-    cs = d.cause_signature
-    if cs is not None and cs.id and cs.id != sig.id:
+    if cs is not None and cs.id and cs.id != shown.id:
         out.append(f"  because: {cs.title} " + st.dim(f"[{cs.id}]"))
     return out
 

@@ -89,3 +89,20 @@ def test_benign_warnings_come_after_the_failure_in_collateral(
     classified = [i for i, c in enumerate(collateral) if c["signature"] != "unclassified"]
     assert barrier and classified
     assert min(barrier) > max(classified), [c["signature"] for c in collateral]
+
+
+def test_a_finding_rooted_at_a_line_no_signature_knows_heads_the_report() -> None:
+    finding = {"id": "busy_before_timeouts", "title": "The console's main process was busy"}
+    d = diagnosis(
+        signature={"id": "unclassified", "title": "Unclassified error"}, cause_signature=finding
+    )
+    header = render_diagnosis(d, PLAIN).splitlines()[1]
+    assert "The console's main process was busy [busy_before_timeouts]" in header
+    assert "Unclassified" not in render_diagnosis(d, PLAIN)
+
+
+def test_a_finding_over_a_known_signature_is_its_because() -> None:
+    finding = {"id": "collective_not_reached", "title": "A rank never reached the collective"}
+    text = render_diagnosis(diagnosis(cause_signature=finding), PLAIN)
+    assert "GPU has fallen off the bus [xid_79]" in text
+    assert "because: A rank never reached the collective [collective_not_reached]" in text
