@@ -150,6 +150,22 @@ impl Board {
             .push(Evidence { rule, weight, why });
     }
 
+    /// States a finding about `who` on `line`, with the facts its texts are rendered with; a
+    /// line or finding an earlier rule stated for the candidate stays. Returns the candidate.
+    pub fn state_finding(
+        &mut self,
+        who: Who,
+        host: Option<HostId>,
+        line: LineRef,
+        finding: u16,
+        facts: Vec<(String, String)>,
+    ) -> &mut Cand {
+        let c = self.cand(who, host);
+        c.stated = c.stated.or(Some(line));
+        c.finding = c.finding.take().or(Some((finding, facts)));
+        c
+    }
+
     /// Takes back a candidate's cause (its `cause_signature` weight, as evidence of `rule` with
     /// `why`): the rules that find a cause line to be another failure's aftermath. Returns the
     /// candidate, for the symptom and time it is left with.

@@ -331,6 +331,19 @@ pub fn ranks_of<'a>(whos: impl IntoIterator<Item = &'a Who>) -> BTreeSet<u32> {
 }
 
 /// Ranks (or, where a process's rank is unknown, its source number) as ranges.
+/// What a finding about collective `e`, which `waiters` wait in, states: the waiting ranks as
+/// a list (`0-4,7`) and the facts `coll_seq`, `coll_op`, `coll_group` and `waiting_ranks`.
+pub fn waited_facts(e: &Entry, waiters: &BTreeSet<Who>) -> (String, Vec<(String, String)>) {
+    let waiting_ranks = who_list(&waiters.iter().copied().collect::<Vec<_>>());
+    let facts = vec![
+        ("coll_seq".to_string(), e.seq.to_string()),
+        ("coll_op".to_string(), e.fp.op.clone()),
+        ("coll_group".to_string(), e.group.clone()),
+        ("waiting_ranks".to_string(), waiting_ranks.clone()),
+    ];
+    (waiting_ranks, facts)
+}
+
 pub fn who_list(whos: &[Who]) -> String {
     let ranks = ranks_of(whos);
     let others = whos.len() - ranks.len();

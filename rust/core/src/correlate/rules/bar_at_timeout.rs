@@ -17,7 +17,7 @@
 
 use crate::catalog::Role;
 use crate::correlate::board::{Board, LineRef};
-use crate::correlate::collectives::{ranks_of, who_list, Entry};
+use crate::correlate::collectives::{ranks_of, waited_facts, Entry};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
 use crate::prefix::{is_bar_line, peel};
@@ -59,19 +59,11 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let who = v.process(src);
     let host = v.who_host(who);
     let first = waiting[0];
-    let waiting_ranks = who_list(&waiters.iter().copied().collect::<Vec<_>>());
-    let facts = vec![
-        ("coll_seq".to_string(), first.seq.to_string()),
-        ("coll_op".to_string(), first.fp.op.clone()),
-        ("coll_group".to_string(), first.group.clone()),
-        ("waiting_ranks".to_string(), waiting_ranks.clone()),
-    ];
+    let (waiting_ranks, facts) = waited_facts(first, &waiters);
     if board.cand(who, host).has_rule("busy_at_entry") {
         return; // times said it already
     }
-    let c = board.cand(who, host);
-    c.stated = c.stated.or(Some(LineRef::Ring(src, seq)));
-    c.finding = c.finding.take().or(Some((finding, facts)));
+    board.state_finding(who, host, LineRef::Ring(src, seq), finding, facts);
     let why = format!(
         "still drawing a progress bar when {waiting_ranks} timed out in #{} of {}",
         first.seq, first.group

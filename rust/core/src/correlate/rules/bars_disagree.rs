@@ -56,9 +56,13 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         ("coll_seq".to_string(), wait.seq.to_string()),
         ("coll_op".to_string(), wait.fp.op.clone()),
     ];
-    let c = board.cand(who, host);
-    c.stated = c.stated.or(Some(LineRef::Ring(behind.src, behind.seq)));
-    c.finding = c.finding.take().or(Some((finding, facts)));
+    board.state_finding(
+        who,
+        host,
+        LineRef::Ring(behind.src, behind.seq),
+        finding,
+        facts,
+    );
     let why = format!(
         "its progress bar stood at {} of {} while the other bars stood at {} when the \
          ranks timed out in #{} ({})",

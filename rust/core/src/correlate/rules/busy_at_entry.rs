@@ -12,7 +12,7 @@
 //! process may stand out; two or more are not told apart.
 
 use crate::correlate::board::{Board, LineRef};
-use crate::correlate::collectives::{who_list, Entry};
+use crate::correlate::collectives::{waited_facts, Entry};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
 use std::collections::BTreeSet;
@@ -54,18 +54,10 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let (src, at) = busy.remove(0);
     let who = v.process(src.0);
     let host = v.who_host(who);
-    let waiting_ranks = who_list(&waiters.iter().copied().collect::<Vec<_>>());
-    let facts = vec![
-        ("coll_seq".to_string(), first.seq.to_string()),
-        ("coll_op".to_string(), first.fp.op.clone()),
-        ("coll_group".to_string(), first.group.clone()),
-        ("waiting_ranks".to_string(), waiting_ranks.clone()),
-        ("quiet_s".to_string(), ((failed - at) / 1000).to_string()),
-    ];
-    let c = board.cand(who, host);
-    c.stated = c.stated.or(Some(src.1));
+    let (waiting_ranks, mut facts) = waited_facts(first, &waiters);
+    facts.push(("quiet_s".to_string(), ((failed - at) / 1000).to_string()));
+    let c = board.state_finding(who, host, src.1, finding, facts);
     c.ts = c.ts.or(Some(at));
-    c.finding = c.finding.take().or(Some((finding, facts)));
     let why = format!(
         "fell silent as {waiting_ranks} entered #{} of {} and printed nothing for {} s",
         first.seq,

@@ -14,7 +14,7 @@
 //! out in a broadcast), torchtune#2651 (four `Saving checkpoint` lines before rank 4's timeout).
 
 use crate::correlate::board::{Board, LineRef};
-use crate::correlate::collectives::{who_list, Entry};
+use crate::correlate::collectives::{waited_facts, Entry};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
 use crate::prefix::bar_counts;
@@ -59,20 +59,11 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     };
     let who = v.process(src);
     let host = v.who_host(who);
-    let waiting_ranks = who_list(&waiters.iter().copied().collect::<Vec<_>>());
-    let mut facts = vec![
-        ("coll_seq".to_string(), first.seq.to_string()),
-        ("coll_op".to_string(), first.fp.op.clone()),
-        ("waiting_ranks".to_string(), waiting_ranks.clone()),
-    ];
-    // Watchdog lines before torch 2.2 name no process group.
+    let (waiting_ranks, mut facts) = waited_facts(first, &waiters);
+    // Watchdog lines before torch 2.2 name no process group: the text's fallback says so.
     let group = (first.group != "?").then_some(first.group.as_str());
-    if let Some(g) = group {
-        facts.push(("coll_group".to_string(), g.to_string()));
-    }
-    let c = board.cand(who, host);
-    c.stated = c.stated.or(Some(LineRef::Ring(src, activity)));
-    c.finding = c.finding.take().or(Some((finding, facts)));
+    facts.retain(|(k, _)| k != "coll_group" || group.is_some());
+    board.state_finding(who, host, LineRef::Ring(src, activity), finding, facts);
     let why = format!(
         "the console's unranked stream was busy with this when {waiting_ranks} timed out in #{}{}",
         first.seq,

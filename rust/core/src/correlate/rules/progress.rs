@@ -180,9 +180,7 @@ fn ahead(v: &View, entries: &[Entry], board: &mut Board, w: &Waited, front: &BTr
             ("other_values".to_string(), others.clone()),
         ];
         let host = v.who_host(who);
-        let c = board.cand(who, host);
-        c.stated = c.stated.or(Some(own.line));
-        c.finding = c.finding.take().or(Some((finding, facts)));
+        board.state_finding(who, host, own.line, finding, facts);
         let why = format!(
             "ahead: it waits in {mine} while {} wait in {others}",
             who_list(&majority)

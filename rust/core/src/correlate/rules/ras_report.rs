@@ -438,9 +438,7 @@ impl Ctx<'_, '_> {
         put("ras_node", p.node.clone());
         put("gpus", p.gpu.clone());
         put("comm_rank", p.comm_rank.map(|x| x.to_string()));
-        let c = board.cand(who, host);
-        c.stated = c.stated.or(Some(self.line(line)));
-        c.finding = c.finding.take().or(Some((fid, facts)));
+        board.state_finding(who, host, self.line(line), fid, facts);
         board.add(who, host, "ras_report", weight, why);
     }
 }

@@ -61,9 +61,7 @@ pub fn apply(v: &View, _scope: &Scope, board: &mut Board) {
             format!("its stack dump shows it in {} ({})", frame.func, frame.file)
         };
         let host = v.who_host(who);
-        let c = board.cand(who, host);
-        c.stated = c.stated.or(Some(LineRef::Frame(src, i)));
-        c.finding = c.finding.take().or(Some((finding, facts)));
+        board.state_finding(who, host, LineRef::Frame(src, i), finding, facts);
         board.add(who, host, "stack_dumps", weight, why);
     }
 }
