@@ -460,9 +460,10 @@ pub(super) fn metaflow_task(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     let close = memchr::memchr(b']', &b[..b.len().min(128)])?;
     let inner = std::str::from_utf8(&b[1..close]).ok()?;
     let (path, pid) = inner.strip_suffix(')')?.split_once(" (pid ")?;
-    let parts: Vec<&str> = path.split('/').collect();
     let word = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
-    if parts.len() != 3 || !parts.iter().all(|p| word(p)) {
+    // Three words: counted as they are read, with no list made for each bracketed line.
+    let words = path.split('/').try_fold(0, |n, p| word(p).then_some(n + 1));
+    if words != Some(3) {
         return None;
     }
     m.pid = Some(pid.parse().ok()?);
