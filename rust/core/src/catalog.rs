@@ -124,6 +124,8 @@ struct SignatureSpec {
     #[serde(default)]
     fails_when_last: bool,
     #[serde(default)]
+    catch_all: bool,
+    #[serde(default)]
     cleared_by: Vec<String>,
     #[serde(default)]
     hypotheses: Vec<Hypothesis>,
@@ -188,6 +190,10 @@ pub struct Signature {
     /// With `only_with_failure`: at the end of the input, a process whose last line is this
     /// one ended waiting (the job hung there and was stopped), which is a failure by itself.
     pub fails_when_last: bool,
+    /// A wide net (any Xid, any RuntimeError): its hit on a line drops when a signature that
+    /// is not a catch-all matched the same line, so a specific entry (a fault, or context that
+    /// says the line is bookkeeping) never has to be carved out of the wide one's pattern.
+    pub catch_all: bool,
     /// A cause its own process recovers from: where the same process later prints one of
     /// these signatures, the hit is no failure and no cause.
     pub cleared_by: Vec<String>,
@@ -486,6 +492,9 @@ impl Catalog {
         }
         out.sort_unstable();
         out.dedup();
+        if out.iter().any(|&s| !self.signatures[s as usize].catch_all) {
+            out.retain(|&s| !self.signatures[s as usize].catch_all);
+        }
     }
 
     /// Runs a signature's field regexes over a message and collects named groups; with
@@ -744,6 +753,9 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
     if s.fails_when_last && !s.only_with_failure {
         return Err(e("fails_when_last needs only_with_failure".into()));
     }
+    if s.catch_all && s.role == Role::Context {
+        return Err(e("catch_all is only for causes and symptoms".into()));
+    }
     if !s.cleared_by.is_empty() && s.role != Role::Cause {
         return Err(e("cleared_by is only for causes".into()));
     }
@@ -809,6 +821,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         only_with_failure: s.only_with_failure,
         host_scope,
         fails_when_last: s.fails_when_last,
+        catch_all: s.catch_all,
         cleared_by: s.cleared_by,
         cleared_by_idx: Vec::new(),
         clears: false,
@@ -1092,6 +1105,51 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
         assert!(
             e.reason
                 .contains("only_with_failure is only for causes and symptoms"),
+            "{e}"
+        );
+    }
+
+    /// The signatures (by id) that `msg` is classified as.
+    fn classified(c: &Catalog, msg: &[u8]) -> Vec<String> {
+        let mut ids = Vec::new();
+        c.scan(msg, &mut c.scanner(), &mut ids);
+        let mut sigs = Vec::new();
+        c.signatures_for(&ids, &mut sigs);
+        sigs.iter()
+            .map(|&s| c.signatures[s as usize].id.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_catch_all_yields_to_a_specific_hit_on_the_same_line() {
+        let wide = r#"
+[[signature]]
+id = "any_failure"
+title = "anything failed"
+subsystem = "socket"
+role = "cause"
+severity = "error"
+weight = 90
+catch_all = true
+patterns = ['failed']
+cause = "c"
+fix = "f"
+verify = "v"
+"#;
+        let c = Catalog::from_sources(&[("small.toml".into(), format!("{SMALL}{wide}"))]).unwrap();
+        let connect = b"Connect to 10.0.0.2<39275> failed : Network is unreachable";
+        assert_eq!(classified(&c, connect), ["sock_connect"]);
+        assert_eq!(classified(&c, b"init failed"), ["any_failure"]);
+        // A context entry claims its line too: what it names is no failure.
+        assert_eq!(
+            classified(&c, b"NET/Socket : Using [0]eth0:10.0.0.1<0> failed"),
+            ["socket_using"]
+        );
+        let context = "patterns = ['^NET/Socket ?: Using']";
+        let e = load_err(&SMALL.replace(context, &format!("{context}\ncatch_all = true")));
+        assert!(
+            e.reason
+                .contains("catch_all is only for causes and symptoms"),
             "{e}"
         );
     }
