@@ -136,6 +136,21 @@ impl<'a> View<'a> {
         self.corrected(h.source, self.own_time(h))
     }
 
+    /// A hit's skew-corrected time or, for a line without one, a time it happened no later
+    /// than: that of the first later hit of its file that has a time (a pasted excerpt whose
+    /// first line lost its header, a wrapped line's tail). Arrival order then keeps it ahead
+    /// of that line, instead of behind every timed line of the job.
+    pub fn time_or_bound(&self, i: usize) -> Option<i64> {
+        let h = self.hit(i);
+        self.hit_time(h).or_else(|| {
+            let later = self.job.hits.get(i + 1..)?.iter();
+            let next = later
+                .filter(|n| n.origin == h.origin)
+                .find_map(|n| Some((n.source, self.own_time(n)?)))?;
+            self.corrected(next.0, Some(next.1))
+        })
+    }
+
     /// Order of two hits: skew-corrected time, then arrival order (unknown times last). A line
     /// with no time of its own that came before the first timed line of its source (an excerpt
     /// whose first header lost its date, a record read before its process printed a time)

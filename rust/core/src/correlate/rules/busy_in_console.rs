@@ -11,7 +11,9 @@
 //! `MAX_ACTIVITY` lines or holds an error; a console where rank 0 itself reports waiting (then
 //! the unranked stream may be rank 0's prints, waiting too); two or more unranked streams.
 //! Cases: open-mmlab/mmdetection#11096 (rank 0 alone runs the COCO evaluation; ranks 2-6 time
-//! out in a broadcast), torchtune#2651 (four `Saving checkpoint` lines before rank 4's timeout).
+//! out in a broadcast), torchtune#2651 (four `Saving checkpoint` lines before rank 4's timeout),
+//! torchtune#1165 (the epoch's bar at 16/16 and nothing more; ranks 1-3 time out in an
+//! all-gather while rank 0 saves).
 
 use crate::correlate::board::{Board, LineRef};
 use crate::correlate::collectives::{waited_facts, Entry};
@@ -129,14 +131,19 @@ fn busy_stream(
 
 /// The seq of the first line after the last progress line (or of the first of `lines`, the
 /// stream's last lines before the timeouts), when the activity is at most `MAX_ACTIVITY`
-/// lines.
+/// lines. With nothing after it, a bar drawn to its end (`16/16`) is the activity's mark: the
+/// loop was over, and what the process did next printed nothing while the others waited.
 fn activity_start(lines: &[RingLine]) -> Option<u64> {
-    let after = lines
-        .iter()
-        .rposition(|l| is_progress(&l.text))
-        .map_or(0, |p| p + 1);
+    let last_progress = lines.iter().rposition(|l| is_progress(&l.text));
+    let after = last_progress.map_or(0, |p| p + 1);
     let activity = lines.get(after..)?;
-    if activity.is_empty() || activity.len() > MAX_ACTIVITY {
+    if activity.is_empty() {
+        let bar = &lines[last_progress?];
+        return bar_counts(&bar.text)
+            .is_some_and(|(done, total)| done == total && total > 0)
+            .then_some(bar.seq);
+    }
+    if activity.len() > MAX_ACTIVITY {
         return None;
     }
     activity.iter().find(|l| !l.continuation).map(|l| l.seq)
@@ -200,6 +207,18 @@ mod tests {
     #[test]
     fn rank_zero_waiting_too_tells_nothing() {
         let d = diagnose_untimed(&console(0, 987156));
+        assert_not_finding(&d, "busy_before_timeouts");
+    }
+
+    #[test]
+    fn a_bar_drawn_to_its_end_marks_the_silent_work_after_it() {
+        let bar = "1|16|Loss: 2.57: 100%|##########| 16/16 [00:25<00:00,  1.48s/it]";
+        let waits = format!("{}{}", timeout(1, 15037), timeout(3, 15037));
+        let d = diagnose_untimed(&format!("{bar}\n{waits}"));
+        assert_finding(&d, bar, "busy_before_timeouts", "#15037");
+        // A bar stopped half way is a loop still running: the activity is not in view.
+        let half = "1|16|Loss: 2.57:  50%|#####     | 8/16 [00:12<00:12,  1.48s/it]";
+        let d = diagnose_untimed(&format!("{half}\n{waits}"));
         assert_not_finding(&d, "busy_before_timeouts");
     }
 

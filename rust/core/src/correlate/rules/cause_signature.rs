@@ -80,7 +80,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         };
         if better {
             c.cause = Some(i);
-            c.ts = v.hit_time(h);
+            c.ts = v.time_or_bound(i);
         }
         c.cause_weight = c.cause_weight.max(sig.weight);
     }

@@ -49,7 +49,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             continue;
         }
         if c.ts.is_none() {
-            c.ts = v.hit_time(h);
+            c.ts = v.time_or_bound(i);
         }
         if c.cause.is_none() && c.config.is_none() && weight >= 4 {
             let id = v.sig(h).map_or("", |s| s.id.as_str());
@@ -87,5 +87,19 @@ mod tests {
     fn without_last_error_the_stronger_symptom_stays_the_root() {
         let d = diagnose(&format!("{WRAPPER}\n{RESET}\n"));
         assert_eq!(root_line(&d), WRAPPER);
+    }
+
+    #[test]
+    fn a_timeless_line_printed_before_a_timed_one_is_not_later_than_it() {
+        // A pasted excerpt opening on the tail of a header-less line, then rank 4's own.
+        let bare = "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=28956, \
+            OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600022 \
+            milliseconds before timing out.";
+        let timed = "[rank4]:[E1129 11:56:57.204156533 ProcessGroupNCCL.cpp:1785] [PG ID 0 PG \
+            GUID 0(default_pg) Rank 4] Exception (either an error or timeout) detected by \
+            watchdog at work: 28956, last enqueued NCCL work: 28956, last completed NCCL work: \
+            28955.";
+        let d = diagnose(&format!("{bare}\n{timed}\n"));
+        assert_eq!(root_line(&d), bare);
     }
 }
