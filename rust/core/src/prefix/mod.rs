@@ -271,22 +271,47 @@ enum Step {
     Prose,
 }
 
-/// Blanks in front of a producer's header (a log indented under a Markdown list item or in
-/// an indented code block): their count with the header's length, when a header follows.
-/// Indentation before anything else stays (traceback frames, continuation lines).
-fn indented_header(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<usize> {
+/// Blanks in front of a producer's header or a launcher's label (a log indented under a
+/// Markdown list item, in an indented code block, or by a test harness that prints what its
+/// job printed): the step behind them, with the blanks counted in. Indentation before
+/// anything else stays (traceback frames, continuation lines, quoted strings).
+fn indented(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<Step> {
     let blanks = producer::blanks(rest);
     if blanks == 0 || blanks > MAX_INDENT || blanks == rest.len() {
         return None;
     }
+    let (after, at) = (&rest[blanks..], pos + blanks);
     let mut probe = m.clone();
-    match layer(&rest[blanks..], pos + blanks, year, &mut probe) {
-        Step::Producer(n) => {
-            *m = probe;
-            Some(blanks + n)
+    let step = match launcher_label(after, at, &mut probe) {
+        Some(step) => step,
+        None => match layer(after, at, year, &mut probe) {
+            Step::Producer(n) => Step::Producer(n),
+            _ => return None,
+        },
+    };
+    *m = probe;
+    Some(match step {
+        Step::Producer(n) => Step::Producer(blanks + n),
+        Step::Prefix(n) => Step::Prefix(blanks + n),
+        other => other,
+    })
+}
+
+/// A launcher's per-line label (`[rank3]:`, `[1,10]<stderr>:`, `[pod/name/container]`,
+/// Ray's `(name pid=N)`) opening `rest`.
+fn launcher_label(rest: &[u8], pos: usize, m: &mut LineMeta) -> Option<Step> {
+    let mut excepthook = false;
+    if let Some(n) = launcher::rank_or_tee(rest, m, &mut excepthook) {
+        if excepthook {
+            m.producer = Producer::Excepthook;
+            return Some(Step::Producer(n));
         }
-        _ => None,
+        return Some(Step::Prefix(n));
     }
+    launcher::openmpi(rest, m)
+        .or_else(|| launcher::kubectl(rest))
+        .or_else(|| launcher::ray(rest, pos, m))
+        .map(Step::Prefix)
 }
 
 /// Deeper indentation than this is layout, not a pasted log line.
@@ -298,8 +323,8 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
         return Step::Prefix(n);
     }
     if matches!(rest[0], b' ' | b'\t') {
-        if let Some(n) = indented_header(rest, pos, year, m) {
-            return Step::Producer(n);
+        if let Some(step) = indented(rest, pos, year, m) {
+            return step;
         }
     }
     if let Some((open, close)) = quoted_whole(rest) {
@@ -317,22 +342,8 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
         }
         return Step::Prefix(n);
     }
-    let mut excepthook = false;
-    if let Some(n) = launcher::rank_or_tee(rest, m, &mut excepthook) {
-        if excepthook {
-            m.producer = Producer::Excepthook;
-            return Step::Producer(n);
-        }
-        return Step::Prefix(n);
-    }
-    if let Some(n) = launcher::openmpi(rest, m) {
-        return Step::Prefix(n);
-    }
-    if let Some(n) = launcher::kubectl(rest) {
-        return Step::Prefix(n);
-    }
-    if let Some(n) = launcher::ray(rest, pos, m) {
-        return Step::Prefix(n);
+    if let Some(step) = launcher_label(rest, pos, m) {
+        return step;
     }
     if rest[0] == b'[' {
         if let Some(n) = producer::nccl_bracketed(rest, pos, m) {

@@ -79,6 +79,24 @@ fn indented_headers() {
 }
 
 #[test]
+fn indented_launcher_labels() {
+    // heldout 50: a job's output quoted by a test harness or under a list item, indented
+    // before kubectl's and Open MPI's labels
+    let p = peeled("    [pod/job-launcher-0-0-x7k2q/node] ssh: Could not resolve hostname job-node-0-0.job: Name or service not known");
+    assert!(p.msg.starts_with("ssh: Could not resolve"), "{}", p.msg);
+    let p = peeled("        [1,10]<stderr>:libfabric:22:1725400706::efa:domain:efa_domain_hmem_info_init_cuda():169<warn> Failed to register CUDA buffer with the EFA device");
+    assert!(p.msg.starts_with("Failed to register"), "{}", p.msg);
+    assert_eq!(p.m.grank, Some(10));
+    // code in a traceback that opens with a bracket is no label
+    for code in [
+        "    [x.cuda() for x in batch]",
+        "    [rank for rank in ranks]",
+    ] {
+        assert_eq!(peeled(code).msg, code);
+    }
+}
+
+#[test]
 fn horovod_stall_report_rank_is_not_a_task_label() {
     let line = "0: [DistributedSGD_Allreduce/cond/HorovodAllreduce_grads_0]";
     assert_eq!(peeled(line).msg, line);
