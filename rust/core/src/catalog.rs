@@ -268,9 +268,6 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "ib_dev",
     "transport",
     "socket_ifname",
-    "graph_file",
-    "non_pci_nic",
-    "pin_memory_reload",
     "op_count",
     "wrapper_seq",
     "stack_thread",
@@ -297,9 +294,6 @@ const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "ib_dev",
     "transport",
     "socket_ifname",
-    "graph_file",
-    "non_pci_nic",
-    "pin_memory_reload",
     "op_count",
     "wrapper_seq",
     "stack_thread",
@@ -315,17 +309,22 @@ fn is_identity(name: &str) -> bool {
     crate::identity::IDENTITY_FIELDS.contains(&name)
 }
 
+fn is_setting(name: &str) -> bool {
+    SETTING_FIELDS.contains(&name)
+}
+
 fn ingested(name: &str) -> bool {
-    INGEST_CONTEXT_FIELDS.contains(&name) || is_identity(name)
+    INGEST_CONTEXT_FIELDS.contains(&name) || is_identity(name) || is_setting(name)
 }
 
 fn needed_by_correlator(name: &str) -> bool {
-    CORRELATOR_FIELDS.contains(&name) || is_identity(name)
+    CORRELATOR_FIELDS.contains(&name) || is_identity(name) || is_setting(name)
 }
 
 /// Context fields a cause may name in `blames_setting`: settings that, once in effect, make a
 /// failure of that kind the setting's fault (an injected search graph, a NIC outside PCI, a
-/// DataLoader configuration its framework warns about).
+/// DataLoader configuration its framework warns about). The one list a new setting joins: the
+/// engine ingests, keeps and hands these to the correlator from here.
 pub const SETTING_FIELDS: &[&str] = &["graph_file", "non_pci_nic", "pin_memory_reload"];
 
 /// Error from loading a catalog: which file, which signature and why.
@@ -1071,6 +1070,14 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
         assert!(e.reason.contains("wieght"), "{e}");
         let e = load_err(&SMALL.replace("subsystem = \"socket\"", "subsystem = \"sockets\""));
         assert!(e.reason.contains("sockets"), "{e}");
+    }
+
+    #[test]
+    fn every_setting_is_ingested_kept_and_read() {
+        for &f in SETTING_FIELDS {
+            assert!(ingested(f) && needed_by_correlator(f), "{f}");
+            assert!(crate::job::CONTEXT_FIELDS.contains(&f), "{f}");
+        }
     }
 
     #[test]

@@ -431,7 +431,8 @@ pub struct Job {
     pub p2p_links: crate::p2p_links::P2pLinks,
 }
 
-pub const CONTEXT_FIELDS: &[&str] = &[
+/// What a process says it uses, kept per process as context.
+const USED_FIELDS: [&str; 7] = [
     "nccl_version",
     "cuda_driver",
     "iface",
@@ -439,10 +440,23 @@ pub const CONTEXT_FIELDS: &[&str] = &[
     "ib_dev",
     "transport",
     "socket_ifname",
-    "graph_file",
-    "non_pci_nic",
-    "pin_memory_reload",
 ];
+const SETTINGS: &[&str] = crate::catalog::SETTING_FIELDS;
+
+/// The context fields kept per process: what it uses, then the settings a cause may blame.
+pub const CONTEXT_FIELDS: [&str; USED_FIELDS.len() + SETTINGS.len()] = {
+    let mut out = [""; USED_FIELDS.len() + SETTINGS.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = if i < USED_FIELDS.len() {
+            USED_FIELDS[i]
+        } else {
+            SETTINGS[i - USED_FIELDS.len()]
+        };
+        i += 1;
+    }
+    out
+};
 
 impl Job {
     /// Notes that a record from `origin` fed this job (`fed_origins`).
