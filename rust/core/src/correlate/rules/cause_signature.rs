@@ -3,9 +3,11 @@
 //! text after PyTorch's `Last error:` comes before them all, as in `symptoms`, unless NCCL's
 //! own line with that text is in view (WSL #12467: only the text; the generated `shm_full`
 //! fleet: both, and the failed extend before them). A cause the process recovered from
-//! (`cleared_by`) is none.
+//! (`cleared_by`) is none, and so is a fault only between hosts (loopback chosen) where the
+//! lines name one host and another cause is in view (humannerf#87: NCCL on WSL using `lo`,
+//! its topology detection failing).
 
-use crate::catalog::Role;
+use crate::catalog::{HostScope, Role};
 use crate::correlate::board::Board;
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
@@ -51,12 +53,32 @@ fn leading_last_errors(v: &View, scope: &Scope) -> HashSet<usize> {
         .collect()
 }
 
+/// Whether the incident holds a cause that is a fault wherever it is printed, while its
+/// lines name at most one host: a cause that is a fault only between hosts (loopback or a
+/// link-local address chosen, a provider missing) is then no suspect. Nothing in view shows
+/// a second host it could fail to reach, and the other cause is a failure in its own right.
+fn between_hosts_unshown(v: &View, scope: &Scope) -> bool {
+    v.job.hosts.len() < 2
+        && scope.hits.iter().any(|&i| {
+            let h = v.hit(i);
+            v.sig(h).is_some_and(|s| {
+                s.role == Role::Cause
+                    && s.host_scope == HostScope::Any
+                    && !crate::correlate::recovered(v.job, v.cat, h)
+            })
+        })
+}
+
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let leading = leading_last_errors(v, scope);
+    let skip_between_hosts = between_hosts_unshown(v, scope);
     for &i in scope.hits {
         let h = v.hit(i);
         let Some(sig) = v.sig(h) else { continue };
         if sig.role != Role::Cause || crate::correlate::recovered(v.job, v.cat, h) {
+            continue;
+        }
+        if skip_between_hosts && sig.host_scope != HostScope::Any {
             continue;
         }
         let who = culprit(v, h, sig.blames_peer);
@@ -98,5 +120,23 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             weight as i32,
             format!("printed a cause: {id}"),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::correlate::testkit::{diagnose, root_line};
+
+    const LOOPBACK: &str = "desk:1582:1582 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>";
+    const TOPOLOGY: &str = "desk:1582:1705 [0] graph/xml.cc:332 NCCL WARN Could not find real \
+        path of /sys/class/pci_bus/0000:01/../../0000:01:00.0";
+
+    #[test]
+    fn a_fault_between_hosts_is_no_suspect_where_one_host_is_in_view() {
+        let init = "desk:1582:1582 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>\n\
+            desk:1582:1582 [0] NCCL INFO Using network Socket\n";
+        let trace = "desk:1582:1705 [0] NCCL INFO graph/xml.cc:469 -> 2";
+        let d = diagnose(&format!("{LOOPBACK}\n{init}\n{TOPOLOGY}\n{trace}\n"));
+        assert_eq!(root_line(&d), TOPOLOGY);
     }
 }
