@@ -53,20 +53,29 @@ fn leading_last_errors(v: &View, scope: &Scope) -> HashSet<usize> {
         .collect()
 }
 
-/// Whether the incident holds a cause that is a fault wherever it is printed, while its
-/// lines name at most one host: a cause that is a fault only between hosts (loopback or a
-/// link-local address chosen, a provider missing) is then no suspect. Nothing in view shows
-/// a second host it could fail to reach, and the other cause is a failure in its own right.
+/// Whether the incident holds a cause that is a fault wherever it is printed, on a line of
+/// its own, while its lines name at most one host: a cause that is a fault only between hosts
+/// (loopback or a link-local address chosen, a provider missing) is then no suspect. Nothing
+/// in view shows a second host it could fail to reach, and the other cause is a failure in
+/// its own right. (A line both read as, a Gloo peer refused at a loopback address, keeps the
+/// narrower reading.)
 fn between_hosts_unshown(v: &View, scope: &Scope) -> bool {
-    v.job.hosts.len() < 2
-        && scope.hits.iter().any(|&i| {
-            let h = v.hit(i);
-            v.sig(h).is_some_and(|s| {
-                s.role == Role::Cause
-                    && s.host_scope == HostScope::Any
-                    && !crate::correlate::recovered(v.job, v.cat, h)
-            })
+    if v.job.hosts.len() >= 2 {
+        return false;
+    }
+    let cause_hits = || {
+        scope.hits.iter().map(|&i| v.hit(i)).filter_map(|h| {
+            let s = v.sig(h)?;
+            let live = s.role == Role::Cause && !crate::correlate::recovered(v.job, v.cat, h);
+            live.then_some((h.seq, s.host_scope))
         })
+    };
+    let between: HashSet<u64> = cause_hits()
+        .filter(|(_, scope)| *scope != HostScope::Any)
+        .map(|(seq, _)| seq)
+        .collect();
+    !between.is_empty()
+        && cause_hits().any(|(seq, scope)| scope == HostScope::Any && !between.contains(&seq))
 }
 
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
