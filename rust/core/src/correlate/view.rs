@@ -21,6 +21,9 @@ pub enum Who {
     Host(HostId),
 }
 
+/// Hits after a timeless one that `time_or_bound` looks through for a stamped line of its file.
+const BOUND_LOOKAHEAD_HITS: usize = 256;
+
 pub struct View<'a> {
     pub job: &'a Job,
     pub cat: &'a Catalog,
@@ -143,7 +146,14 @@ impl<'a> View<'a> {
     pub fn time_or_bound(&self, i: usize) -> Option<i64> {
         let h = self.hit(i);
         self.hit_time(h).or_else(|| {
-            let later = self.job.hits.get(i + 1..)?.iter();
+            // A bounded look: a job with thousands of timeless candidates (files without
+            // times) must not scan all its hits for each.
+            let later = self
+                .job
+                .hits
+                .get(i + 1..)?
+                .iter()
+                .take(BOUND_LOOKAHEAD_HITS);
             let next = later
                 .filter(|n| n.origin == h.origin)
                 .find_map(|n| Some((n.source, self.own_time(n)?)))?;
