@@ -223,8 +223,8 @@ pub struct Signature {
 }
 
 /// Field names the correlator reads besides the identity fields
-/// (`crate::identity::IDENTITY_FIELDS`); regexes capturing none of them run only when a
-/// diagnosis is rendered.
+/// (`crate::identity::IDENTITY_FIELDS`) and the per-process context (`crate::job::CONTEXT_FIELDS`);
+/// regexes capturing none of them run only when a diagnosis is rendered.
 const CORRELATOR_FIELDS: &[&str] = &[
     "own_socket_type",
     "peer_socket_type",
@@ -261,13 +261,6 @@ const CORRELATOR_FIELDS: &[&str] = &[
     "frame_line",
     "ib_status",
     "bdf",
-    "nccl_version",
-    "cuda_driver",
-    "iface",
-    "ip",
-    "ib_dev",
-    "transport",
-    "socket_ifname",
     "op_count",
     "wrapper_seq",
     "stack_thread",
@@ -281,19 +274,12 @@ const CORRELATOR_FIELDS: &[&str] = &[
 ];
 
 /// Field names the engine reads from context lines as they arrive, besides the identity
-/// fields (compared across machines).
+/// fields (compared across machines) and the per-process context (`crate::job::CONTEXT_FIELDS`).
 const INGEST_CONTEXT_FIELDS: &[&str] = &[
     "rank",
     "nranks",
     "cuda_dev",
     "bus_id",
-    "nccl_version",
-    "cuda_driver",
-    "iface",
-    "ip",
-    "ib_dev",
-    "transport",
-    "socket_ifname",
     "op_count",
     "wrapper_seq",
     "stack_thread",
@@ -309,16 +295,17 @@ fn is_identity(name: &str) -> bool {
     crate::identity::IDENTITY_FIELDS.contains(&name)
 }
 
-fn is_setting(name: &str) -> bool {
-    SETTING_FIELDS.contains(&name)
+/// A field kept per process as context: what it uses, and the settings a cause may blame.
+fn is_context(name: &str) -> bool {
+    crate::job::CONTEXT_FIELDS.contains(&name)
 }
 
 fn ingested(name: &str) -> bool {
-    INGEST_CONTEXT_FIELDS.contains(&name) || is_identity(name) || is_setting(name)
+    INGEST_CONTEXT_FIELDS.contains(&name) || is_identity(name) || is_context(name)
 }
 
 fn needed_by_correlator(name: &str) -> bool {
-    CORRELATOR_FIELDS.contains(&name) || is_identity(name) || is_setting(name)
+    CORRELATOR_FIELDS.contains(&name) || is_identity(name) || is_context(name)
 }
 
 /// Context fields a cause may name in `blames_setting`: settings that, once in effect, make a
