@@ -58,35 +58,40 @@ fn leading_last_errors(v: &View, scope: &Scope) -> HashSet<usize> {
 /// (loopback or a link-local address chosen, a provider missing) is then no suspect. Nothing
 /// in view shows a second host it could fail to reach, and the other cause is a failure in
 /// its own right. (A line both read as, a Gloo peer refused at a loopback address, keeps the
-/// narrower reading.)
-fn between_hosts_unshown(v: &View, scope: &Scope) -> bool {
+/// narrower reading.) `causes`: the incident's cause hits its processes did not recover from.
+fn between_hosts_unshown(v: &View, causes: &[usize]) -> bool {
     if v.job.hosts.len() >= 2 {
         return false;
     }
-    let cause_hits = || {
-        scope.hits.iter().map(|&i| v.hit(i)).filter_map(|h| {
-            let s = v.sig(h)?;
-            let live = s.role == Role::Cause && !crate::correlate::recovered(v.job, v.cat, h);
-            live.then_some((h.seq, s.host_scope))
-        })
-    };
-    let between: HashSet<u64> = cause_hits()
+    let scoped = || causes.iter().map(|&i| (v.hit(i).seq, host_scope(v, i)));
+    let between: HashSet<u64> = scoped()
         .filter(|(_, scope)| *scope != HostScope::Any)
         .map(|(seq, _)| seq)
         .collect();
     !between.is_empty()
-        && cause_hits().any(|(seq, scope)| scope == HostScope::Any && !between.contains(&seq))
+        && scoped().any(|(seq, scope)| scope == HostScope::Any && !between.contains(&seq))
+}
+
+fn host_scope(v: &View, i: usize) -> HostScope {
+    v.sig(v.hit(i)).map_or(HostScope::Any, |s| s.host_scope)
 }
 
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let leading = leading_last_errors(v, scope);
-    let skip_between_hosts = between_hosts_unshown(v, scope);
-    for &i in scope.hits {
+    let causes: Vec<usize> = scope
+        .hits
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let h = v.hit(i);
+            v.sig(h).is_some_and(|s| s.role == Role::Cause)
+                && !crate::correlate::recovered(v.job, v.cat, h)
+        })
+        .collect();
+    let skip_between_hosts = between_hosts_unshown(v, &causes);
+    for i in causes {
         let h = v.hit(i);
         let Some(sig) = v.sig(h) else { continue };
-        if sig.role != Role::Cause || crate::correlate::recovered(v.job, v.cat, h) {
-            continue;
-        }
         if skip_between_hosts && sig.host_scope != HostScope::Any {
             continue;
         }
