@@ -247,7 +247,7 @@ impl IdentityTable {
         let mut obs = obs();
         obs.value = value.to_string();
         if shared {
-            obs.line = String::new();
+            obs.line = Arc::from("");
         }
         let s = Sighting {
             machine,
@@ -349,7 +349,7 @@ mod tests {
             source: src,
             seq: src as u64,
             ts_ms: None,
-            line: format!("line of {src}"),
+            line: format!("line of {src}").into(),
             origin: Arc::from("f.log"),
             line_no: 1,
             sig: 0,
@@ -404,7 +404,7 @@ mod tests {
         let mut banner = obs(2);
         banner.line = "NCCL version 2.18.3+cuda12.2".into();
         added += t.record(Machine::Host(0), "nccl_version", "2.18.3", 2, 10, || banner);
-        assert_eq!(t.sightings[0].obs.line, "NCCL version 2.18.3+cuda12.2");
+        assert_eq!(&*t.sightings[0].obs.line, "NCCL version 2.18.3+cuda12.2");
         assert_eq!(t.sightings[0].obs.value, "2.18.3");
         assert_eq!(t.sightings[0].sources, [1, 2]);
         assert_eq!(added, t.content_bytes() as isize);

@@ -284,7 +284,9 @@ pub struct ContextObs {
     pub source: u32,
     pub seq: u64,
     pub ts_ms: Option<i64>,
-    pub line: String,
+    /// The line, shared by every observation made from it (one line states several fields:
+    /// copied once per field, the copies were a fifth of `analyze`'s time on a 16k-rank job).
+    pub line: Arc<str>,
     pub origin: Arc<str>,
     pub line_no: u64,
     pub sig: u16,
@@ -292,7 +294,10 @@ pub struct ContextObs {
 
 impl ContextObs {
     pub fn heap_bytes(&self) -> usize {
-        memsize::string(&self.value) + memsize::string(&self.line)
+        // Each observation is charged the line's bytes, as when each held its own copy: the
+        // budget stays as it was (conservative now), and the count does not depend on what
+        // else shares the line.
+        memsize::string(&self.value) + memsize::block(self.line.len())
     }
 }
 

@@ -149,7 +149,7 @@ impl<'a> View<'a> {
                     .obs_of(l)
                     .expect("a context root refers to a kept line");
                 (
-                    obs.line.clone(),
+                    obs.line.to_string(),
                     Some(self.cat.signatures[obs.sig as usize].id.clone()),
                 )
             }
@@ -287,9 +287,9 @@ impl<'a> View<'a> {
                     ts: obs.ts_ms,
                     ts_corrected: self.corrected(src, obs.ts_ms),
                     ts_exact: false,
-                    line: obs.line.clone(),
+                    line: obs.line.to_string(),
                     origin: format!("{}:{}", obs.origin, obs.line_no),
-                    record: vec![obs.line.clone()],
+                    record: vec![obs.line.to_string()],
                     fields: fields_json(&fields),
                 }
                 .into_root(head);
@@ -297,7 +297,7 @@ impl<'a> View<'a> {
                     json: v,
                     sig: Some(&self.cat.signatures[obs.sig as usize]),
                     at: Some((obs.seq, src, obs.ts_ms)),
-                    text: obs.line.clone(),
+                    text: obs.line.to_string(),
                 }
             }
             Some(LineRef::Call(src, i)) => {

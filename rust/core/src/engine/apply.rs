@@ -17,6 +17,7 @@ use crate::memsize;
 use crate::p2p_links::P2pLink;
 use crate::prefix::{Level, LineMeta, Producer};
 use crate::ring::Ring;
+use std::sync::Arc;
 
 /// The fields one signature's regexes found in a line's message, read in place.
 struct FieldView<'a> {
@@ -482,6 +483,8 @@ impl Engine {
         let spec = &self.catalog.signatures[sig as usize];
         let got = fields.learned();
         let mut claimed_twice = false;
+        let shared_line = std::cell::OnceCell::<Arc<str>>::new();
+        let shared = || shared_line.get_or_init(|| Arc::from(line)).clone();
         if spec.role == Role::Context {
             claimed_twice = note_announcement(job, src, &got, at).is_some();
             if spec.id == P2P_LINK_LINES && job.p2p_links.wants(src) {
@@ -560,7 +563,7 @@ impl Engine {
                         source: src,
                         seq,
                         ts_ms: ts,
-                        line: line.to_string(),
+                        line: shared(),
                         origin: st.origin.clone(),
                         line_no,
                         sig,
@@ -598,7 +601,7 @@ impl Engine {
                 source: src,
                 seq,
                 ts_ms: ts,
-                line: line.to_string(),
+                line: shared(),
                 origin: origin.clone(),
                 line_no,
                 sig,
