@@ -270,7 +270,7 @@ pub fn diagnose_ready(
 
 /// Some failures no line states: ranks' NCCL traces that disagree at one operation counter
 /// (the collective hangs without an error), a stack dump of a process stuck outside any
-/// collective. With no incident open, such a job gets one, opened on the line that shows it
+/// collective, or of processes that all wait in one. With no incident open, such a job gets one, opened on the line that shows it
 /// (the odd rank's trace, every side's where no side is the majority; the stuck frame) as
 /// the finding the rules then explain.
 fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
@@ -297,7 +297,7 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
         uncertainty_ms: cfg.clock_uncertainty_ms,
         events_used: 0,
     };
-    let (lines, crossing) = {
+    let (lines, crossing, waiting) = {
         let view = View::new(job, cat, cfg, &offsets);
         let mut out = Vec::new();
         if tables_changed {
@@ -311,7 +311,10 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
         } else {
             None
         };
-        (out, crossing)
+        let waiting = (out.is_empty() && tables_changed)
+            .then(|| first_waiting_frame(&view))
+            .flatten();
+        (out, crossing, waiting)
     };
     if let Some(c) = crossing {
         open_crossing(job, cat, cfg, c);
@@ -320,6 +323,9 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
     if lines.is_empty() && tables_changed {
         open_stuck_watchdogs(job, cat, cfg);
         open_nccl_waits(job, cat, cfg);
+        if let (Some((src, i)), true) = (waiting, job.incidents.is_empty()) {
+            open_collective_wait(job, cat, cfg, src, i);
+        }
         return;
     }
     for (line, finding) in lines {
@@ -339,22 +345,69 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
                 }
             }
             board::LineRef::Frame(src, i) => {
-                let s = &job.sources[src as usize];
-                let Some(k) = &s.stack else { continue };
-                let f = &k.frames[i];
-                TableLine {
-                    src,
-                    text: f.text.clone(),
-                    origin: s.origin.clone(),
-                    seq: f.seq,
-                    line_no: f.line_no,
-                    ts: k.ts_ms,
-                }
+                let Some(line) = frame_line(job, src, i) else {
+                    continue;
+                };
+                line
             }
             _ => continue,
         };
         open_finding(job, cfg, sig, table_line, Vec::new());
     }
+}
+
+/// Frame `i` of the stack dumped from process `src`, as a line of the tables.
+fn frame_line(job: &Job, src: u32, i: usize) -> Option<TableLine> {
+    let s = &job.sources[src as usize];
+    let k = s.stack.as_ref()?;
+    let f = k.frames.get(i)?;
+    Some(TableLine {
+        src,
+        text: f.text.clone(),
+        origin: s.origin.clone(),
+        seq: f.seq,
+        line_no: f.line_no,
+        ts: k.ts_ms,
+    })
+}
+
+/// Where the first dumped process waits in a collective, when no dumped process is stuck
+/// elsewhere (asked only then): (process, frame).
+fn first_waiting_frame(view: &View) -> Option<(u32, usize)> {
+    view.job
+        .sources
+        .iter()
+        .enumerate()
+        .filter_map(|(si, s)| {
+            let k = s.stack.as_ref()?;
+            match stacks::place(k)? {
+                stacks::Place::Collective(i) => Some((k.seq, si as u32, i)),
+                stacks::Place::Elsewhere(_) => None,
+            }
+        })
+        .min()
+        .map(|(_, src, i)| (src, i))
+}
+
+/// Every dumped process waits in a collective and nothing else failed: the job hangs in that
+/// call, on peers whose state is not in view (`stack_waits_in_collective`, on the frame).
+fn open_collective_wait(job: &mut Job, cat: &Catalog, cfg: &Config, src: u32, i: usize) {
+    let (Some(sig), Some(line)) = (cat.index_of(WAITS_IN_COLLECTIVE), frame_line(job, src, i))
+    else {
+        return;
+    };
+    let Some(frame) = job.sources[src as usize]
+        .stack
+        .as_ref()
+        .and_then(|k| k.frames.get(i))
+    else {
+        return;
+    };
+    let fields = vec![
+        ("frame_func".to_string(), frame.func.clone()),
+        ("frame_file".to_string(), frame.file.clone()),
+    ];
+    open_finding(job, cfg, sig, line, fields);
 }
 
 /// Processes whose native stack dump shows the NCCL watchdog blocked in a CUDA call
@@ -400,6 +453,7 @@ fn open_stack_finding(
 }
 
 const STUCK_WATCHDOG: &str = "watchdog_stuck_in_cuda";
+const WAITS_IN_COLLECTIVE: &str = "stack_waits_in_collective";
 const WAITS_IN_NCCL: &str = "thread_waits_inside_nccl";
 const SHARED_GPU: &str = "gpu_shared_by_two_ranks";
 

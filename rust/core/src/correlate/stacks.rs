@@ -7,8 +7,14 @@ use crate::job::{Stack, StackFrame};
 
 pub const STACK_FRAME_SIGNATURE: &str = "py_stack_dump_frame";
 
-/// Collective calls of torch.distributed (and wrappers that keep their names).
+/// Collective calls of torch.distributed (and wrappers that keep their names), and the calls
+/// of its set-up that wait for every peer the same way (a rendezvous, a store-based barrier,
+/// a new group; symmetric memory's `rendezvous` exchanges handles with every rank).
 const COLLECTIVE_CALLS: &[&str] = &[
+    "rendezvous",
+    "_store_based_barrier",
+    "init_process_group",
+    "new_group",
     "all_reduce",
     "all_reduce_coalesced",
     "all_gather",
@@ -132,6 +138,21 @@ mod tests {
             ("train", "fairseq_cli/train.py"),
         ]);
         assert_eq!(place(&s), Some(Place::Elsewhere(2)));
+    }
+
+    #[test]
+    fn a_rendezvous_of_torch_distributed_waits_like_a_collective() {
+        let s = stack(&[
+            (
+                "rendezvous",
+                "torch/distributed/_symmetric_memory/__init__.py",
+            ),
+            ("_alloc_buffer", "mylib/comm/symm.py"),
+            ("warmup", "runner/base_runner.py"),
+        ]);
+        assert_eq!(place(&s), Some(Place::Collective(0)));
+        let own = stack(&[("rendezvous", "myapp/meeting.py"), ("main", "myapp/run.py")]);
+        assert_eq!(place(&own), Some(Place::Elsewhere(0)));
     }
 
     #[test]

@@ -7,6 +7,9 @@
 //! under `queue.get`), with the finding `stuck_outside_collective`. Cases: a 32-rank fairseq
 //! job whose rank 0 waits in its data iterator (one py-spy dump, nothing else in view);
 //! ranks dumped by faulthandler on a watchdog timeout, all in `all_reduce` but one.
+//! Where every dumped process waits in a collective and nothing failed, the job is opened on
+//! that frame as `stack_waits_in_collective` (correlate::open_from_tables) and no rank is
+//! named: a serving engine's py-spy dump stuck in symmetric memory's `rendezvous` (set 53).
 
 use crate::correlate::board::{Board, LineRef};
 use crate::correlate::collectives::who_list;
@@ -119,10 +122,22 @@ mod tests {
     }
 
     #[test]
-    fn stacks_all_in_a_collective_name_no_one() {
-        let log = "Thread 0x7F00 (idle): \"MainThread\"\n    \
-                   all_reduce (torch/distributed/distributed_c10d.py:2050)\n    \
-                   step (train.py:88)\n";
-        assert!(diagnose(log).is_empty());
+    fn stacks_all_in_a_collective_are_where_the_job_hangs() {
+        // No dumped rank is elsewhere: none is named, the wait itself is the finding.
+        let frame = "    all_reduce (torch/distributed/distributed_c10d.py:2050)";
+        let log =
+            format!("Thread 0x7F00 (idle): \"MainThread\"\n{frame}\n    step (train.py:88)\n");
+        let d = diagnose(&log);
+        assert_eq!(d.len(), 1);
+        assert_eq!(root_line(&d), frame);
+        assert_eq!(d[0].json["signature"]["id"], "stack_waits_in_collective");
+        // A header with the thread's OS id (newer py-spy) or none starts the stack as well.
+        for header in [
+            "Thread 20417 (active+gil): \"MainThread\"",
+            "Thread (idle): \"MainThread\"",
+        ] {
+            let d = diagnose(&format!("{header}\n{frame}\n"));
+            assert_eq!(root_line(&d), frame, "{header}");
+        }
     }
 }

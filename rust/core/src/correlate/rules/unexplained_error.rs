@@ -4,11 +4,14 @@
 //! the first error in view is the best account of it (another library's own error: UCX,
 //! TensorFlow, an inference server's worker).
 //!
+//! A header is not an error of its own: a traceback's, or a line that ends on a colon (XLA
+//! and glog print a status as `...nccl_utils.cc:245:` and its text on the next line); what
+//! follows it says what failed.
+//!
 //! It weighs little: more than a process that only printed symptoms (a quarter of a symptom's
 //! weight, 4 at most for the strongest), less than any comparison of ranks (a sequence-number
 //! lag, a desync report, a collective mismatch, silence, 10 and more), which name the culprit
-//! of a hang from what the ranks say about themselves. A traceback's header is not an error of
-//! its own: the exception at its end says what failed.
+//! of a hang from what the ranks say about themselves.
 //!
 //! Cases (held-out, found before this rule): UCX's `mm_iface failed to allocate receive FIFO`
 //! before a segfault and vLLM's `Error executing method init_device` before its worker's
@@ -45,7 +48,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         .hits
         .iter()
         .copied()
-        .filter(|&i| !recognised(i) && !v.hit(i).warn_only && !traceback_header(v, i))
+        .filter(|&i| !recognised(i) && !v.hit(i).warn_only && !is_header(v, i))
         .filter(|&i| v.order_key(i) < v.order_key(first_known))
         .min_by_key(|&i| v.order_key(i))
     else {
@@ -60,12 +63,11 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     board.cand(who, host).first_line = Some(err);
 }
 
-fn traceback_header(v: &View, i: usize) -> bool {
+fn is_header(v: &View, i: usize) -> bool {
     let text = &v.hit(i).text;
     let meta = peel(text, v.cfg.default_year);
-    meta.message(text)
-        .trim_start()
-        .starts_with("Traceback (most recent call last)")
+    let message = meta.message(text).trim();
+    message.starts_with("Traceback (most recent call last)") || message.ends_with(':')
 }
 
 #[cfg(test)]
@@ -83,6 +85,16 @@ mod tests {
     fn an_unknown_error_before_the_symptoms_is_where_they_start() {
         let d = diagnose(&format!("{UCX}\n{TIMEOUT}\n"));
         assert_eq!(root_line(&d), UCX);
+    }
+
+    #[test]
+    fn an_error_ending_on_a_colon_is_the_header_of_the_next_line() {
+        let head = "2022-06-29 12:36:12.905032: E external/xla/pjrt/pjrt_client.cc:2129] \
+            Execution of replica 0 failed: INTERNAL: xla/service/gpu/nccl_utils.cc:245:";
+        let body = " NCCL operation ncclCommInitRank(comm.get(), nranks, id, rank) failed: \
+            unhandled cuda error";
+        let d = diagnose(&format!("{head}\n{body}\n"));
+        assert_eq!(root_line(&d), body);
     }
 
     #[test]
