@@ -72,6 +72,7 @@ pub const SUBSYSTEMS: &[&str] = &[
     "ofi",
     "nvshmem",
     "launcher",
+    "container",
 ];
 
 pub const OUTLIER_FIELDS: &[&str] = &[
