@@ -270,9 +270,9 @@ pub fn diagnose_ready(
 
 /// Some failures no line states: ranks' NCCL traces that disagree at one operation counter
 /// (the collective hangs without an error), a stack dump of a process stuck outside any
-/// collective, or of processes that all wait in one. With no incident open, such a job gets one, opened on the line that shows it
-/// (the odd rank's trace, every side's where no side is the majority; the stuck frame) as
-/// the finding the rules then explain.
+/// collective, or of processes that all wait in one. With no incident open, such a job gets
+/// one, opened on the line that shows it (the odd rank's trace, every side's where no side is
+/// the majority; the stuck frame; the waiting frame) as the finding the rules then explain.
 fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
     if !job.incidents.is_empty() {
         return;
