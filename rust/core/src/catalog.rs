@@ -1095,13 +1095,18 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
         for id in ["sock_connect", "timeout"] {
             assert!(c.signatures[c.index_of(id).unwrap() as usize].only_with_failure);
         }
-        let context = "patterns = ['^NET/Socket ?: Using']";
-        let e = load_err(&SMALL.replace(context, &format!("{context}\nonly_with_failure = true")));
+        let e = flag_on_context("only_with_failure");
         assert!(
             e.reason
                 .contains("only_with_failure is only for causes and symptoms"),
             "{e}"
         );
+    }
+
+    /// Why SMALL does not load with `flag = true` on its context entry.
+    fn flag_on_context(flag: &str) -> CatalogError {
+        let context = "patterns = ['^NET/Socket ?: Using']";
+        load_err(&SMALL.replace(context, &format!("{context}\n{flag} = true")))
     }
 
     /// The signatures (by id) that `msg` is classified as.
@@ -1140,8 +1145,7 @@ verify = "v"
             classified(&c, b"NET/Socket : Using [0]eth0:10.0.0.1<0> failed"),
             ["socket_using"]
         );
-        let context = "patterns = ['^NET/Socket ?: Using']";
-        let e = load_err(&SMALL.replace(context, &format!("{context}\ncatch_all = true")));
+        let e = flag_on_context("catch_all");
         assert!(
             e.reason
                 .contains("catch_all is only for causes and symptoms"),

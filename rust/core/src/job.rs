@@ -284,8 +284,8 @@ pub struct ContextObs {
     pub source: u32,
     pub seq: u64,
     pub ts_ms: Option<i64>,
-    /// The line, shared by every observation made from it (one line states several fields:
-    /// copied once per field, the copies were a fifth of `analyze`'s time on a 16k-rank job).
+    /// The line, shared by every observation made from it (one line may state several
+    /// fields; each used to hold its own copy).
     pub line: Arc<str>,
     pub origin: Arc<str>,
     pub line_no: u64,

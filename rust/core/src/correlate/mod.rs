@@ -356,18 +356,22 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
     }
 }
 
+/// Frame `i` of the stack dumped from process `src`, with the time of its dump.
+fn frame_of(job: &Job, src: u32, i: usize) -> Option<(&crate::job::StackFrame, Option<i64>)> {
+    let k = job.sources[src as usize].stack.as_ref()?;
+    Some((k.frames.get(i)?, k.ts_ms))
+}
+
 /// Frame `i` of the stack dumped from process `src`, as a line of the tables.
 fn frame_line(job: &Job, src: u32, i: usize) -> Option<TableLine> {
-    let s = &job.sources[src as usize];
-    let k = s.stack.as_ref()?;
-    let f = k.frames.get(i)?;
+    let (f, ts) = frame_of(job, src, i)?;
     Some(TableLine {
         src,
         text: f.text.clone(),
-        origin: s.origin.clone(),
+        origin: job.sources[src as usize].origin.clone(),
         seq: f.seq,
         line_no: f.line_no,
-        ts: k.ts_ms,
+        ts,
     })
 }
 
@@ -392,15 +396,11 @@ fn first_waiting_frame(view: &View) -> Option<(u32, usize)> {
 /// Every dumped process waits in a collective and nothing else failed: the job hangs in that
 /// call, on peers whose state is not in view (`stack_waits_in_collective`, on the frame).
 fn open_collective_wait(job: &mut Job, cat: &Catalog, cfg: &Config, src: u32, i: usize) {
-    let (Some(sig), Some(line)) = (cat.index_of(WAITS_IN_COLLECTIVE), frame_line(job, src, i))
-    else {
-        return;
-    };
-    let Some(frame) = job.sources[src as usize]
-        .stack
-        .as_ref()
-        .and_then(|k| k.frames.get(i))
-    else {
+    let (Some(sig), Some(line), Some((frame, _))) = (
+        cat.index_of(WAITS_IN_COLLECTIVE),
+        frame_line(job, src, i),
+        frame_of(job, src, i),
+    ) else {
         return;
     };
     let fields = vec![
