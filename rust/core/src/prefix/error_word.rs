@@ -17,7 +17,18 @@ const MARKERS: [&[u8]; 3] = [b"ERROR", b"FATAL", b"CRITICAL"];
 /// Whether an unlevelled message states an error in its own words.
 pub fn states_error(msg: &str) -> bool {
     let b = msg.as_bytes();
-    (MARKERS.iter().any(|w| has_marker_word(b, w)) && !names_a_log_level(b)) || tool_error(b)
+    (MARKERS.iter().any(|w| has_marker_word(b, w)) && !names_a_log_level(b))
+        || tool_error(b)
+        || reports_unhandled_exception(b)
+}
+
+/// A framework's own report of an exception nothing caught, at the message's start
+/// (RETURNN's `Unhandled exception <class 'RuntimeError'> in thread …, proc 2834.`, an
+/// `Uncaught exception: …` hook): the process is going down, whatever follows is cut off.
+fn reports_unhandled_exception(b: &[u8]) -> bool {
+    [&b"nhandled exception"[..], b"ncaught exception"]
+        .iter()
+        .any(|w| matches!(b.first(), Some(b'U' | b'u')) && b[1..].starts_with(w))
 }
 
 /// `word` as a token of its own, or as the end of an uppercase `LIB_ERROR` token.
@@ -79,6 +90,8 @@ mod tests {
             "slurmstepd: error: execve(): all_reduce_perf: No such file or directory",
             "srun: error: node-3: task 7: Exited with exit code 1",
             "pdsh@node1: fatal error: cannot connect",
+            "Unhandled exception <class 'OSError'> in thread <_MainThread(MainThread)>, proc 71.",
+            "uncaught exception in worker loop: ValueError",
         ] {
             assert!(states_error(line), "{line}");
         }
@@ -96,6 +109,8 @@ mod tests {
             "no error, moving on",
             "epoch 3 error rate 0.02",
             "ErrorHandler registered",
+            "handled exception in retry loop, retrying",
+            "Installing handler for unhandled exceptions",
         ] {
             assert!(!states_error(line), "{line}");
         }

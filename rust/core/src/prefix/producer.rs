@@ -640,8 +640,11 @@ pub(super) fn libfabric(line: &[u8], line_off: usize, m: &mut LineMeta) -> Optio
         .count();
     let (b, off) = (&line[indent..], line_off + indent);
     let rest = b.strip_prefix(b"libfabric:")?;
-    let (pid, _) = leading_number(rest, 10)?;
+    let pid = leading_number(rest, 10).map(|(pid, _)| pid);
     let lt = memchr::memchr(b'<', &b[..b.len().min(256)])?;
+    if pid.is_none() && !(redacted_field(rest) && ends_with_location(&b[..lt])) {
+        return None;
+    }
     let gt = memchr::memchr(b'>', &b[lt..b.len().min(lt + 10)])? + lt;
     let level = match &b[lt + 1..gt] {
         b"warn" => Level::Warn,
@@ -660,10 +663,23 @@ pub(super) fn libfabric(line: &[u8], line_off: usize, m: &mut LineMeta) -> Optio
             end += 2;
         }
     }
-    m.pid = u32::try_from(pid).ok();
+    m.pid = pid.and_then(|p| u32::try_from(p).ok());
     m.level = level;
     m.producer = Producer::Libfabric;
     Some(indent + end)
+}
+
+/// A pid a poster replaced before sharing the line (`libfabric:...:efa:mr:`, `<pid>`): one
+/// short token without blanks.
+fn redacted_field(rest: &[u8]) -> bool {
+    let n = rest.iter().take(17).take_while(|&&c| c != b':').count();
+    (1..=16).contains(&n) && rest.get(n) == Some(&b':') && !rest[..n].contains(&b' ')
+}
+
+/// The prefix ends in libfabric's source location, `<func>():<line>`.
+fn ends_with_location(head: &[u8]) -> bool {
+    let digits = head.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    digits > 0 && head[..head.len() - digits].ends_with(b"():")
 }
 
 /// UCX's log header: `[1718000000.112233] [host:pid:tid]   file.c:123  UCX  ERROR ` (seconds
@@ -952,6 +968,16 @@ mod tests {
             assert_eq!(&b[n..], b"Unable to register MR");
             assert_eq!((m.pid, m.level, m.host), (Some(4012), Level::Warn, None));
         }
+        // A pid the poster redacted: the source location still marks the prefix.
+        let b = b"libfabric:...:efa:mr:efa_mr_reg_impl():893<warn> Unable to register MR";
+        let mut m = LineMeta::default();
+        let n = libfabric(b, 0, &mut m).unwrap();
+        assert_eq!(
+            (&b[n..], m.pid, m.level),
+            (&b"Unable to register MR"[..], None, Level::Warn)
+        );
+        let prose = b"libfabric:... is slow <warn> here";
+        assert!(libfabric(prose, 0, &mut LineMeta::default()).is_none());
         let b = b"libfabric:77:1701234567::cxi:core:cxip_gen_auth_key():92<warn> nid001234: Invalid VNI";
         let mut m = LineMeta::default();
         let n = libfabric(b, 5, &mut m).unwrap();

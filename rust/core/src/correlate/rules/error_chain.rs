@@ -153,8 +153,29 @@ fn first_occurrence(v: &View, scope: &Scope, srcs: &[u32], cause: usize) -> Opti
                 && !crate::correlate::recovered(v.job, v.cat, h)
         })
         .filter(|&i| provably_before(v, i, cause))
-        .filter(|&i| shared_tail(message(v, i), msg) >= MIN_SHARED_TAIL)
+        .filter(|&i| {
+            let tail = shared_tail(message(v, i), msg);
+            tail >= MIN_SHARED_TAIL && !states_cause_before(v, cause, msg, tail)
+        })
         .min_by_key(|&i| v.hit(i).seq)
+}
+
+/// Whether the cause's own signature matches the part of its message before the `tail` bytes
+/// it shares with an earlier line: the earlier line then shares only what followed the cause
+/// (two processes' output run together on one line: NCCL's `Failed to find reverse path …`
+/// with torch's `NCCL error in: …` glued after it, vLLM #4062), not the cause itself.
+fn states_cause_before(v: &View, cause: usize, msg: &str, tail: usize) -> bool {
+    let Some(sig) = v.hit(cause).sig else {
+        return false;
+    };
+    let head = &msg.as_bytes()[..msg.len().saturating_sub(tail)];
+    if head.is_empty() {
+        return false;
+    }
+    let (mut scanner, mut exprs, mut sigs) = (v.cat.scanner(), Vec::new(), Vec::new());
+    v.cat.scan(head, &mut scanner, &mut exprs);
+    v.cat.signatures_for(&exprs, &mut sigs);
+    sigs.contains(&sig)
 }
 
 /// The first of the unclassified warnings that run straight into `summary` from the same
@@ -337,6 +358,40 @@ mod tests {
 
     const WARN: &str = "tn-41:5120:5188 [2] ib_plugin.c:1007 NCCL WARN NET/IB : Got completion \
         from peer 10.9.8.7<41022> with error 5, opcode 0, len 0, vendor err 249";
+
+    #[test]
+    fn a_cause_glued_before_an_earlier_error_is_not_that_error_repeated() {
+        // Two processes' output ran together: NCCL's text after `Last error:` has torch's
+        // error line glued to its end, the same line the file opened with. The earlier line
+        // shares only the glued tail; the cause is the text before it.
+        let torch = "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, \
+            internal error - please report this issue to the NCCL developers, NCCL version 2.18.1";
+        let glued = format!(
+            "Failed to find reverse path from remNode 0/52000 nlinks 3 to node 0/17000{torch}"
+        );
+        let log = format!(
+            "torch.distributed.DistBackendError: {torch}\nncclInternalError: Internal check \
+             failed.\nLast error:\n{glued}\n"
+        );
+        let d = diagnose(&log);
+        assert_eq!(root_line(&d), glued);
+    }
+
+    #[test]
+    fn a_repeat_of_the_whole_error_still_starts_at_its_first_occurrence() {
+        let first = "[rank2]:[E1203 10:00:01.000000 ProcessGroupNCCL.cpp:1595] [PG 0 Rank 2] \
+            Process group watchdog thread terminated with exception: NCCL error: remote process \
+            exited or there was a network error, NCCL version 2.20.5";
+        let what = "  what():  [PG 0 Rank 2] Process group watchdog thread terminated with \
+            exception: NCCL error: remote process exited or there was a network error, NCCL \
+            version 2.20.5";
+        let log = format!(
+            "{first}\n[rank2]:terminate called after throwing an instance of \
+             'c10::DistBackendError'\n[rank2]:{what}\n"
+        );
+        let d = diagnose(&log);
+        assert_eq!(root_line(&d), first);
+    }
 
     #[test]
     fn a_failure_in_view_beats_a_trace_the_excerpt_opens_inside() {
