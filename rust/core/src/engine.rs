@@ -102,6 +102,9 @@ struct Stream {
     text_at: Option<TextAt>,
     /// Its lines arrive in the order they were written (see `DecoderConfig::in_order`).
     in_order: bool,
+    /// The innermost call of a Python traceback whose exception has not been printed yet: a
+    /// hit of the source line under its latest frame (`apply::note_traceback_call`).
+    cut_call: Option<Box<crate::job::Hit>>,
 }
 
 pub struct Engine {
@@ -162,6 +165,9 @@ impl Stream {
             + self.lines.heap_bytes()
             + vec(&self.cache.local)
             + self.cache.host.as_ref().map_or(0, |(h, _)| string(h))
+            + self.cut_call.as_ref().map_or(0, |h| {
+                memsize::block(std::mem::size_of::<crate::job::Hit>()) + h.heap_bytes()
+            })
     }
 }
 
@@ -478,6 +484,7 @@ impl Engine {
             open_hit: None,
             text_at: None,
             in_order: true,
+            cut_call: None,
         });
         self.settle_stream(&mut st);
         self.streams.insert(id, st);
@@ -832,6 +839,11 @@ impl Engine {
             if !st.lines.is_idle() {
                 let mut job = self.take_job(&st.job);
                 self.finish_lines(&mut job, &mut st);
+                self.jobs.insert(st.job.clone(), job);
+            }
+            if let Some(call) = st.cut_call.take() {
+                let mut job = self.take_job(&st.job);
+                self.close_cut_traceback(&mut job, &st, *call);
                 self.jobs.insert(st.job.clone(), job);
             }
             self.settle_total();

@@ -188,6 +188,7 @@ impl Engine {
             d,
             beyond_cap,
         };
+        note_traceback_call(job, st, line, &line_ctx);
         let opened = self.classify(job, st, line, &line_ctx, found);
         self.capture_ras(job, src, line, d, (found.0, found.1));
         // A warning or worse that no signature recognises is still evidence; whether a
@@ -779,6 +780,33 @@ impl Engine {
         limit
     }
 
+    /// A stream that ends inside a Python traceback was cut before its exception: the
+    /// innermost call in view is the last thing known to have failed. It names what the
+    /// unclassified header's hit failed on when the traceback opened one with a line of its
+    /// own (as its exception would have), else it is an unclassified error of its own: an error whose text is cut
+    /// off, which any line that says what failed outranks (a cause, an earlier error); a
+    /// record whose own line already says what failed keeps it.
+    /// Cases: OpenRLHF #271 (a weight broadcast, the excerpt ending at its frame), Lightning
+    /// #1542 (a traceback header and frames, no exception).
+    pub(super) fn close_cut_traceback(&mut self, job: &mut Job, st: &Stream, mut call: Hit) {
+        match st.open_hit.and_then(|h| job.hits.get_mut(h)) {
+            Some(h)
+                if h.sig.is_none() && is_bare_traceback_header(&h.text, self.cfg.default_year) =>
+            {
+                let before = memsize::string(&h.text);
+                h.text = std::mem::take(&mut call.text);
+                h.line_no = call.line_no;
+                job.content_bytes =
+                    (job.content_bytes + memsize::string(&h.text)).saturating_sub(before);
+            }
+            Some(_) => {}
+            None => {
+                job.failure_seen = true;
+                self.add_hit(job, call, false);
+            }
+        }
+    }
+
     fn add_hit(&mut self, job: &mut Job, hit: Hit, is_cause: bool) -> usize {
         if is_cause && job.sources[hit.source as usize].snapshot.is_none() {
             let snap = job.sources[hit.source as usize]
@@ -924,6 +952,33 @@ fn track_record(
     }
 }
 
+/// Keeps, while a Python traceback waits for its exception, a hit of its innermost call (the
+/// source line under its latest frame); any line but a frame or such a source line ends the
+/// wait (the exception came, or the traceback was cut and other output followed).
+fn note_traceback_call(job: &Job, st: &mut Stream, line: &str, ctx: &LineCtx<'_>) {
+    let d = ctx.d;
+    if d.source_code {
+        let call = new_hit(job, st, line, ctx, SYMPTOM_RECORD_LINES);
+        st.cut_call = Some(Box::new(call));
+    } else if st.cut_call.is_some() && !super::lines::is_traceback_frame(d.meta.message(line)) {
+        st.cut_call = None;
+    }
+}
+
+/// The header alone after the line's labels: text printed before it on the same line (a
+/// logger's message, a progress bar the header ran into, peeled as a prefix but saying how far
+/// the work got) says something of its own and stays the hit's line.
+fn is_bare_traceback_header(text: &str, year: i32) -> bool {
+    let meta = crate::prefix::peel(text, year);
+    meta.message(text).trim() == "Traceback (most recent call last):"
+        && !text[..meta.msg_start].contains("%|")
+}
+
+fn ends_with_traceback_header(text: &str) -> bool {
+    text.trim_end()
+        .ends_with("Traceback (most recent call last):")
+}
+
 /// Whether `line` is the exception that ends the traceback an unclassified hit opened with its
 /// `Traceback (most recent call last):` header. The header says only that something failed;
 /// the exception line says what, so it becomes the hit's line (the first exception of a
@@ -932,10 +987,7 @@ fn track_record(
 fn names_the_exception(hit: &Hit, d: &Decoded, line: &str) -> bool {
     hit.sig.is_none()
         && d.level >= Level::Error
-        && hit
-            .text
-            .trim_end()
-            .ends_with("Traceback (most recent call last):")
+        && ends_with_traceback_header(&hit.text)
         && crate::prefix::is_exception_line(d.meta.message(line))
 }
 
@@ -1307,6 +1359,59 @@ mod tests {
         let mut e = engine_with_records(&more);
         let polled = e.poll(1);
         assert_eq!(root(&polled), (early, 1));
+    }
+}
+
+#[cfg(test)]
+mod cut_traceback_tests {
+    use crate::correlate::testkit::{diagnose_untimed, root_line};
+
+    const FRAMES: &str = " File \"/opt/app/trainer/sync.py\", line 88, in push_weights\n    \
+        self._publish()\n  File \"/opt/app/trainer/sync.py\", line 131, in _publish\n    \
+        dist.broadcast(tensor, src=0, group=self.sync_group)\n";
+    const INNERMOST: &str = "    dist.broadcast(tensor, src=0, group=self.sync_group)";
+
+    #[test]
+    fn frames_that_end_the_file_name_their_innermost_call() {
+        let d = diagnose_untimed(&format!("step 40 loss 1.25\n{FRAMES}"));
+        assert_eq!((root_line(&d).as_str(), d.len()), (INNERMOST, 1));
+    }
+
+    #[test]
+    fn a_header_whose_exception_never_came_names_the_innermost_call() {
+        let d = diagnose_untimed(&format!("Traceback (most recent call last):\n{FRAMES}"));
+        assert_eq!(root_line(&d), INNERMOST);
+    }
+
+    #[test]
+    fn a_header_glued_to_other_text_keeps_its_line() {
+        // A progress bar ran into the header: the bar says how far the work got.
+        let glued = "Packing samples:  91%|█████████ | 9100/10000 [29:51<02:57]Traceback (most \
+            recent call last):";
+        let d = diagnose_untimed(&format!("{glued}\n{FRAMES}"));
+        assert_eq!(root_line(&d), glued);
+    }
+
+    #[test]
+    fn the_exception_when_in_view_and_nothing_when_other_output_follows() {
+        let whole =
+            format!("Traceback (most recent call last):\n{FRAMES}OSError: [Errno 5] gone\n");
+        assert_eq!(
+            root_line(&diagnose_untimed(&whole)),
+            "OSError: [Errno 5] gone"
+        );
+        // Frames a logger printed as a stack (no exception, the run went on): not a failure.
+        let went_on = format!("{FRAMES}step 41 loss 1.24\n");
+        assert!(diagnose_untimed(&went_on).is_empty());
+    }
+
+    #[test]
+    fn an_error_that_says_what_failed_outranks_the_cut_call() {
+        let error = "ERROR: worker 3 exited unexpectedly: shared memory exhausted";
+        let d = diagnose_untimed(&format!(
+            "{error}\nTraceback (most recent call last):\n{FRAMES}"
+        ));
+        assert_eq!(root_line(&d), error);
     }
 }
 

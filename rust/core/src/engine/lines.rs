@@ -53,9 +53,14 @@ fn is_continuation(msg: &str, st: &LineState, last_error_text: bool) -> bool {
     opener || (st.in_traceback && is_exception_line(msg))
 }
 
-/// A Python traceback's frame line: `  File "/path/x.py", line 12, in fn`.
-fn is_traceback_frame(msg: &str) -> bool {
-    msg.starts_with("  File \"") && msg.contains("\", line ") && msg.contains(", in ")
+/// A Python traceback's frame line: `  File "/path/x.py", line 12, in fn` (pasted excerpts
+/// may have lost one of its two leading blanks).
+pub(super) fn is_traceback_frame(msg: &str) -> bool {
+    let rest = msg.trim_start_matches([' ', '\t']);
+    rest.len() < msg.len()
+        && rest.starts_with("File \"")
+        && msg.contains("\", line ")
+        && msg.contains(", in ")
 }
 
 /// `s.trim().is_empty()`, decided by the first byte when it is ASCII and not white space
