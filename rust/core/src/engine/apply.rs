@@ -783,9 +783,9 @@ impl Engine {
     /// A stream that ends inside a Python traceback was cut before its exception: the
     /// innermost call in view is the last thing known to have failed. It names what the
     /// unclassified header's hit failed on when the traceback opened one with a line of its
-    /// own (as its exception would have), else it is an unclassified error of its own: an error whose text is cut
-    /// off, which any line that says what failed outranks (a cause, an earlier error); a
-    /// record whose own line already says what failed keeps it.
+    /// own (as its exception would have), else it is an unclassified error of its own, whose
+    /// text is cut off: any line that says what failed outranks it (a cause, an earlier
+    /// error). A record whose own line already says what failed keeps that line.
     /// Cases: OpenRLHF #271 (a weight broadcast, the excerpt ending at its frame), Lightning
     /// #1542 (a traceback header and frames, no exception).
     pub(super) fn close_cut_traceback(&mut self, job: &mut Job, st: &Stream, mut call: Hit) {
