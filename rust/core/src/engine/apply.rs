@@ -188,7 +188,7 @@ impl Engine {
             d,
             beyond_cap,
         };
-        note_traceback_call(job, st, line, &line_ctx);
+        note_traceback_call(st, line, &line_ctx);
         let opened = self.classify(job, st, line, &line_ctx, found);
         self.capture_ras(job, src, line, d, (found.0, found.1));
         // A warning or worse that no signature recognises is still evidence; whether a
@@ -801,6 +801,12 @@ impl Engine {
             }
             Some(_) => {}
             None => {
+                // No line of the stream came since: the record still starts where it did.
+                call.record = hit_record(
+                    &job.sources[call.source as usize].ring,
+                    (st.record_start, call.seq, &call.text),
+                    SYMPTOM_RECORD_LINES,
+                );
                 job.failure_seen = true;
                 self.add_hit(job, call, false);
             }
@@ -954,29 +960,30 @@ fn track_record(
 
 /// Keeps, while a Python traceback waits for its exception, a hit of its innermost call (the
 /// source line under its latest frame); any line but a frame or such a source line ends the
-/// wait (the exception came, or the traceback was cut and other output followed).
-fn note_traceback_call(job: &Job, st: &mut Stream, line: &str, ctx: &LineCtx<'_>) {
+/// wait (the exception came, or the traceback was cut and other output followed). Its record
+/// is read back only if the traceback turns out cut (`Engine::close_cut_traceback`): every
+/// frame of every traceback passes here.
+fn note_traceback_call(st: &mut Stream, line: &str, ctx: &LineCtx<'_>) {
     let d = ctx.d;
     if d.source_code {
-        let call = new_hit(job, st, line, ctx, SYMPTOM_RECORD_LINES);
-        st.cut_call = Some(Box::new(call));
+        st.cut_call = Some(Box::new(bare_hit(st, line, ctx)));
     } else if st.cut_call.is_some() && !super::lines::is_traceback_frame(d.meta.message(line)) {
         st.cut_call = None;
     }
 }
+
+const TRACEBACK_HEADER: &str = "Traceback (most recent call last):";
 
 /// The header alone after the line's labels: text printed before it on the same line (a
 /// logger's message, a progress bar the header ran into, peeled as a prefix but saying how far
 /// the work got) says something of its own and stays the hit's line.
 fn is_bare_traceback_header(text: &str, year: i32) -> bool {
     let meta = crate::prefix::peel(text, year);
-    meta.message(text).trim() == "Traceback (most recent call last):"
-        && !text[..meta.msg_start].contains("%|")
+    meta.message(text).trim() == TRACEBACK_HEADER && !text[..meta.msg_start].contains("%|")
 }
 
 fn ends_with_traceback_header(text: &str) -> bool {
-    text.trim_end()
-        .ends_with("Traceback (most recent call last):")
+    text.trim_end().ends_with(TRACEBACK_HEADER)
 }
 
 /// Whether `line` is the exception that ends the traceback an unclassified hit opened with its
@@ -1033,6 +1040,17 @@ fn record_lines(is_cause: bool) -> usize {
 
 /// A hit of the line with no signature yet, its record read back up to `record_cap` lines.
 fn new_hit(job: &Job, st: &Stream, line: &str, ctx: &LineCtx<'_>, record_cap: usize) -> Hit {
+    let mut hit = bare_hit(st, line, ctx);
+    hit.record = hit_record(
+        &job.sources[ctx.src as usize].ring,
+        (st.record_start, hit.seq, line),
+        record_cap,
+    );
+    hit
+}
+
+/// A hit of the line with no signature and no record yet.
+fn bare_hit(st: &Stream, line: &str, ctx: &LineCtx<'_>) -> Hit {
     let at = ctx.placed.at;
     Hit {
         sig: None,
@@ -1047,11 +1065,7 @@ fn new_hit(job: &Job, st: &Stream, line: &str, ctx: &LineCtx<'_>, record_cap: us
         text: line.to_string(),
         origin: st.origin.clone(),
         fields: Vec::new(),
-        record: hit_record(
-            &job.sources[ctx.src as usize].ring,
-            (st.record_start, at.seq, line),
-            record_cap,
-        ),
+        record: Vec::new(),
         last_error_text: ctx.d.last_error_text,
         beyond_cap: ctx.beyond_cap,
     }

@@ -26,9 +26,10 @@ pub fn states_error(msg: &str) -> bool {
 /// (RETURNN's `Unhandled exception <class 'RuntimeError'> in thread …, proc 2834.`, an
 /// `Uncaught exception: …` hook): the process is going down, whatever follows is cut off.
 fn reports_unhandled_exception(b: &[u8]) -> bool {
-    [&b"nhandled exception"[..], b"ncaught exception"]
-        .iter()
-        .any(|w| matches!(b.first(), Some(b'U' | b'u')) && b[1..].starts_with(w))
+    let Some((b'U' | b'u', rest)) = b.split_first() else {
+        return false;
+    };
+    rest.starts_with(b"nhandled exception") || rest.starts_with(b"ncaught exception")
 }
 
 /// `word` as a token of its own, or as the end of an uppercase `LIB_ERROR` token.
