@@ -47,6 +47,14 @@ pub struct RingLine {
     pub text: String,
 }
 
+impl RingLine {
+    /// Whether the line opens a record its process printed: not a continuation, nor a mark
+    /// where a poster left lines out (`...`). Rules that name "the last line" read these.
+    pub fn opens_printed_record(&self) -> bool {
+        !self.continuation && !crate::prefix::is_elision_mark(&self.text)
+    }
+}
+
 /// A record's header, read back.
 #[derive(Debug, Clone, Copy)]
 struct Header {

@@ -100,6 +100,23 @@ pub fn iso_datetime(b: &[u8]) -> Option<(i64, usize)> {
     Some((t, i))
 }
 
+/// How far into a file its first full date is looked for.
+pub const YEAR_SNIFF_BYTES: usize = 64 * 1024;
+
+/// The year of the first `YYYY-MM-DD HH:MM:SS` timestamp in the first `YEAR_SNIFF_BYTES` of
+/// `b`: the year a file's stamps without one (glog's `E0421 04:13:43`, syslog's `Apr 21`) were
+/// written in, where a log mixes them with dated lines.
+pub fn year_stated_in(b: &[u8]) -> Option<i32> {
+    let b = &b[..b.len().min(YEAR_SNIFF_BYTES)];
+    memchr::memchr_iter(b'-', b).find_map(|p| {
+        let start = p.checked_sub(4)?;
+        let boundary = start == 0 || !b[start - 1].is_ascii_digit();
+        let year = digits(&b[start..], 4)? as i32;
+        (boundary && (1990..=2100).contains(&year) && iso_datetime(&b[start..]).is_some())
+            .then_some(year)
+    })
+}
+
 /// glog-style `MMDD HH:MM:SS` (month not zero-padded in c10: `E709` is July 9). `mmdd_len`
 /// is 3 or 4. The year comes from the caller.
 pub fn mmdd_hms(b: &[u8], mmdd_len: usize, year: i32) -> Option<i64> {
@@ -154,6 +171,17 @@ pub fn micros_to_ms(b: &[u8]) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_files_year_is_its_first_full_timestamps() {
+        let log = b"[rank6]:[E421 04:13:43.457 Gloo.cpp:143] x\n[2025-04-21 04:13:43 TP6] y\n";
+        assert_eq!(super::year_stated_in(log), Some(2025));
+        assert_eq!(
+            super::year_stated_in(b"v2.21.5-1 built 12025-01-01 and 2024-13-99 10:00:00"),
+            None
+        );
+        assert_eq!(super::year_stated_in(b"E0421 04:13:43 no date here"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -367,12 +367,18 @@ impl Worker<'_> {
         let mut st = LineState::default();
         let mut chunk = std::mem::take(&mut self.chunk);
         let identity = reader.identity();
+        let mut first_chunk = true;
         let problem = loop {
             let chunk_at = identity.map(|id| (id, reader.delivered()));
             match reader.next_chunk_into(&mut chunk, CHUNK_BYTES) {
                 Ok(true) => {}
                 Ok(false) => break None,
                 Err(e) => break Some(e),
+            }
+            if first_chunk {
+                // Stamps without a year (glog's `E0421`) take the year the file's dated lines state.
+                st.year = crate::timefmt::year_stated_in(&chunk);
+                first_chunk = false;
             }
             let decode = Instant::now();
             self.time.read_s += (decode - clock).as_secs_f64();

@@ -118,6 +118,9 @@ pub(crate) struct LineState {
     /// The previous line was a Python traceback frame (`  File "…", line N, in f`).
     after_frame: bool,
     labels: KnownLabels,
+    /// The year the stream's own dated lines state (a file's first full timestamp), for its
+    /// stamps without one; else the configured default.
+    pub(crate) year: Option<i32>,
 }
 
 impl LineState {
@@ -601,8 +604,9 @@ impl LineDecoder {
             let complete = piece.complete;
             return self.envelope_piece(st, &piece.text, complete, piece.ts_ms, t, out);
         }
-        let meta = peel(line, self.year);
-        let meta = match st.labels.peel_behind(line, &meta, self.year) {
+        let year = st.year.unwrap_or(self.year);
+        let meta = peel(line, year);
+        let meta = match st.labels.peel_behind(line, &meta, year) {
             Some(again) => again,
             None => {
                 st.labels.learn(line, &meta);

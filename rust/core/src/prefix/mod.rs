@@ -9,6 +9,7 @@
 
 mod anchor;
 mod docker_json;
+mod elision;
 mod error_word;
 mod fast;
 mod labels;
@@ -18,6 +19,7 @@ mod producer;
 mod progress;
 
 pub use docker_json::{docker_json, DockerPiece};
+pub use elision::is_elision_mark;
 pub use error_word::states_error;
 pub use labels::KnownLabels;
 pub use pg_rank::{pg_rank, PgRank};

@@ -87,7 +87,7 @@ fn silent_at(
             continue;
         }
         let lines = s.ring.lines();
-        let Some(last) = lines.iter().rev().find(|l| !l.continuation) else {
+        let Some(last) = lines.iter().rev().find(|l| l.opens_printed_record()) else {
             continue;
         };
         let Some(t) = v.corrected(si, last.ts_ms) else {

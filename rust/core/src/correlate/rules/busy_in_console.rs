@@ -146,7 +146,10 @@ fn activity_start(lines: &[RingLine]) -> Option<u64> {
     if activity.len() > MAX_ACTIVITY {
         return None;
     }
-    activity.iter().find(|l| !l.continuation).map(|l| l.seq)
+    activity
+        .iter()
+        .find(|l| l.opens_printed_record())
+        .map(|l| l.seq)
 }
 
 /// A line that reports progress through a loop: a tqdm bar, a `[N/M]` counter, an ETA.

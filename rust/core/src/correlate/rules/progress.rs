@@ -235,16 +235,19 @@ fn kept_running(
 }
 
 /// What kept a process busy when the others entered the collective: its first line after
-/// that moment, else its last line before.
+/// that moment, else its last line before. A poster's `...` between lines is no line.
 fn busy_line(v: &View, src: u32, entered: i64) -> Option<LineRef> {
     let lines = v.job.sources[src as usize].ring.lines();
     let timed = |l: &&crate::ring::RingLine| v.corrected(src, l.ts_ms);
+    let printed = |l: &&crate::ring::RingLine| l.opens_printed_record();
     let after = lines
         .iter()
-        .find(|l| !l.continuation && timed(l).is_some_and(|t| t > entered));
+        .filter(printed)
+        .find(|l| timed(l).is_some_and(|t| t > entered));
     let before = lines
         .iter()
-        .rfind(|l| !l.continuation && timed(l).is_some_and(|t| t <= entered));
+        .filter(printed)
+        .rfind(|l| timed(l).is_some_and(|t| t <= entered));
     after.or(before).map(|l| LineRef::Ring(src, l.seq))
 }
 

@@ -42,7 +42,11 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         board.add(who, v.who_host(who), "silence", 10, why);
         let last_line = last_src.get(&r).and_then(|&src| {
             let ring = &v.job.sources[src as usize].ring;
-            let line = ring.lines().into_iter().rev().find(|l| !l.continuation)?;
+            let line = ring
+                .lines()
+                .into_iter()
+                .rev()
+                .find(|l| l.opens_printed_record())?;
             Some(LineRef::Ring(src, line.seq))
         });
         let c = board.cand(who, v.who_host(who));
