@@ -198,8 +198,10 @@ impl Engine {
             && st.open_hit.is_none()
             && d.level >= Level::Error
             && crate::prefix::is_exception_line(d.meta.message(line));
-        let unrecognised = !seen.opened && !seen.benign;
-        if unrecognised && d.level >= Level::Warn && (!d.continuation || headless_exception) {
+        // Context the catalog calls informational keeps an error-level line from being an
+        // unknown error; a warning stays a weak hit (a retry is an attempt of what fails next).
+        let known = seen.opened || (seen.benign && d.level >= Level::Error);
+        if !known && d.level >= Level::Warn && (!d.continuation || headless_exception) {
             self.note_unclassified(job, st, line, &line_ctx);
         }
         self.settle(job);
@@ -852,8 +854,8 @@ fn note_announcement(job: &mut Job, src: u32, got: &Learned<'_>, at: LineAt) -> 
 struct Classified {
     /// A cause or symptom matched: the line opens or joins an incident.
     opened: bool,
-    /// Context the catalog calls informational matched (torch's `Stack trace of the failed
-    /// collective not found` is printed at error level): the line is no unclassified error.
+    /// Context the catalog calls informational matched (torch prints `Stack trace of the
+    /// failed collective not found` at error level).
     benign: bool,
 }
 

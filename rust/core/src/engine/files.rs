@@ -376,7 +376,7 @@ impl Worker<'_> {
                 Err(e) => break Some(e),
             }
             if first_chunk {
-                // Stamps without a year (glog's `E0421`) take the year the file's dated lines state.
+                // Stamps with no year (glog's `E0421`) take the year of the file's dated lines.
                 st.year = crate::timefmt::year_stated_in(&chunk);
                 first_chunk = false;
             }
