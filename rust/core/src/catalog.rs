@@ -471,6 +471,15 @@ impl Catalog {
         self.scan_db.scan(msg, scanner, out);
     }
 
+    /// The signatures (sorted, unique) that `msg` alone matches, with scratch space of its own:
+    /// for a one-off question about a line, not for the decoder's stream of lines.
+    pub fn signatures_matching(&self, msg: &[u8]) -> Vec<u16> {
+        let (mut exprs, mut sigs) = (Vec::new(), Vec::new());
+        self.scan(msg, &mut self.scanner(), &mut exprs);
+        self.signatures_for(&exprs, &mut sigs);
+        sigs
+    }
+
     /// Converts raw Hyperscan expression ids into sorted, unique signature indexes.
     pub fn signatures_for(&self, expr_ids: &[u32], out: &mut Vec<u16>) {
         out.clear();
@@ -874,15 +883,9 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
     fn loads_and_classifies() {
         let c = small();
         assert_eq!(c.len(), 3);
-        let mut s = c.scanner();
-        let mut ids = Vec::new();
-        c.scan(
+        let sigs = c.signatures_matching(
             b"socketStartConnect: Connect to 172.17.0.1<39275> failed : Network is unreachable",
-            &mut s,
-            &mut ids,
         );
-        let mut sigs = Vec::new();
-        c.signatures_for(&ids, &mut sigs);
         assert_eq!(sigs, vec![c.index_of("sock_connect").unwrap()]);
         let mut f = Vec::new();
         c.extract_fields(
@@ -911,10 +914,10 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
         assert_eq!(warm.cache_report.origin, DbOrigin::Cached);
         let line = b"socketStartConnect: Connect to 172.17.0.1<39275> failed : x";
         for c in [&cold, &warm] {
-            let (mut ids, mut sigs) = (Vec::new(), Vec::new());
-            c.scan(line, &mut c.scanner(), &mut ids);
-            c.signatures_for(&ids, &mut sigs);
-            assert_eq!(sigs, vec![c.index_of("sock_connect").unwrap()]);
+            assert_eq!(
+                c.signatures_matching(line),
+                vec![c.index_of("sock_connect").unwrap()]
+            );
         }
         // An edited catalog under the same file name replaces the entry.
         let edited = [(
@@ -1111,11 +1114,8 @@ fields = ['Using \[0\](?P<iface>[^:]+):(?P<ip>[0-9.]+)<']
 
     /// The signatures (by id) that `msg` is classified as.
     fn classified(c: &Catalog, msg: &[u8]) -> Vec<String> {
-        let mut ids = Vec::new();
-        c.scan(msg, &mut c.scanner(), &mut ids);
-        let mut sigs = Vec::new();
-        c.signatures_for(&ids, &mut sigs);
-        sigs.iter()
+        c.signatures_matching(msg)
+            .iter()
             .map(|&s| c.signatures[s as usize].id.clone())
             .collect()
     }

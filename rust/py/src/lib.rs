@@ -228,11 +228,7 @@ impl PyCatalog {
             line
         };
         let msg = meta.message(line);
-        let mut ids = Vec::new();
-        self.inner
-            .scan(msg.as_bytes(), &mut self.inner.scanner(), &mut ids);
-        let mut sigs = Vec::new();
-        self.inner.signatures_for(&ids, &mut sigs);
+        let sigs = self.inner.signatures_matching(msg.as_bytes());
         let hits: Vec<Value> = sigs
             .iter()
             .map(|&s| {

@@ -26,10 +26,9 @@ fn line(i: usize) -> String {
 
 /// What scanning `msg` alone gives: signatures and their fields, in the engine's order.
 fn reference(catalog: &Catalog, msg: &str) -> Vec<(u16, Vec<(String, String)>)> {
-    let (mut exprs, mut sigs) = (Vec::new(), Vec::new());
-    catalog.scan(msg.as_bytes(), &mut catalog.scanner(), &mut exprs);
-    catalog.signatures_for(&exprs, &mut sigs);
-    sigs.iter()
+    catalog
+        .signatures_matching(msg.as_bytes())
+        .iter()
         .map(|&sig| {
             let mut fields = Vec::new();
             if catalog.signatures[sig as usize].ingest_fields {

@@ -172,10 +172,7 @@ fn states_cause_before(v: &View, cause: usize, msg: &str, tail: usize) -> bool {
     if head.is_empty() {
         return false;
     }
-    let (mut scanner, mut exprs, mut sigs) = (v.cat.scanner(), Vec::new(), Vec::new());
-    v.cat.scan(head, &mut scanner, &mut exprs);
-    v.cat.signatures_for(&exprs, &mut sigs);
-    sigs.contains(&sig)
+    v.cat.signatures_matching(head).contains(&sig)
 }
 
 /// The first of the unclassified warnings that run straight into `summary` from the same
