@@ -590,7 +590,7 @@ impl Job {
             }
             _ => {}
         }
-        self.sources.push(s);
+        crate::memsize::push_gently(&mut self.sources, s);
         self.source_keys.insert(key, i);
         self.tables_dirty = true;
         i

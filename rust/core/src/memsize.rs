@@ -24,6 +24,17 @@ pub fn block(n: usize) -> usize {
     }
 }
 
+/// Pushes onto a vector that can grow to megabytes (a job's hits and sources), by an eighth
+/// at a time once it is large rather than by doubling: a doubling adds megabytes at once,
+/// more than the budget's headroom, before relief gets a chance to run. Large blocks are
+/// `mmap`ed, so glibc grows them with `mremap`, without copying.
+pub fn push_gently<T>(v: &mut Vec<T>, item: T) {
+    if v.len() == v.capacity() && v.len() >= 1024 {
+        v.reserve_exact(v.len() / 8);
+    }
+    v.push(item);
+}
+
 pub fn vec<T>(v: &Vec<T>) -> usize {
     block(v.capacity() * size_of::<T>())
 }
@@ -126,5 +137,21 @@ mod tests {
         let buckets = 2048;
         assert_eq!(m.capacity(), buckets / 8 * 7);
         assert_eq!(map(&m), block(buckets * 16 + buckets + 16));
+    }
+
+    #[test]
+    fn a_large_vector_grows_by_an_eighth() {
+        let mut v: Vec<u32> = Vec::new();
+        for i in 0..1024 {
+            push_gently(&mut v, i);
+        }
+        assert_eq!(v.capacity(), 1024, "small vectors double as usual");
+        push_gently(&mut v, 0);
+        assert_eq!(v.capacity(), 1024 + 128);
+        for i in 0..10_000 {
+            push_gently(&mut v, i);
+        }
+        let (len, cap) = (v.len(), v.capacity());
+        assert!(cap - len <= len / 8, "{cap} for {len}: never a doubling");
     }
 }

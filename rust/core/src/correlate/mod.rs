@@ -566,7 +566,7 @@ pub fn push_hit(job: &mut Job, hit: Hit, cfg: &Config, wall_ms: i64) -> usize {
     job.content_bytes =
         (job.content_bytes + incidents(job) + hit.heap_bytes()).saturating_sub(before);
     job.tables_dirty = true;
-    job.hits.push(hit);
+    crate::memsize::push_gently(&mut job.hits, hit);
     idx
 }
 
