@@ -5,7 +5,7 @@ use super::lines::{Batch, Decoded, LineCounts, SigHit};
 use super::{Engine, NamedHosts, RouteCache, Stream, CAUSE_RECORD_LINES, SYMPTOM_RECORD_LINES};
 use crate::announce::Claim;
 use crate::catalog::Catalog;
-use crate::catalog::{HostScope, Role, Sync};
+use crate::catalog::{HostScope, Role, Severity, Sync};
 use crate::correlate;
 use crate::fieldre::FieldSpan;
 use crate::filetext::TextAt;
@@ -189,7 +189,7 @@ impl Engine {
             beyond_cap,
         };
         note_traceback_call(st, line, &line_ctx);
-        let opened = self.classify(job, st, line, &line_ctx, found);
+        let seen = self.classify(job, st, line, &line_ctx, found);
         self.capture_ras(job, src, line, d, (found.0, found.1));
         // A warning or worse that no signature recognises is still evidence; whether a
         // warning-only incident is a failure is decided from the job's outcome. The exception
@@ -198,7 +198,10 @@ impl Engine {
             && st.open_hit.is_none()
             && d.level >= Level::Error
             && crate::prefix::is_exception_line(d.meta.message(line));
-        if !opened && d.level >= Level::Warn && (!d.continuation || headless_exception) {
+        // Context the catalog calls informational keeps an error-level line from being an
+        // unknown error; a warning stays a weak hit (a retry is an attempt of what fails next).
+        let known = seen.opened || (seen.benign && d.level >= Level::Error);
+        if !known && d.level >= Level::Warn && (!d.continuation || headless_exception) {
             self.note_unclassified(job, st, line, &line_ctx);
         }
         self.settle(job);
@@ -334,7 +337,8 @@ impl Engine {
     }
 
     /// Turns the line stage's signature hits into what they teach and into hits; says whether
-    /// any of them opens an incident (a cause or symptom, not context).
+    /// any of them opens an incident (a cause or symptom, not context) and whether the catalog
+    /// knows the line as bookkeeping.
     fn classify(
         &mut self,
         job: &mut Job,
@@ -342,10 +346,10 @@ impl Engine {
         line: &str,
         ctx: &LineCtx<'_>,
         (catalog, sig_hits, field_spans): (&Catalog, &[SigHit], &[FieldSpan]),
-    ) -> bool {
-        let mut opened = false;
+    ) -> Classified {
+        let mut seen = Classified::default();
         if sig_hits.is_empty() {
-            return opened;
+            return seen;
         }
         let msg = ctx.d.meta.message(line);
         for sh in sig_hits {
@@ -354,7 +358,8 @@ impl Engine {
             let spec = &catalog.signatures[sig as usize];
             let is_hit = spec.role != Role::Context;
             let is_cause = spec.role == Role::Cause;
-            opened |= is_hit;
+            seen.opened |= is_hit;
+            seen.benign |= !is_hit && spec.severity == Severity::Info;
             if spec.fails_when_last {
                 job.last_waits.insert(ctx.src, ctx.placed.at.seq);
             }
@@ -401,7 +406,7 @@ impl Engine {
             }
             st.open_hit = Some(self.add_hit(job, hit, is_cause));
         }
-        opened
+        seen
     }
 
     /// The device and port of an InfiniBand tool's port-state line, from the lines its
@@ -844,6 +849,16 @@ fn note_announcement(job: &mut Job, src: u32, got: &Learned<'_>, at: LineAt) -> 
 
 /// Where a line was placed in time, and whether that time is only its record's.
 #[derive(Clone, Copy)]
+/// What the catalog made of a line.
+#[derive(Default)]
+struct Classified {
+    /// A cause or symptom matched: the line opens or joins an incident.
+    opened: bool,
+    /// Context the catalog calls informational matched (torch prints `Stack trace of the
+    /// failed collective not found` at error level).
+    benign: bool,
+}
+
 struct Placed {
     at: LineAt,
     from_record: bool,
