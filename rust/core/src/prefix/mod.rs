@@ -484,6 +484,9 @@ fn capitalised(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<S
     if let Some(n) = producer::torch_log(rest, year, m) {
         return Some(Step::Producer(n));
     }
+    if let Some(n) = producer::c10_unbracketed(rest, year, m) {
+        return Some(Step::Producer(n));
+    }
     if let Some(n) = producer::stdlib(rest, m) {
         return Some(Step::Producer(n));
     }

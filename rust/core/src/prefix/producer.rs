@@ -297,11 +297,24 @@ fn keep_dated_time(m: &mut LineMeta, ts: Option<i64>) {
 
 /// c10 `[E1130 12:00:01.123456789 File.cpp:616] ` or the old `[E File.cpp:475] `.
 pub(super) fn c10(b: &[u8], year: i32, m: &mut LineMeta) -> Option<usize> {
-    if b.len() < 6 || b[0] != b'[' {
+    if b.first() != Some(&b'[') {
         return None;
     }
-    let level = severity_letter(b[1])?;
-    let mut i = 2;
+    c10_after_bracket(b, 1, year, m)
+}
+
+/// c10's header at the start of a line whose opening `[` a paste lost (an excerpt that
+/// starts one byte into its first line): `E ProcessGroupNCCL.cpp:587] `.
+pub(super) fn c10_unbracketed(b: &[u8], year: i32, m: &mut LineMeta) -> Option<usize> {
+    c10_after_bracket(b, 0, year, m)
+}
+
+fn c10_after_bracket(b: &[u8], start: usize, year: i32, m: &mut LineMeta) -> Option<usize> {
+    if b.len() < start + 5 {
+        return None;
+    }
+    let level = severity_letter(b[start])?;
+    let mut i = start + 1;
     let mut ts = None;
     if b[i].is_ascii_digit() {
         let n = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();

@@ -497,3 +497,14 @@ fn the_sharp_librarys_header_gives_host_pid_and_level() {
         p.msg
     );
 }
+
+#[test]
+fn a_c10_header_that_lost_its_bracket() {
+    // An excerpt that starts one byte into its first line.
+    let p = peeled("E ProcessGroupNCCL.cpp:587] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLTOALL_BASE, Timeout(ms)=300000) ran for 306666 milliseconds before timing out.");
+    assert!(p.msg.starts_with("[Rank 1] Watchdog caught"), "{}", p.msg);
+    assert_eq!((p.m.level, p.m.grank), (Level::Error, Some(1)));
+    // A sentence that opens with a capital letter is no header.
+    let p = peeled("E is the error code printed by main.cpp:12] below");
+    assert!(p.msg.starts_with("E is the"));
+}
