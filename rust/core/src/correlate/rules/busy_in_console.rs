@@ -157,18 +157,25 @@ fn is_progress(text: &str) -> bool {
     bar_counts(text).is_some() || text.contains("eta:") || has_bracketed_counter(text)
 }
 
-/// `[3400/3402]`: a counter of done out of total, as mmengine and detectron2 print.
+/// A counter of done out of total in brackets: `[3400/3402]` (mmengine, detectron2), or one
+/// field of a bracketed report, `[step=20800/23842,epoch=0]` (OLMo's step metrics).
 fn has_bracketed_counter(text: &str) -> bool {
     text.split('[').skip(1).any(|rest| {
         let Some((inside, _)) = rest.split_once(']') else {
             return false;
         };
-        let Some((done, total)) = inside.split_once('/') else {
-            return false;
-        };
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        digits(done) && digits(total)
+        inside.split(',').any(|field| {
+            let value = field.split_once('=').map_or(field, |(_, v)| v);
+            is_count_of_total(value.trim())
+        })
     })
+}
+
+/// `N/M`, both whole numbers.
+fn is_count_of_total(s: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    s.split_once('/')
+        .is_some_and(|(done, total)| digits(done) && digits(total))
 }
 
 #[cfg(test)]
@@ -229,6 +236,20 @@ mod tests {
     fn a_long_stream_of_work_is_not_one_activity() {
         let many: String = (0..20).map(|i| format!("metric {i}: 0.5\n")).collect();
         let d = diagnose_untimed(&format!("{PROGRESS}\n{many}{}", timeout(4, 987156)));
+        assert_not_finding(&d, "busy_before_timeouts");
+    }
+
+    #[test]
+    fn a_step_report_and_its_metrics_are_progress_not_work() {
+        // allenai/OLMo#846's shape: a step's metrics, indented under its header, then the
+        // timeouts hours later; the loop was running, nothing says what rank 0 did next.
+        let report = "olmo.train:979  INFO    [step=20800/23842,epoch=0]\n    \
+            train/CrossEntropyLoss=1.834\n    throughput/device/tokens_per_second=15,537\n";
+        let d = diagnose_untimed(&format!(
+            "{report}{}{}",
+            timeout(2, 149489),
+            timeout(3, 149489)
+        ));
         assert_not_finding(&d, "busy_before_timeouts");
     }
 }
