@@ -49,7 +49,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         .iter()
         .copied()
         .filter(|&i| !recognised(i) && !v.hit(i).warn_only && !is_header(v, i))
-        .filter(|&i| v.order_key(i) < v.order_key(first_known))
+        .filter(|&i| order_known(v, i, first_known) && v.order_key(i) < v.order_key(first_known))
         .min_by_key(|&i| v.order_key(i))
     else {
         return;
@@ -63,6 +63,14 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     board.cand(who, host).first_line = Some(err);
 }
 
+/// Whether "before" means anything for two hits: lines of one file keep their order, and
+/// timed lines have a clock; two files without times have none in common (the file read
+/// first is not the process that failed first).
+fn order_known(v: &View, a: usize, b: usize) -> bool {
+    let timed = |i: usize| v.order_key(i).0 != i64::MAX;
+    v.hit(a).origin == v.hit(b).origin || (timed(a) && timed(b))
+}
+
 fn is_header(v: &View, i: usize) -> bool {
     let text = &v.hit(i).text;
     let meta = peel(text, v.cfg.default_year);
@@ -72,7 +80,7 @@ fn is_header(v: &View, i: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use crate::correlate::testkit::{diagnose, root_line};
+    use crate::correlate::testkit::{diagnose, diagnose_files, root_line};
 
     const UCX: &str = "[1718010101.123456] [gpu-a3:4410:0]        mm_posix.c:194  UCX  ERROR \
         shared memory segment could not be mapped: Cannot allocate memory";
@@ -95,6 +103,24 @@ mod tests {
             unhandled cuda error";
         let d = diagnose(&format!("{head}\n{body}\n"));
         assert_eq!(root_line(&d), body);
+    }
+
+    #[test]
+    fn files_without_times_give_no_order_across_them() {
+        // meta-pytorch/torchx#540's shape: one actor's traceback cut before its exception,
+        // another's ending in the rendezvous error; the first file read is not the first to fail.
+        let cut =
+            "(CommandActor pid=552, ip=10.130.6.168)   File \"/x/c10d_rendezvous_backend.py\", \
+            line 73, in get_state\n(CommandActor pid=552, ip=10.130.6.168)     base64_state: \
+            bytes = self._call_store(\"get\", self._key)\n";
+        let error = "(CommandActor pid=553, ip=10.130.6.169) torch.distributed.elastic.rendezvous.\
+            api.RendezvousConnectionError: The connection to the C10d store has failed. See \
+            inner exception for details.";
+        let d = diagnose_files(&[
+            ("actor552.log", cut),
+            ("actor553.log", &format!("{error}\n")),
+        ]);
+        assert_eq!(root_line(&d), error);
     }
 
     #[test]
