@@ -76,6 +76,19 @@ fn host_scope(v: &View, i: usize) -> HostScope {
     v.sig(v.hit(i)).map_or(HostScope::Any, |s| s.host_scope)
 }
 
+/// Whether cause hit `a` came before cause hit `b` and the catalog says `a`'s signature
+/// explains `b`'s: then the process's failure starts at `a`, whatever the weights (DeepEP's
+/// timeout, then the CUDA error its kernel's trap leaves; NVSHMEM's heap failure, then the
+/// CUDA error of the call that needed the heap).
+fn explains_earlier(v: &View, a: usize, b: usize) -> bool {
+    let (ha, hb) = (v.hit(a), v.hit(b));
+    let explains = v
+        .sig(ha)
+        .zip(hb.sig)
+        .is_some_and(|(s, b_sig)| s.explains_idx.contains(&b_sig));
+    explains && v.order_key(a) < v.order_key(b)
+}
+
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let leading = leading_last_errors(v, scope);
     let causes: Vec<usize> = scope
@@ -104,6 +117,8 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         // strongest cause it printed.
         let better = match c.cause {
             None => true,
+            Some(b) if explains_earlier(v, i, b) => true,
+            Some(b) if explains_earlier(v, b, i) => false,
             Some(b) => {
                 let held = v.hit(b);
                 let bw = v.sig(held).map_or(0, |s| s.weight);
@@ -140,6 +155,20 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
 #[cfg(test)]
 mod tests {
     use crate::correlate::testkit::{diagnose, root_line};
+
+    #[test]
+    fn an_earlier_cause_that_explains_a_stronger_one_leads_its_process() {
+        let timeout =
+            "DeepEP dispatch forwarder timeout (RDMA meta), channel: 2, RDMA: 0, nvl: 7, \
+            src RDMA lane: 1, dst NVL: 1, meta: 0, 0, 0, 0";
+        let trap = "RuntimeError: CUDA error: unspecified launch failure";
+        assert_eq!(
+            root_line(&diagnose(&format!("{timeout}\n{trap}\n"))),
+            timeout
+        );
+        // The other way round nothing is explained: the CUDA error came first.
+        assert_eq!(root_line(&diagnose(&format!("{trap}\n{timeout}\n"))), trap);
+    }
 
     const LOOPBACK: &str = "desk:1582:1582 [0] NCCL INFO Bootstrap : Using [0]lo:127.0.0.1<0>";
     const TOPOLOGY: &str = "desk:1582:1705 [0] graph/xml.cc:332 NCCL WARN Could not find real \
