@@ -847,8 +847,6 @@ fn note_announcement(job: &mut Job, src: u32, got: &Learned<'_>, at: LineAt) -> 
     }
 }
 
-/// Where a line was placed in time, and whether that time is only its record's.
-#[derive(Clone, Copy)]
 /// What the catalog made of a line.
 #[derive(Default)]
 struct Classified {
@@ -859,6 +857,8 @@ struct Classified {
     benign: bool,
 }
 
+/// Where a line was placed in time, and whether that time is only its record's.
+#[derive(Clone, Copy)]
 struct Placed {
     at: LineAt,
     from_record: bool,
