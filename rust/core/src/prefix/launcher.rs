@@ -45,11 +45,34 @@ pub(super) fn rank_or_tee(b: &[u8], m: &mut LineMeta, is_excepthook: &mut bool) 
     if b.first() != Some(&b'[') {
         return None;
     }
+    label_after_bracket(b, 1, m, is_excepthook)
+}
+
+/// `rank13]:` at the start of a line whose opening `[` a paste lost (an excerpt that starts
+/// one byte into its first line). Only the `rank` label: a bare `13]:` or `default5]:` is too
+/// common a shape in other text.
+pub(super) fn rank_unbracketed(
+    b: &[u8],
+    m: &mut LineMeta,
+    is_excepthook: &mut bool,
+) -> Option<usize> {
+    if !b.starts_with(b"rank") || !b.get(4).is_some_and(u8::is_ascii_digit) {
+        return None;
+    }
+    label_after_bracket(b, 0, m, is_excepthook)
+}
+
+fn label_after_bracket(
+    b: &[u8],
+    start: usize,
+    m: &mut LineMeta,
+    is_excepthook: &mut bool,
+) -> Option<usize> {
     let close = memchr::memchr(b']', &b[..b.len().min(48)])?;
     if b.get(close + 1) != Some(&b':') {
         return None;
     }
-    let mut inner = &b[1..close];
+    let mut inner = &b[start..close];
     if let Some(bar) = position(inner, b'|') {
         if inner[bar + 1..].is_empty() || !inner[bar + 1..].iter().all(u8::is_ascii_digit) {
             return None;

@@ -303,7 +303,12 @@ fn indented(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<Step
 /// Ray's `(name pid=N)`) opening `rest`.
 fn launcher_label(rest: &[u8], pos: usize, m: &mut LineMeta) -> Option<Step> {
     let mut excepthook = false;
-    if let Some(n) = launcher::rank_or_tee(rest, m, &mut excepthook) {
+    let label = launcher::rank_or_tee(rest, m, &mut excepthook).or_else(|| {
+        (pos == 0)
+            .then(|| launcher::rank_unbracketed(rest, m, &mut excepthook))
+            .flatten()
+    });
+    if let Some(n) = label {
         if excepthook {
             m.producer = Producer::Excepthook;
             return Some(Step::Producer(n));

@@ -508,3 +508,22 @@ fn a_c10_header_that_lost_its_bracket() {
     let p = peeled("E is the error code printed by main.cpp:12] below");
     assert!(p.msg.starts_with("E is the"));
 }
+
+#[test]
+fn a_rank_label_that_lost_its_bracket() {
+    // An excerpt that starts one byte into its first line.
+    let p = peeled(
+        "rank1]:[E ProcessGroupNCCL.cpp:537] Some NCCL operations have failed or timed out.",
+    );
+    assert_eq!(p.msg, "Some NCCL operations have failed or timed out.");
+    assert_eq!((p.m.level, p.m.grank), (Level::Error, Some(1)));
+    let p = peeled("rank12]: Traceback (most recent call last):");
+    assert_eq!(
+        (p.msg, p.m.grank),
+        ("Traceback (most recent call last):", Some(12))
+    );
+    // Only at the start of a line, and only the `rank` label.
+    assert!(peeled("ranks 1]: are late").msg.starts_with("ranks 1]"));
+    assert!(peeled("default3]: Traceback").msg.starts_with("default3]"));
+    assert_eq!(peeled("x rank1]: y").m.grank, None);
+}
