@@ -221,7 +221,7 @@ class Engine:
     def finish(self) -> list[Diagnosis]:
         """Ends the input and returns a diagnosis for every incident, most likely first."""
         result: list[Diagnosis] = orjson.loads(self._core.finish())
-        result.sort(key=lambda d: (-float(d.get("confidence", 0.0)), d.get("id", "")))
+        result.sort(key=_most_likely_first)
         return result
 
     def add_baseline(self, data: bytes) -> None:
@@ -242,3 +242,20 @@ class Engine:
         lines: leave it out where stats are taken on every batch."""
         result: dict[str, Any] = orjson.loads(self._core.stats_json(breakdown))
         return result
+
+
+def _most_likely_first(d: Diagnosis) -> tuple[float, float, bool, str, str]:
+    """Higher confidence first; between equals the stronger evidence (the best suspect's
+    score), then the earlier incident (one without a time last), then the id, so that the
+    order never hangs on the ids' hashes alone."""
+    suspects = d.get("suspects") or []
+    best = max((float(s.get("score", 0.0)) for s in suspects), default=0.0)
+    incident = d.get("incident") or {}
+    start = incident.get("start")
+    return (
+        -float(d.get("confidence", 0.0)),
+        -best,
+        start is None,
+        str(start or ""),
+        str(d.get("id", "")),
+    )

@@ -213,3 +213,53 @@ def test_engine_options_cross_the_binding_typed(catalog: Catalog) -> None:
     ):
         with pytest.raises(ValueError, match=message):
             _core.Engine(catalog._core, text)
+
+
+MMU_FAULT = (
+    "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_3 faulted @ 0x7f12_00001000. "
+    "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ"
+)
+XID_LINES = f"""\
+[Mon Mar  2 09:00:05 2026] NVRM: Xid (PCI:0000:1b:00): 43, pid=4101, Ch 00000008
+[Mon Mar  2 11:30:41 2026] NVRM: Xid (PCI:0000:9c:00): 31, pid=5530, Ch 00000010, {MMU_FAULT}
+[Mon Mar  2 14:02:17 2026] NVRM: Xid (PCI:0000:9c:00): 31, pid=6012, Ch 00000010, {MMU_FAULT}
+"""
+
+
+def diagnose_text(catalog: Catalog, text: str) -> list[dict[str, object]]:
+    engine = Engine(catalog)
+    s = engine.open_stream("xids", "dmesg.log")
+    engine.feed(s, text.encode())
+    engine.close_stream(s)
+    return engine.finish()
+
+
+def test_equally_confident_diagnoses_come_stronger_then_earlier_first(catalog: Catalog) -> None:
+    """Incidents hours apart, diagnosed with the same confidence: the stronger cause (Xid 31
+    over the weaker Xid 43 before it), then the earlier incident, whatever their ids."""
+    starts = [d["incident"]["start"] for d in diagnose_text(catalog, XID_LINES)]  # type: ignore[index]
+    assert starts == [
+        "2026-03-02T11:30:41.000Z",
+        "2026-03-02T14:02:17.000Z",
+        "2026-03-02T09:00:05.000Z",
+    ]
+
+
+def test_an_incidents_id_survives_a_catalog_that_grew(tmp_path: Path) -> None:
+    """The id names the signature, not its place in the catalog: a signature added in front
+    of it leaves the ids of a restarted daemon's diagnoses as they were published."""
+    fault = tmp_path / "b_fault.toml"
+    fault.write_text(
+        '[[signature]]\nid = "test_fault"\ntitle = "t"\nsubsystem = "python"\nrole = "cause"\n'
+        "severity = \"error\"\npatterns = ['^Fatal test fault']\n"
+        'cause = "c"\nfix = "f"\nverify = "v"\n'
+    )
+    earlier = tmp_path / "a_other.toml"
+    earlier.write_text(fault.read_text().replace("test_fault", "other").replace("Fatal", "Other"))
+    text = "[2026-03-02 10:00:00] Fatal test fault in step 7\n"
+    alone = Catalog([fault], include_builtin=False, use_cache=False)
+    grown = Catalog([earlier, fault], include_builtin=False, use_cache=False)
+    [a] = diagnose_text(alone, text)
+    [b] = diagnose_text(grown, text)
+    assert a["signature"]["id"] == b["signature"]["id"] == "test_fault"  # type: ignore[index]
+    assert a["id"] == b["id"]

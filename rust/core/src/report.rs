@@ -47,7 +47,8 @@ pub enum Status {
 pub struct Diagnosis {
     /// Always `rankwatch.diagnosis/1`.
     pub schema: DiagnosisSchema,
-    /// The incident's id (`rw-` and 16 hex digits), stable across updates of one incident.
+    /// The incident's id (`rw-` and 16 hex digits), stable across updates of one incident
+    /// and across catalog versions (it hashes the job, the start and the signature's name).
     pub id: String,
     /// The job the incident belongs to.
     pub job: String,

@@ -50,7 +50,14 @@ pub struct Diagnosis {
 /// barrier notice at start-up) does not hold the anchor once a failure joins: anchored there,
 /// a run longer than the horizon split the failure's evidence in two (the ranks whose lines
 /// came first, with the start-up warnings, became an incident of their own).
-pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms: i64) {
+pub fn assign_incident(
+    job: &mut Job,
+    hit: &Hit,
+    idx: u32,
+    cat: &Catalog,
+    cfg: &Config,
+    wall_ms: i64,
+) {
     let horizon = cfg.incident_horizon_ms;
     // A record's time is on another clock than the times lines print: where lines print
     // times, a hit that has only its record's joins as a line without a time does, and an
@@ -84,10 +91,13 @@ pub fn assign_incident(job: &mut Job, hit: &Hit, idx: u32, cfg: &Config, wall_ms
         }
     }
     let start = ts.map_or_else(|| format!("seq:{}", hit.seq), |t| t.to_string());
+    // The signature by name, not by its place in the catalog: an incident keeps its id when
+    // the catalog grows (a restarted daemon re-publishes under the same id).
     let sig = hit
         .sig
-        .map_or_else(|| "unclassified".to_string(), |s| s.to_string());
-    let id = format!("rw-{:016x}", fnv(&[&job.name, &start, &sig]));
+        .and_then(|s| cat.signatures.get(s as usize))
+        .map_or("unclassified", |s| s.id.as_str());
+    let id = format!("rw-{:016x}", fnv(&[&job.name, &start, sig]));
     job.incidents.push(crate::job::Incident {
         id,
         start_ms: ts,
@@ -352,7 +362,7 @@ fn open_from_tables(job: &mut Job, cat: &Catalog, cfg: &Config) {
             }
             _ => continue,
         };
-        open_finding(job, cfg, sig, table_line, Vec::new());
+        open_finding(job, cat, cfg, sig, table_line, Vec::new());
     }
 }
 
@@ -407,7 +417,7 @@ fn open_collective_wait(job: &mut Job, cat: &Catalog, cfg: &Config, src: u32, i:
         ("frame_func".to_string(), frame.func.clone()),
         ("frame_file".to_string(), frame.file.clone()),
     ];
-    open_finding(job, cfg, sig, line, fields);
+    open_finding(job, cat, cfg, sig, line, fields);
 }
 
 /// Processes whose native stack dump shows the NCCL watchdog blocked in a CUDA call
@@ -448,7 +458,7 @@ fn open_stack_finding(
             ts: f.ts_ms,
         });
     if let Some(line) = first {
-        open_finding(job, cfg, sig, line, Vec::new());
+        open_finding(job, cat, cfg, sig, line, Vec::new());
     }
 }
 
@@ -477,7 +487,7 @@ fn open_shared_gpu(job: &mut Job, cat: &Catalog, cfg: &Config, g: crate::job::Sh
         line_no: g.line_no,
         ts: g.ts_ms,
     };
-    open_finding(job, cfg, sig, line, fields);
+    open_finding(job, cat, cfg, sig, line, fields);
 }
 
 /// A line one of the job's tables kept, and where it was printed.
@@ -494,6 +504,7 @@ struct TableLine {
 /// facts it was found with.
 fn open_finding(
     job: &mut Job,
+    cat: &Catalog,
     cfg: &Config,
     sig: u16,
     line: TableLine,
@@ -517,7 +528,7 @@ fn open_finding(
         last_error_text: false,
         beyond_cap: None,
     };
-    push_hit(job, hit, cfg, 0);
+    push_hit(job, hit, cat, cfg, 0);
     job.failure_seen = true;
 }
 
@@ -545,7 +556,7 @@ fn open_crossing(job: &mut Job, cat: &Catalog, cfg: &Config, c: shared_host::Cro
         line_no: l.line_no,
         ts: l.ts_ms,
     };
-    open_finding(job, cfg, sig, line, fields);
+    open_finding(job, cat, cfg, sig, line, fields);
 }
 
 /// The finding of a link between two machines NCCL took for one (`shared_host`).
@@ -553,7 +564,7 @@ const P2P_ACROSS_MACHINES: &str = "p2p_across_machines";
 
 /// Keeps `hit` as the job's next hit: it joins (or opens) an incident, and the job's counted
 /// memory grows by the hit and by what its incident grew. Returns the hit's index.
-pub fn push_hit(job: &mut Job, hit: Hit, cfg: &Config, wall_ms: i64) -> usize {
+pub fn push_hit(job: &mut Job, hit: Hit, cat: &Catalog, cfg: &Config, wall_ms: i64) -> usize {
     let idx = job.hits.len();
     let incidents = |j: &Job| {
         j.incidents
@@ -562,7 +573,7 @@ pub fn push_hit(job: &mut Job, hit: Hit, cfg: &Config, wall_ms: i64) -> usize {
             .sum::<usize>()
     };
     let before = incidents(job);
-    assign_incident(job, &hit, idx as u32, cfg, wall_ms);
+    assign_incident(job, &hit, idx as u32, cat, cfg, wall_ms);
     job.content_bytes =
         (job.content_bytes + incidents(job) + hit.heap_bytes()).saturating_sub(before);
     job.tables_dirty = true;

@@ -826,7 +826,7 @@ impl Engine {
             job.content_bytes += crate::job::snapshot_bytes(&snap);
             job.sources[hit.source as usize].snapshot = Some(snap);
         }
-        correlate::push_hit(job, hit, &self.cfg, self.now_wall())
+        correlate::push_hit(job, hit, &self.catalog, &self.cfg, self.now_wall())
     }
 }
 
