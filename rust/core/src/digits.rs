@@ -65,6 +65,11 @@ pub fn field_regex_is_digit_blind(pattern: &str) -> bool {
         .is_some_and(|hir| hir_is_digit_blind(&hir))
 }
 
+/// Whether `s` is a whole number written in ASCII digits only (no sign, not empty).
+pub fn is_whole_number(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Replaces the ASCII digits of `msg` with `0` into `out` (the key digit-blind results
 /// share), except a digit right before `x` or `X`: so `0x` stays apart from `1x`, and the many
 /// patterns that spell a hex number `0x[0-9a-f]+` count as digit-blind.

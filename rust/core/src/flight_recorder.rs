@@ -15,6 +15,7 @@
 //! So what this accepts must be exactly what the Python checks produce for it (the parity
 //! tests compare both on every checked-in dump and on the hostile ones).
 
+use crate::digits::is_whole_number;
 use foldhash::HashMap;
 
 const MAX_ENTRIES: usize = 1_000_000;
@@ -937,7 +938,7 @@ fn peers(op: &str, meta: &str) -> Option<Option<(Option<i64>, Option<i64>)>> {
         if text == "?" {
             return Some(None);
         }
-        if text.is_empty() || text.len() > 10 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        if text.len() > 10 || !is_whole_number(text) {
             return None;
         }
         text.parse().ok().map(Some)

@@ -4,6 +4,8 @@
 //! the port in its own line (`Port 1:`, `port: 1`), so the state line alone names neither:
 //! they are read back from the lines printed before it.
 
+use crate::digits::is_whole_number;
+
 /// How far above a state line its device's header may be (a device's block in `ibv_devinfo`
 /// is about twenty lines).
 pub const LOOK_BACK_LINES: usize = 32;
@@ -39,7 +41,7 @@ fn device_header(msg: &str) -> Option<(&str, Option<&str>)> {
     if let Some(rest) = msg.strip_prefix("Infiniband device '") {
         let (dev, rest) = rest.split_once("' port ")?;
         let port = rest.strip_suffix(" status:")?;
-        return Some((dev, Some(port).filter(|p| is_number(p))));
+        return Some((dev, Some(port).filter(|p| is_whole_number(p))));
     }
     let dev = msg.strip_prefix("hca_id:")?.trim();
     (!dev.is_empty() && !dev.contains(char::is_whitespace)).then_some((dev, None))
@@ -51,11 +53,7 @@ fn port_line(msg: &str) -> Option<&str> {
         Some(rest) => rest.strip_suffix(':')?,
         None => msg.strip_prefix("port:")?.trim(),
     };
-    is_number(n).then_some(n)
-}
-
-fn is_number(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+    is_whole_number(n).then_some(n)
 }
 
 #[cfg(test)]

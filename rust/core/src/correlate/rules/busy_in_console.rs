@@ -19,6 +19,7 @@ use crate::correlate::board::{Board, LineRef};
 use crate::correlate::collectives::{waited_facts, Entry};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
+use crate::digits::is_whole_number;
 use crate::prefix::bar_counts;
 use crate::ring::RingLine;
 use std::collections::BTreeSet;
@@ -173,9 +174,8 @@ fn has_bracketed_counter(text: &str) -> bool {
 
 /// `N/M`, both whole numbers.
 fn is_count_of_total(s: &str) -> bool {
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     s.split_once('/')
-        .is_some_and(|(done, total)| digits(done) && digits(total))
+        .is_some_and(|(done, total)| is_whole_number(done) && is_whole_number(total))
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@
 //! and types NCCL prints, is not read (the caller notes why).
 
 use super::{Comm, Group, Proc, Report};
+use crate::digits::is_whole_number;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -147,9 +148,7 @@ fn lacks_comma(m: &str, next: Option<&str>) -> bool {
     };
     let v = v.trim();
     let v = v.strip_prefix('-').unwrap_or(v);
-    !v.is_empty()
-        && v.bytes().all(|b| b.is_ascii_digit())
-        && next.is_some_and(|n| key_line(n).starts_with("\"status\""))
+    is_whole_number(v) && next.is_some_and(|n| key_line(n).starts_with("\"status\""))
 }
 
 /// The report that starts at `lines[0]` (see [`locate`]).
