@@ -171,18 +171,18 @@ pub fn micros_to_ms(b: &[u8]) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_files_year_is_its_first_full_timestamps() {
         let log = b"[rank6]:[E421 04:13:43.457 Gloo.cpp:143] x\n[2025-04-21 04:13:43 TP6] y\n";
-        assert_eq!(super::year_stated_in(log), Some(2025));
+        assert_eq!(year_stated_in(log), Some(2025));
         assert_eq!(
-            super::year_stated_in(b"v2.21.5-1 built 12025-01-01 and 2024-13-99 10:00:00"),
+            year_stated_in(b"v2.21.5-1 built 12025-01-01 and 2024-13-99 10:00:00"),
             None
         );
-        assert_eq!(super::year_stated_in(b"E0421 04:13:43 no date here"), None);
+        assert_eq!(year_stated_in(b"E0421 04:13:43 no date here"), None);
     }
-
-    use super::*;
 
     #[test]
     fn civil_roundtrip_known_dates() {
