@@ -322,6 +322,15 @@ pub(super) fn word_label(b: &[u8]) -> Option<usize> {
     Some(n + 1)
 }
 
+/// pytest's marker on the lines of a failure it reports (`E   ValueError: ...`, with
+/// deeper indentation for the lines of a long message): the test runner's, not the
+/// message's. Its length, the `E` and three blanks.
+#[inline]
+pub(super) fn pytest_failure_marker(b: &[u8]) -> Option<usize> {
+    const MARKER: &[u8] = b"E   ";
+    (b.starts_with(MARKER) && b.len() > MARKER.len()).then_some(MARKER.len())
+}
+
 /// A runner's name for the process and the stream it captured: `opt-1_3b.0 [stderr] `
 /// (milabench) or a bare `[stdout] `. A bracketed stream name is not message text, so the
 /// label before it is peeled whatever follows; it names a process, not a host.
@@ -572,6 +581,19 @@ pub(super) fn repeated_column(b: &[u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pytests_failure_marker_is_peeled_alone() {
+        use super::pytest_failure_marker as marker;
+        assert_eq!(
+            marker(b"E   ValueError: We detected accelerator mps"),
+            Some(4)
+        );
+        assert_eq!(marker(b"E       and more of the message"), Some(4));
+        assert_eq!(marker(b"E   "), None);
+        assert_eq!(marker(b"E0421 10:00:00.000 x"), None);
+        assert_eq!(marker(b"E  two blanks"), None);
+    }
+
     use super::*;
 
     #[test]

@@ -22,7 +22,7 @@ pub use docker_json::{docker_json, DockerPiece};
 pub use elision::is_elision_mark;
 pub use error_word::states_error;
 pub use labels::KnownLabels;
-pub use pg_rank::{pg_rank, PgRank};
+pub use pg_rank::{pg_rank, what_rank, PgRank};
 pub use progress::{bar_counts, is_bar_line};
 
 use crate::timefmt::{ctime, iso_datetime, leading_number, syslog_time};
@@ -216,8 +216,13 @@ fn peel_layers(b: &[u8], year: i32, mut m: LineMeta, mut pos: usize, layers: usi
     // (patterns anchored at its end, field values). Trimmed after peeling: a prefix with
     // nothing behind it keeps its own trailing space.
     m.msg_end = trim_end_blanks(b, m.msg_end).max(m.msg_start);
-    if m.producer == Producer::C10 && m.grank.is_none() {
-        m.grank = pg_rank(&b[m.msg_start..m.msg_end]).and_then(PgRank::global);
+    if m.grank.is_none() {
+        let msg = &b[m.msg_start..m.msg_end];
+        m.grank = if m.producer == Producer::C10 {
+            pg_rank(msg).and_then(PgRank::global)
+        } else {
+            what_rank(msg)
+        };
     }
     m
 }
@@ -499,6 +504,9 @@ fn capitalised(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<S
         return Some(Step::Producer(n));
     }
     if let Some(n) = ctime_stamp(rest, m) {
+        return Some(Step::Prefix(n));
+    }
+    if let Some(n) = launcher::pytest_failure_marker(rest) {
         return Some(Step::Prefix(n));
     }
     let (ts, n) = syslog_time(rest, year)?;

@@ -50,6 +50,15 @@ pub fn pg_rank(msg: &[u8]) -> Option<PgRank> {
     })
 }
 
+/// The rank of a C++ exception's `what():` line that carries a ProcessGroupNCCL message
+/// (`  what():  [Rank 1] Watchdog caught collective operation timeout: ...`). The terminate
+/// handler prints its own process's exception, so the rank is the printer's: a console of
+/// several ranks shows whose abort it is.
+pub fn what_rank(msg: &[u8]) -> Option<u32> {
+    let rest = msg.trim_ascii_start().strip_prefix(b"what():")?;
+    pg_rank(rest.trim_ascii_start()).and_then(PgRank::global)
+}
+
 fn whole_number(b: &[u8]) -> Option<u32> {
     let (v, n) = leading_number(b, 9)?;
     (n == b.len()).then(|| u32::try_from(v).ok()).flatten()
@@ -58,6 +67,23 @@ fn whole_number(b: &[u8]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_terminate_handlers_what_line_names_its_printer() {
+        let line =
+            b"  what():  [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)";
+        assert_eq!(what_rank(line), Some(1));
+        assert_eq!(
+            what_rank(b"what():  [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog"),
+            Some(3)
+        );
+        assert_eq!(
+            what_rank(b"  what():  [PG ID 4 PG GUID 20(mesh_tp) Rank 1] x"),
+            None
+        );
+        assert_eq!(what_rank(b"  what():  NCCL error in: x"), None);
+        assert_eq!(what_rank(b"[Rank 1] Watchdog caught"), None);
+    }
 
     #[test]
     fn default_and_sub_groups() {

@@ -4,7 +4,8 @@
 //! Without a collective more ranks wait in than in any other, the rank behind gets +8 only:
 //! two ranks one collective apart do not say which one lags and which ran an extra one
 //! (behind: vllm#23448, MOTIP#52; ahead, in a scalar reduction: LlamaFactory#2902, which
-//! `scalar_side` weighs above this).
+//! `scalar_side` weighs above this). A rank seen only in its re-raised timeout (`what():  [Rank
+//! 1] Watchdog caught ... SeqNum=1` beside rank 0's SeqNum=3: OmniIsaacGymEnvs#50) counts.
 
 use crate::catalog::Sync;
 use crate::correlate::board::Board;
@@ -18,7 +19,9 @@ fn seq_by_rank(v: &View, scope: &Scope) -> BTreeMap<u32, (u64, Option<u64>, usiz
     for &i in scope.hits {
         let h = v.hit(i);
         let Some(sig) = v.sig(h) else { continue };
-        if sig.sync != Some(Sync::Seq) {
+        // The watchdog's own line, or its text re-raised with the timeout (a terminate
+        // handler's `what():`, a blocking wait): a rank may show only the latter.
+        if sig.sync != Some(Sync::Seq) && h.field("timeout_ms").is_none() {
             continue;
         }
         let (Some(seq), Some(r)) = (
