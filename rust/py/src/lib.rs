@@ -731,23 +731,15 @@ fn hyperscan_version() -> String {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Tunes the allocator for a run that holds a whole job's lines at once and then exits
-/// (`analyze`): memory allocated from now on is backed by transparent huge pages where the
-/// kernel offers them (the kernel's work to fault in and zero fresh 4 KiB pages was a third of
-/// its main thread's time), and freed memory is kept for reuse instead of being returned after
-/// the daemon's short purge delay, which made the kernel fault in and zero the same huge pages
-/// again (five times the page faults on the 16,384-rank job). Not for the daemon, whose
-/// resident memory should follow its budget closely. `MIMALLOC_PURGE_DELAY` still decides
-/// where it is set.
+/// Backs the core's memory allocated from now on with transparent huge pages where the kernel
+/// offers them. For `analyze`, which holds a whole job's lines at once: the kernel's work to
+/// fault in and zero fresh 4 KiB pages was a third of its main thread's time. Not for the
+/// daemon, whose resident memory should follow its budget closely.
 #[pyfunction]
 fn prefer_huge_pages() {
-    // SAFETY: sets mimalloc's global options; no memory is touched.
+    // SAFETY: sets one of mimalloc's global options; no memory is touched.
     unsafe {
         libmimalloc_sys::mi_option_set_enabled(libmimalloc_sys::mi_option_large_os_pages, true)
-    }
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: as above.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, NEVER_PURGE) }
     }
 }
 
@@ -769,9 +761,6 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// holds them all, about 20 MiB above what it keeps on a 50 MiB budget (the 500k-rank memory
 /// test). 10 ms is mimalloc 2's default. `MIMALLOC_PURGE_DELAY` still decides where it is set.
 const PURGE_DELAY_MS: std::os::raw::c_long = 10;
-
-/// mimalloc's purge delay that never returns freed memory (mimalloc.h: "-1 for no purging").
-const NEVER_PURGE: std::os::raw::c_long = -1;
 
 fn purge_freed_memory_promptly() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
