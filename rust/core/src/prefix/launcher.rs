@@ -581,9 +581,11 @@ pub(super) fn repeated_column(b: &[u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn pytests_failure_marker_is_peeled_alone() {
-        use super::pytest_failure_marker as marker;
+        let marker = pytest_failure_marker;
         assert_eq!(
             marker(b"E   ValueError: We detected accelerator mps"),
             Some(4)
@@ -593,8 +595,6 @@ mod tests {
         assert_eq!(marker(b"E0421 10:00:00.000 x"), None);
         assert_eq!(marker(b"E  two blanks"), None);
     }
-
-    use super::*;
 
     #[test]
     fn ansi_reset_takes_its_space() {
