@@ -26,8 +26,9 @@ pub fn block(n: usize) -> usize {
 
 /// Pushes onto a vector that can grow to megabytes (a job's hits and sources), by an eighth
 /// at a time once it is large rather than by doubling: a doubling adds megabytes at once,
-/// more than the budget's headroom, before relief gets a chance to run. Large blocks are
-/// `mmap`ed, so glibc grows them with `mremap`, without copying.
+/// more than the budget's headroom, before relief gets a chance to run. The price: each growth
+/// copies the vector (mimalloc, the core's allocator, does not remap large blocks), so an
+/// element is copied about eight times over the vector's growth instead of about once.
 pub fn push_gently<T>(v: &mut Vec<T>, item: T) {
     if v.len() == v.capacity() && v.len() >= 1024 {
         v.reserve_exact(v.len() / 8);
