@@ -377,6 +377,9 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     if let Some(n) = producer::nccl(rest, pos, m) {
         return Step::Producer(n);
     }
+    if let Some(n) = producer::cray_mpich(rest, pos, m) {
+        return Step::Producer(n);
+    }
     if rest[0].is_ascii_uppercase() {
         if let Some(step) = capitalised(rest, pos, year, m) {
             return step;
@@ -450,6 +453,9 @@ fn bracketed(rest: &[u8], year: i32, m: &mut LineMeta) -> Option<Step> {
         return Some(Step::Prefix(n));
     }
     if let Some(n) = producer::c10(rest, year, m) {
+        return Some(Step::Producer(n));
+    }
+    if let Some(n) = producer::omniverse_kit(rest, m) {
         return Some(Step::Producer(n));
     }
     launcher::bracket_tag(rest, m)

@@ -639,6 +639,73 @@ pub(super) fn bracketed_level(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     Some(end)
 }
 
+/// Cray MPICH's header in front of a fatal error (HPE Cray EX: Frontier, Perlmutter, LUMI):
+/// `MPICH ERROR [Rank 8281] [job id 1410467.0] [Wed Aug 23 06:05:55 2023] [frontier01982] -
+/// Abort(136982671) (rank 8281 in comm 0): `, then MPICH's own `Fatal error in …`. It names
+/// the failing rank, its node and the time.
+pub(super) fn cray_mpich(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize> {
+    let rest = b.strip_prefix(b"MPICH ERROR [Rank ")?;
+    let (rank, n) = leading_number(rest, 10)?;
+    let mut at = b.len() - rest.len() + n;
+    at += b[at..]
+        .strip_prefix(b"] [job id ")
+        .map(|r| 10 + memchr::memchr(b']', &r[..r.len().min(40)]).unwrap_or(r.len()))?;
+    let stamp = b.get(at..)?.strip_prefix(b"] [")?;
+    let ts = crate::timefmt::ctime(stamp).filter(|&(_, n)| stamp.get(n) == Some(&b']'));
+    let (ts, n) = ts?;
+    at += 3 + n;
+    let host = b.get(at..)?.strip_prefix(b"] [")?;
+    let host_len = host.iter().take_while(|c| is_host_byte(**c)).count();
+    if host_len == 0 || !host[host_len..].starts_with(b"] - ") {
+        return None;
+    }
+    m.host = Some((off + at + 3, off + at + 3 + host_len));
+    at += 3 + host_len + 4;
+    // `Abort(code) (rank N in comm C): ` says the same rank again; the message follows it.
+    if b[at..].starts_with(b"Abort(") {
+        if let Some(k) = memmem::find(&b[at..b.len().min(at + 120)], b"): ") {
+            at += k + 3;
+        }
+    }
+    m.grank = u32::try_from(rank).ok();
+    (m.ts_ms, m.ts_dated) = (Some(ts), true);
+    m.level = Level::Error;
+    Some(at)
+}
+
+/// Omniverse Kit's header after its wall-clock time (Isaac Sim, Isaac Lab, every Kit app):
+/// `[20,730ms] [Error] [omni.physx.tensors.plugin] `, the milliseconds since the app started,
+/// the level in title case and the extension that logged.
+pub(super) fn omniverse_kit(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let close = memchr::memchr(b']', &b[..b.len().min(24)])?;
+    let uptime = b.get(1..close)?.strip_suffix(b"ms")?;
+    if uptime.is_empty() || !uptime.iter().all(|c| c.is_ascii_digit() || *c == b',') {
+        return None;
+    }
+    let rest = b[close + 1..].strip_prefix(b" [")?;
+    let level_len = memchr::memchr(b']', &rest[..rest.len().min(10)])?;
+    let level = match &rest[..level_len] {
+        b"Verbose" | b"Info" => Level::Info,
+        b"Warning" => Level::Warn,
+        b"Error" => Level::Error,
+        b"Fatal" => Level::Fatal,
+        _ => return None,
+    };
+    let mut end = close + 1 + 2 + level_len + 1;
+    if let Some(source) = b[end..].strip_prefix(b" [") {
+        let named = memchr::memchr(b']', &source[..source.len().min(96)])
+            .filter(|&n| n > 0 && !source[..n].contains(&b' '));
+        if let Some(n) = named {
+            end += 2 + n + 1;
+        }
+    }
+    if b.get(end) == Some(&b' ') {
+        end += 1;
+    }
+    m.level = level;
+    Some(end)
+}
+
 /// libfabric `libfabric:<pid>:<time>::<prov>:<subsys>:<func>():<line><<level>> ` in its three
 /// historical forms (v1.8-v1.13 without the time, v1.14 with it, v1.15 on with the log prefix
 /// field between). The CXI provider's macros start the text with the node's name

@@ -527,3 +527,43 @@ fn a_rank_label_that_lost_its_bracket() {
     assert!(peeled("default3]: Traceback").msg.starts_with("default3]"));
     assert_eq!(peeled("x rank1]: y").m.grank, None);
 }
+
+#[test]
+fn omniverse_kit_header_after_its_time() {
+    // Isaac Lab on several GPUs (a Kit app's log): the level is title case, the extension named.
+    let p = peeled("2024-06-15 06:54:19 [20,730ms] [Error] [omni.physx.tensors.plugin] CUDA error: an illegal memory access was encountered: ../plugins/gpu/GpuRigidBodyView.cpp: 835");
+    assert!(p.msg.starts_with("CUDA error: an illegal memory access"));
+    assert_eq!(p.m.level, Level::Error);
+    assert!(p.m.ts_ms.is_some());
+    let p = peeled("2025-06-23 14:16:06 [80,419ms] [Warning] [gpu.foundation.plugin] Skipping NVIDIA GPU due CUDA being in bad state: NVIDIA H100 80GB HBM3");
+    assert!(p.msg.starts_with("Skipping NVIDIA GPU"));
+    assert_eq!(p.m.level, Level::Warn);
+    // Not a Kit header: a level Kit does not print, a duration that is not milliseconds.
+    let mut m = LineMeta::default();
+    assert_eq!(
+        producer::omniverse_kit(b"[1,234ms] [Notice] x", &mut m),
+        None
+    );
+    assert_eq!(producer::omniverse_kit(b"[1,234s] [Error] x", &mut m), None);
+}
+
+#[test]
+fn cray_mpich_abort_header() {
+    // Frontier, with srun's task label in front
+    let p = peeled("3725: MPICH ERROR [Rank 3725] [job id 1373423.0] [Thu Jul  6 13:56:00 2023] [frontier02817] - Abort(472526735) (rank 3725 in comm 0): Fatal error in PMPI_Wait: Other MPI error, error stack:");
+    assert_eq!(
+        p.msg,
+        "Fatal error in PMPI_Wait: Other MPI error, error stack:"
+    );
+    assert_eq!(p.host, Some("frontier02817"));
+    assert_eq!(p.m.grank, Some(3725));
+    assert_eq!(p.m.level, Level::Error);
+    assert!(p.m.ts_ms.is_some());
+    // A poster's markdown turned the abort code into a link: the message still follows `): `.
+    let p = peeled("MPICH ERROR [Rank 1] [job id 45070892.1] [Mon Nov 10 17:03:48 2025] [nid008237] - Abort([4864002](tel:4864002)) (rank 1 in comm 0): Fatal error in PMPI_Waitall: Invalid count, error stack:");
+    assert_eq!(
+        p.msg,
+        "Fatal error in PMPI_Waitall: Invalid count, error stack:"
+    );
+    assert_eq!(p.host, Some("nid008237"));
+}
