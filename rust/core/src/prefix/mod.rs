@@ -377,9 +377,6 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     if let Some(n) = producer::nccl(rest, pos, m) {
         return Step::Producer(n);
     }
-    if let Some(n) = producer::cray_mpich(rest, pos, m) {
-        return Step::Producer(n);
-    }
     if rest[0].is_ascii_uppercase() {
         if let Some(step) = capitalised(rest, pos, year, m) {
             return step;
@@ -490,6 +487,9 @@ fn dmesg_uptime(rest: &[u8]) -> Option<usize> {
 /// Layers that start with a capital letter: torch logging, stdlib logging, vLLM's logger,
 /// syslog.
 fn capitalised(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<Step> {
+    if let Some(n) = producer::cray_mpich(rest, pos, m) {
+        return Some(Step::Producer(n));
+    }
     // Posters paste an NCCL message without its `host:pid:tid [dev] file:line` header, the
     // marker first (`NCCL WARN NCCL cannot be captured ...`): the marker is the header.
     if let Some((level, n)) = producer::nccl_level(rest) {

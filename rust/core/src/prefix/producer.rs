@@ -4,7 +4,7 @@
 
 use super::launcher::position;
 use super::{is_host_byte, Level, LineMeta, Producer};
-use crate::timefmt::{digits, leading_number, mmdd_hms};
+use crate::timefmt::{ctime, digits, leading_number, mmdd_hms};
 use memchr::memmem;
 use std::sync::OnceLock;
 
@@ -651,7 +651,7 @@ pub(super) fn cray_mpich(b: &[u8], off: usize, m: &mut LineMeta) -> Option<usize
         .strip_prefix(b"] [job id ")
         .map(|r| 10 + memchr::memchr(b']', &r[..r.len().min(40)]).unwrap_or(r.len()))?;
     let stamp = b.get(at..)?.strip_prefix(b"] [")?;
-    let ts = crate::timefmt::ctime(stamp).filter(|&(_, n)| stamp.get(n) == Some(&b']'));
+    let ts = ctime(stamp).filter(|&(_, n)| stamp.get(n) == Some(&b']'));
     let (ts, n) = ts?;
     at += 3 + n;
     let host = b.get(at..)?.strip_prefix(b"] [")?;
