@@ -353,6 +353,31 @@ pub(super) fn stream_label(b: &[u8]) -> Option<usize> {
     }
 }
 
+/// TorchX's label on every line a replica prints (NeMo-Run and TorchRec's launchers use it):
+/// `<role>/<replica> `, as in `trainer/0 [1]:…` or `pynemo/0 [<UCX header>] …`. The replica
+/// is a node's index within its role, not a rank; the line's own prefixes say which process.
+#[inline]
+pub(super) fn torchx_role(b: &[u8]) -> Option<usize> {
+    if !b.first()?.is_ascii_alphabetic() {
+        return None;
+    }
+    let role = b
+        .iter()
+        .take(MAX_WORD_LABEL)
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-'))
+        .count();
+    if b.get(role) != Some(&b'/') {
+        return None;
+    }
+    let digits = b[role + 1..]
+        .iter()
+        .take(MAX_TASK_DIGITS + 1)
+        .take_while(|c| c.is_ascii_digit())
+        .count();
+    let end = role + 1 + digits;
+    (digits > 0 && digits <= MAX_TASK_DIGITS && b.get(end) == Some(&b' ')).then_some(end + 1)
+}
+
 /// The length of the label-like word at the start of `b` (host-name bytes, at most
 /// `MAX_WORD_LABEL`).
 fn leading_word(b: &[u8]) -> usize {

@@ -23,7 +23,7 @@ pub use elision::is_elision_mark;
 pub use error_word::states_error;
 pub use labels::KnownLabels;
 pub use pg_rank::{pg_rank, what_rank, PgRank};
-pub use progress::{bar_counts, is_bar_line};
+pub use progress::{bar_counts, is_bar_line, opens_with_bar};
 
 use crate::timefmt::{ctime, iso_datetime, leading_number, syslog_time};
 
@@ -393,6 +393,9 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     if let Some(n) = launcher::launcher_label(rest, m, pos, year) {
         return Step::Prefix(n);
     }
+    if let Some(n) = launcher::torchx_role(rest) {
+        return Step::Prefix(n);
+    }
     if let Some(n) = launcher::word_label(rest) {
         return Step::Prefix(n);
     }
@@ -495,6 +498,9 @@ fn capitalised(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Option<S
     if let Some((level, n)) = producer::nccl_level(rest) {
         m.level = level;
         m.producer = Producer::Nccl;
+        return Some(Step::Producer(n));
+    }
+    if let Some(n) = producer::nccl_v1_warn(rest, m) {
         return Some(Step::Producer(n));
     }
     if let Some(n) = producer::torch_log(rest, year, m) {

@@ -243,20 +243,44 @@ pub(super) fn nccl_bare_pre_2_3(b: &[u8], m: &mut LineMeta) -> Option<usize> {
     if line_no.is_empty() || !line_no.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let file = &b[..colon];
-    let dot = memchr::memrchr(b'.', file)?;
-    let stem_ok = dot > 0 && file[..dot].iter().all(|c| is_host_byte(*c) || *c == b'/');
-    if !stem_ok
-        || !matches!(
-            &file[dot + 1..],
-            b"h" | b"c" | b"cc" | b"cu" | b"cpp" | b"hpp"
-        )
-    {
+    if !is_c_source(&b[..colon]) {
         return None;
     }
     m.level = Level::Warn;
     m.producer = Producer::Nccl;
     Some(sp + 1 + b"WARN ".len())
+}
+
+/// NCCL 1.x, which printed no host header and put the level first: `WARN src/reduce.cu:126
+/// Cuda failure 'invalid resource handle'`. Its INFO lines (`INFO rank 0 using device 0`)
+/// carry no source file and are left alone: a bare `INFO ` opens many tools' lines.
+#[inline]
+pub(super) fn nccl_v1_warn(b: &[u8], m: &mut LineMeta) -> Option<usize> {
+    let rest = b.strip_prefix(b"WARN ")?;
+    let sp = position(&rest[..rest.len().min(NCCL_MARKER_WINDOW)], b' ')?;
+    let colon = memchr::memrchr(b':', &rest[..sp])?;
+    let line_no = &rest[colon + 1..sp];
+    if line_no.is_empty() || !line_no.iter().all(u8::is_ascii_digit) || !is_c_source(&rest[..colon])
+    {
+        return None;
+    }
+    m.level = Level::Warn;
+    m.producer = Producer::Nccl;
+    Some(b"WARN ".len() + sp + 1)
+}
+
+/// A C, C++ or CUDA source path (`include/socket.h`, `src/reduce.cu`): what keeps a bare
+/// `file:line WARN` from matching any tool's warning.
+fn is_c_source(file: &[u8]) -> bool {
+    let Some(dot) = memchr::memrchr(b'.', file) else {
+        return false;
+    };
+    dot > 0
+        && file[..dot].iter().all(|c| is_host_byte(*c) || *c == b'/')
+        && matches!(
+            &file[dot + 1..],
+            b"h" | b"c" | b"cc" | b"cu" | b"cpp" | b"hpp"
+        )
 }
 
 fn severity_letter(c: u8) -> Option<Level> {
@@ -994,6 +1018,23 @@ mod tests {
             b"Warning: x.h:3 WARN y",
         ] {
             assert!(nccl_bare_pre_2_3(other, &mut LineMeta::default()).is_none());
+        }
+    }
+
+    #[test]
+    fn nccl_1_puts_the_level_before_a_source_file() {
+        let mut m = LineMeta::default();
+        let b = b"WARN src/reduce.cu:126 Cuda failure 'invalid resource handle'";
+        let n = nccl_v1_warn(b, &mut m).unwrap();
+        assert_eq!(&b[n..], b"Cuda failure 'invalid resource handle'");
+        assert_eq!((m.level, m.producer), (Level::Warn, Producer::Nccl));
+        for other in [
+            &b"WARN settings.py:12 low disk"[..],
+            b"WARN src/reduce.cu: x",
+            b"WARN disk almost full",
+            b"INFO src/core.cu:10 x",
+        ] {
+            assert!(nccl_v1_warn(other, &mut LineMeta::default()).is_none());
         }
     }
 

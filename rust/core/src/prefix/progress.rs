@@ -16,6 +16,11 @@ pub(super) fn progress_bar(b: &[u8]) -> Option<usize> {
     memchr::memchr_iter(b'%', window).find_map(|p| bar_after_percent(b, p))
 }
 
+/// Whether a bar's frame opens `line` and a message follows it on the same line.
+pub fn opens_with_bar(line: &str) -> bool {
+    progress_bar(line.as_bytes()).is_some()
+}
+
 /// Whether `line` is a progress bar and nothing else (a bar's last drawing kept in the log).
 pub fn is_bar_line(line: &str) -> bool {
     bar_alone(line.as_bytes()).is_some()

@@ -427,6 +427,28 @@ fn pdsh_label_before_a_c10_exception_trace() {
 }
 
 #[test]
+fn torchx_role_and_replica_before_the_process_prefixes() {
+    // NeMo-Run (TorchX): the role's replica, then UCX's own header
+    let line = "pynemo/0 [1746051351.812265] [gcp5-sdc-3:1950659:0]            sock.c:334  UCX  \
+        ERROR   connect(fd=168, dest_addr=169.254.4.6:52595) failed: Connection refused";
+    let p = peeled(line);
+    assert!(p.msg.starts_with("connect(fd=168"), "{}", p.msg);
+    assert_eq!(p.host, Some("gcp5-sdc-3"));
+    // TorchRec's DLRM under TorchX: the replica, then torchrun's local rank
+    let p = peeled("dlrm_main/0 [1]:Traceback (most recent call last):");
+    assert_eq!(p.msg, "Traceback (most recent call last):");
+    // a fraction or a path in prose is not a label
+    for prose in [
+        "ratio 3/4 done",
+        "see docs/2 for more",
+        "train/loss 0.5",
+        "1/2 done",
+    ] {
+        assert_eq!(peeled(prose).msg, prose);
+    }
+}
+
+#[test]
 fn runner_label_before_a_bracketed_stream_name() {
     // a benchmark runner's process name and the stream it captured (milabench)
     let p = peeled("opt-1_3b.0 [stderr] Failed to find reverse path from remNode 0/5f000 nlinks 4 to node 0/cb000");

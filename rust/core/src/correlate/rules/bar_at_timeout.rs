@@ -20,7 +20,7 @@ use crate::correlate::board::{Board, LineRef};
 use crate::correlate::collectives::{ranks_of, waited_facts, Entry};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
-use crate::prefix::{is_bar_line, peel};
+use crate::prefix::{is_bar_line, opens_with_bar, peel};
 use std::collections::BTreeSet;
 
 const FINDING: &str = "progress_bar_at_timeout";
@@ -37,9 +37,10 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     if !someone_missing(&waiters) {
         return;
     }
-    let Some(first_hit) = scope.hits.iter().map(|&i| v.hit(i).seq).min() else {
+    let Some(first) = scope.hits.iter().copied().min_by_key(|&i| v.hit(i).seq) else {
         return;
     };
+    let first_hit = v.hit(first).seq;
     // A process that printed a failure of its own is no bystander; a rankless source that only
     // echoes the waiters' symptoms (`Some NCCL operations have failed…`) may still be one.
     let failed: BTreeSet<u32> = scope
@@ -58,15 +59,22 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     };
     let who = v.process(src);
     let host = v.who_host(who);
-    let first = waiting[0];
-    let (waiting_ranks, facts) = waited_facts(first, &waiters);
+    let entry = waiting[0];
+    let (waiting_ranks, facts) = waited_facts(entry, &waiters);
     if board.cand(who, host).has_rule("busy_at_entry") {
         return; // times said it already
     }
-    board.state_finding(who, host, LineRef::Ring(src, seq), finding, facts);
+    // The bar's next frame may be glued to the front of the first failure line (the console
+    // had no newline between them): that line shows where the bar was when they timed out.
+    let line = if opens_with_bar(&v.hit(first).text) {
+        LineRef::Hit(first)
+    } else {
+        LineRef::Ring(src, seq)
+    };
+    board.state_finding(who, host, line, finding, facts);
     let why = format!(
         "still drawing a progress bar when {waiting_ranks} timed out in #{} of {}",
-        first.seq, first.group
+        entry.seq, entry.group
     );
     board.add(who, host, "bar_at_timeout", WEIGHT, why);
 }
@@ -122,6 +130,21 @@ mod tests {
             "Scanning shards:  35%|███▌      | 7/20 [27:10<50:20, 232.3s/it]\n{last}\n{TIMEOUTS}"
         );
         assert_finding(&diagnose(&log), last, "progress_bar_at_timeout", "#3");
+    }
+
+    #[test]
+    fn a_frame_glued_to_the_first_timeout_is_where_the_bar_was() {
+        // yangjianxin1/Firefly#183's shape: the bar's next frame and rank 2's timeout share a line
+        let glued = format!(
+            "  8%|▊         | 568/6834 [2:12:30<28:23:15, 16.31s/it]{}",
+            TIMEOUTS.lines().nth(1).unwrap()
+        );
+        let rank0 = TIMEOUTS.lines().next().unwrap().replace("Rank 1", "Rank 0");
+        let log = format!(
+            "  8%|▊         | 566/6834 [2:11:54<23:25:06, 13.45s/it]\n  \
+             8%|▊         | 567/6834 [2:12:07<23:28:42, 13.49s/it]\n{glued}\n{rank0}\n"
+        );
+        assert_finding(&diagnose(&log), &glued, "progress_bar_at_timeout", "#3");
     }
 
     #[test]

@@ -28,7 +28,7 @@ const SIGNAL_FIELDS: &[&str] = &[
     "(?P<signum>",
 ];
 
-fn is_crash_report(sig: &crate::catalog::Signature) -> bool {
+pub(super) fn is_crash_report(sig: &crate::catalog::Signature) -> bool {
     sig.role == Role::Cause
         && sig
             .fields

@@ -11,6 +11,7 @@ mod busy_at_entry;
 mod busy_in_console;
 mod cause_signature;
 mod collective_mismatch;
+mod crash_after_error;
 mod crash_teardown;
 mod desync_report;
 mod error_chain;
@@ -66,6 +67,7 @@ pub const RULES: &[(&str, Rule)] = &[
     ("cause_signature", cause_signature::apply),
     ("error_chain", error_chain::apply),
     ("crash_teardown", crash_teardown::apply),
+    ("crash_after_error", crash_after_error::apply),
     ("last_words", last_words::apply),
     ("step_teardown", step_teardown::apply),
     ("peer_naming", peer_naming::apply),

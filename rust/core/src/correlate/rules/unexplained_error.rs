@@ -71,7 +71,7 @@ fn order_known(v: &View, a: usize, b: usize) -> bool {
     v.hit(a).origin == v.hit(b).origin || (timed(a) && timed(b))
 }
 
-fn is_header(v: &View, i: usize) -> bool {
+pub(super) fn is_header(v: &View, i: usize) -> bool {
     let text = &v.hit(i).text;
     let meta = peel(text, v.cfg.default_year);
     let message = meta.message(text).trim();
@@ -128,8 +128,10 @@ mod tests {
         // After the first recognised line, an unknown error is part of the aftermath.
         let d = diagnose(&format!("{TIMEOUT}\n{UCX}\n"));
         assert_eq!(root_line(&d), TIMEOUT);
-        // A known cause outranks it (a signal report is one).
-        let d = diagnose(&format!("{UCX}\n{SEGV}\n"));
+        // A known cause outranks it (a signal report is one); only just before the crash
+        // does the error lead it (`crash_after_error`).
+        let progress: String = (0..8).map(|i| format!("step {i} loss 0.5\n")).collect();
+        let d = diagnose(&format!("{UCX}\n{progress}{SEGV}\n"));
         assert_ne!(root_line(&d), UCX);
     }
 }
