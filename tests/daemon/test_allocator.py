@@ -76,3 +76,27 @@ def test_freeing_a_large_buffer_does_not_move_large_blocks_into_the_heap() -> No
 
     assert mmapped("default") == 0
     assert mmapped("fixed") == 8
+
+
+HUGE_PAGES = textwrap.dedent(
+    """
+    import sys
+    from rankwatch.daemon.allocator import avoid_huge_pages
+    if sys.argv[1] == "avoided":
+        assert avoid_huge_pages()
+    status = open("/proc/self/status").read()
+    print(next(l for l in status.splitlines() if l.startswith("THP_enabled:")).split()[1])
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+def test_the_daemon_process_takes_no_transparent_huge_pages() -> None:
+    """The kernel reports the switch in /proc/<pid>/status (`THP_enabled: 0` once set)."""
+
+    def enabled(mode: str) -> str:
+        cmd = [sys.executable, "-c", HUGE_PAGES, mode]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert enabled("default") == "1"
+    assert enabled("avoided") == "0"

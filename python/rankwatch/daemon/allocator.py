@@ -11,12 +11,21 @@ any other C library this does nothing.
 After a large release (a poll's burst of diagnoses decoded, published and dropped) glibc
 keeps the freed pages resident: at the peak of a 10,000-job burst under a 50 MiB budget,
 mallinfo2 counted 13-35 MiB free inside the heaps. `release_free_heap` (malloc_trim) hands
-the whole free pages back; the daemon calls it after a poll of at least `TRIM_AFTER_BYTES`."""
+the whole free pages back; the daemon calls it after a poll of at least `TRIM_AFTER_BYTES`.
+
+The engine's allocator (mimalloc) asks the kernel for transparent huge pages on its arenas.
+The daemon frees a batch's blocks many times a second and its allocator hands idle pages back
+(a short purge delay keeps resident memory near the budget), so the kernel faulted and zeroed
+a fresh 2 MiB page again and again: a fifth of the daemon's CPU under a failure storm in a
+`perf` profile. `avoid_huge_pages` turns them off for the daemon's process (Linux's
+`PR_SET_THP_DISABLE`): a fault then zeroes only the 4 KiB page it touches. `analyze`, which
+holds one job's lines at once and frees little, keeps them."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import sys
 
 M_ARENA_MAX = -8  # glibc <malloc.h>
 M_TRIM_THRESHOLD = -1
@@ -28,6 +37,7 @@ ARENAS = 2
 MMAP_THRESHOLD_BYTES = 128 << 10
 TRIM_THRESHOLD_BYTES = 128 << 10
 TRIM_AFTER_BYTES = 1 << 20
+PR_SET_THP_DISABLE = 41  # <linux/prctl.h>
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -74,3 +84,14 @@ def release_free_heap() -> bool:
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     return bool(trim(0))
+
+
+def avoid_huge_pages() -> bool:
+    """Turns transparent huge pages off for this process and the children it starts; False
+    where the kernel has no such switch (not Linux, or older than 3.15)."""
+    prctl = getattr(_LIBC, "prctl", None)
+    if prctl is None or not sys.platform.startswith("linux"):
+        return False
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from rankwatch.daemon.allocator import fix_thresholds, limit_arenas
+from rankwatch.daemon.allocator import avoid_huge_pages, fix_thresholds, limit_arenas
 from rankwatch.inputs import InputError
 from rankwatch.logging_setup import quiet_kafka, setup_logging
 from rankwatch.settings.connection import CONNECTION_KEYS
@@ -66,6 +66,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     tune_gc()
     limit_arenas()  # before the engine and event-loop threads allocate
     fix_thresholds()
+    avoid_huge_pages()
     try:
         asyncio.run(run(Daemon(cfg, catalog)))
     except DaemonError as e:
