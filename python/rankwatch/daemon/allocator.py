@@ -94,4 +94,4 @@ def avoid_huge_pages() -> bool:
         return False
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
-    return prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
+    return bool(prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0)
