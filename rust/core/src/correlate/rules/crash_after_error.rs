@@ -17,7 +17,7 @@
 //! ai-dynamo/dynamo #285 (UCX failing to create a UD QP on an eRDMA device, then the segfault
 //! in `ucp_worker_query`).
 
-use super::crash_teardown::is_crash_report;
+use super::crash_teardown::{is_crash_report, own_crash};
 use super::unexplained_error::is_header;
 use super::Scope;
 use crate::catalog::Role;
@@ -32,11 +32,9 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let whos: Vec<_> = board.cands.keys().copied().collect();
     for who in whos {
         let c = &board.cands[&who];
-        let Some(ci) = c.cause else { continue };
-        let crash = v.hit(ci);
-        if !v.sig(crash).is_some_and(is_crash_report) || v.subject(crash) != v.printer(crash) {
+        let Some((ci, _)) = own_crash(v, c) else {
             continue;
-        }
+        };
         let Some(err) = error_before(v, scope, ci) else {
             continue;
         };

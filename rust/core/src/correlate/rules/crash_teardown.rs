@@ -16,8 +16,8 @@
 //! (teardown: the timeout it shares with the other ranks decides).
 
 use super::Scope;
-use crate::catalog::Role;
-use crate::correlate::board::Board;
+use crate::catalog::{Role, Signature};
+use crate::correlate::board::{Board, Cand};
 use crate::correlate::view::View;
 
 /// The fields a crash report or a received signal is stated in.
@@ -28,7 +28,7 @@ const SIGNAL_FIELDS: &[&str] = &[
     "(?P<signum>",
 ];
 
-pub(super) fn is_crash_report(sig: &crate::catalog::Signature) -> bool {
+pub(super) fn is_crash_report(sig: &Signature) -> bool {
     sig.role == Role::Cause
         && sig
             .fields
@@ -36,18 +36,22 @@ pub(super) fn is_crash_report(sig: &crate::catalog::Signature) -> bool {
             .any(|f| SIGNAL_FIELDS.iter().any(|name| f.contains(name)))
 }
 
+/// A candidate's cause line when it is a crash report the process printed about itself (a
+/// launcher's report about another process is not): the hit and its signature.
+pub(super) fn own_crash<'v>(v: &'v View, c: &Cand) -> Option<(usize, &'v Signature)> {
+    let ci = c.cause?;
+    let crash = v.hit(ci);
+    let sig = v.sig(crash).filter(|s| is_crash_report(s))?;
+    (v.subject(crash) == v.printer(crash)).then_some((ci, sig))
+}
+
 pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let whos: Vec<_> = board.cands.keys().copied().collect();
     for who in whos {
-        let c = &board.cands[&who];
-        let Some(ci) = c.cause else { continue };
-        let crash = v.hit(ci);
-        let Some(sig) = v.sig(crash).filter(|s| is_crash_report(s)) else {
+        let Some((ci, sig)) = own_crash(v, &board.cands[&who]) else {
             continue;
         };
-        if v.subject(crash) != v.printer(crash) {
-            continue;
-        }
+        let crash = v.hit(ci);
         // A failure the crash would explain, reported earlier by the same process.
         let earlier = scope.hits.iter().copied().find(|&i| {
             let h = v.hit(i);
