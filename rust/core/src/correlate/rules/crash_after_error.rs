@@ -8,9 +8,10 @@
 //! Only errors, not warnings; not a traceback's header; not another crash report (a crash
 //! handler prints several lines); not a symptom (a timeout or a peer's abort before a crash is
 //! `crash_teardown`'s). The error must lie within `NEAR_LINES` lines before the crash, in its
-//! stream and in its file: further back it is history, not the crash's cause. Nor may a line announcing a
-//! listing lie between them (pyxis's `printing enroot log file:` before the hook's segfault,
-//! pyxis #122): the crash then belongs to the listing, which the error only sums up.
+//! stream and in its file: further back it is history, not the crash's cause. Nor may a line
+//! announcing a listing lie between them (pyxis's `printing enroot log file:` before the
+//! hook's segfault, pyxis #122): the crash then belongs to the listing, which the error only
+//! sums up.
 //!
 //! Cases (held-out set 74, found before this rule): NeMo-Aligner #541 (UCX's refused connect
 //! to a link-local address, Open MPI's `ucp_ep_create … failed`, then `Caught signal 11`),
