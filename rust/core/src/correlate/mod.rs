@@ -750,6 +750,7 @@ fn diagnose(view: &View, inc_idx: usize, is_final: bool) -> Option<Diagnosis> {
         classified: hits.iter().any(|&i| job.hits[i].sig.is_some()),
         notes: RefCell::new(Vec::new()),
         collectives: std::cell::OnceCell::new(),
+        by_source: std::cell::OnceCell::new(),
     };
     let mut board = Board::default();
     rules::run_all(view, &scope, &mut board);

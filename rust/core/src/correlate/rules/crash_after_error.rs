@@ -68,13 +68,12 @@ fn error_before(v: &View, scope: &Scope, ci: usize) -> Option<usize> {
         None => window.first()?.seq,
     };
     scope
-        .hits
+        .hits_of(v, crash.source)
         .iter()
         .copied()
         .filter(|&i| {
             let h = v.hit(i);
-            h.source == crash.source
-                && h.seq >= from
+            h.seq >= from
                 && h.seq < crash.seq
                 && h.origin == crash.origin
                 && crash

@@ -53,11 +53,9 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         };
         let crash = v.hit(ci);
         // A failure the crash would explain, reported earlier by the same process.
-        let earlier = scope.hits.iter().copied().find(|&i| {
+        let earlier = scope.hits_of(v, crash.source).iter().copied().find(|&i| {
             let h = v.hit(i);
-            h.source == crash.source
-                && h.seq < crash.seq
-                && h.sig.is_some_and(|s| sig.explains_idx.contains(&s))
+            h.seq < crash.seq && h.sig.is_some_and(|s| sig.explains_idx.contains(&s))
         });
         let Some(first) = earlier else { continue };
         let id = v.sig(v.hit(first)).map_or("", |s| s.id.as_str());

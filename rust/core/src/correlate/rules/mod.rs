@@ -46,6 +46,10 @@ pub struct Scope<'a> {
     pub notes: std::cell::RefCell<Vec<crate::report::OddContext>>,
     /// The incident's collective table, built once for the rules that read it.
     pub collectives: std::cell::OnceCell<Vec<super::collectives::Entry>>,
+    /// The incident's hits per source, built once for the rules that read one process's
+    /// lines (a crash and what its process printed before it): with thousands of crashing
+    /// ranks, a scan of every hit per rank was quadratic.
+    pub by_source: std::cell::OnceCell<std::collections::HashMap<u32, Vec<usize>>>,
 }
 
 impl Scope<'_> {
@@ -57,6 +61,18 @@ impl Scope<'_> {
     pub fn collectives(&self, v: &View) -> &[super::collectives::Entry] {
         self.collectives
             .get_or_init(|| super::collectives::table(v, self.hits))
+    }
+
+    /// The incident's hits printed on source `src`, in the order of `hits`.
+    pub fn hits_of(&self, v: &View, src: u32) -> &[usize] {
+        let index = self.by_source.get_or_init(|| {
+            let mut index = std::collections::HashMap::<u32, Vec<usize>>::new();
+            for &i in self.hits {
+                index.entry(v.hit(i).source).or_default().push(i);
+            }
+            index
+        });
+        index.get(&src).map_or(&[], Vec::as_slice)
     }
 }
 
