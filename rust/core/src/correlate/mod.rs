@@ -751,6 +751,7 @@ fn diagnose(view: &View, inc_idx: usize, is_final: bool) -> Option<Diagnosis> {
         notes: RefCell::new(Vec::new()),
         collectives: std::cell::OnceCell::new(),
         by_source: std::cell::OnceCell::new(),
+        by_origin: std::cell::OnceCell::new(),
     };
     let mut board = Board::default();
     rules::run_all(view, &scope, &mut board);

@@ -109,7 +109,7 @@ fn opens_file_mid_trace(v: &View, scope: &Scope, start: usize) -> bool {
     s.field("error_return").is_some()
         && s.line_no <= 1 + MAX_LINE_GAP
         && !starts_trace(message(v, start))
-        && !scope.hits.iter().any(|&i| {
+        && !scope.hits_in(v, &s.origin).iter().any(|&i| {
             let h = v.hit(i);
             h.origin == s.origin && h.line_no < s.line_no
         })
@@ -137,7 +137,7 @@ fn first_occurrence(v: &View, scope: &Scope, srcs: &[u32], cause: usize) -> Opti
     let cause_seq = v.hit(cause).seq;
     let origin = &v.hit(cause).origin;
     scope
-        .hits
+        .hits_in(v, origin)
         .iter()
         .copied()
         .filter(|&i| {
@@ -182,7 +182,7 @@ fn first_attempt(v: &View, scope: &Scope, summary: usize) -> Option<usize> {
     let s = v.hit(summary);
     let head = message(v, summary);
     let mut before: Vec<usize> = scope
-        .hits
+        .hits_in(v, &s.origin)
         .iter()
         .copied()
         .filter(|&i| {
@@ -229,7 +229,7 @@ fn chain_start(v: &View, scope: &Scope, line: usize) -> Option<usize> {
     let mut chain = Vec::new();
     loop {
         let c = v.hit(cur);
-        let prev = scope.hits.iter().copied().find(|&i| {
+        let prev = scope.hits_in(v, &target.origin).iter().copied().find(|&i| {
             let h = v.hit(i);
             h.field("error_return").is_some()
                 && !ends_trace(message(v, i))
@@ -301,7 +301,7 @@ fn ends_trace(msg: &str) -> bool {
 fn failure_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
     let s = v.hit(start);
     scope
-        .hits
+        .hits_in(v, &s.origin)
         .iter()
         .copied()
         .filter(|&i| {
@@ -321,7 +321,7 @@ fn failure_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
 fn trace_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
     let s = v.hit(start);
     scope
-        .hits
+        .hits_in(v, &s.origin)
         .iter()
         .copied()
         .filter(|&i| {
@@ -338,7 +338,7 @@ fn trace_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
 /// line of the same process is that failure's tail; returns that line.
 fn failure_before(v: &View, scope: &Scope, start: usize) -> Option<usize> {
     let s = v.hit(start);
-    scope.hits.iter().copied().find(|&i| {
+    scope.hits_in(v, &s.origin).iter().copied().find(|&i| {
         let h = v.hit(i);
         h.source == s.source
             && h.origin == s.origin

@@ -33,6 +33,8 @@ mod symptoms;
 mod transport_mismatch;
 mod unexplained_error;
 
+use std::sync::Arc;
+
 use super::board::Board;
 use super::view::View;
 
@@ -50,6 +52,9 @@ pub struct Scope<'a> {
     /// lines (a crash and what its process printed before it): with thousands of crashing
     /// ranks, a scan of every hit per rank was quadratic.
     pub by_source: std::cell::OnceCell<std::collections::HashMap<u32, Vec<usize>>>,
+    /// The incident's hits per file, built once for the rules that read what one file shows
+    /// around a line (error_chain): a scan of every hit per failing rank was quadratic.
+    pub by_origin: std::cell::OnceCell<std::collections::HashMap<Arc<str>, Vec<usize>>>,
 }
 
 impl Scope<'_> {
@@ -73,6 +78,18 @@ impl Scope<'_> {
             index
         });
         index.get(&src).map_or(&[], Vec::as_slice)
+    }
+
+    /// The incident's hits read from file `origin`, in the order of `hits`.
+    pub fn hits_in(&self, v: &View, origin: &str) -> &[usize] {
+        let index = self.by_origin.get_or_init(|| {
+            let mut index = std::collections::HashMap::<Arc<str>, Vec<usize>>::new();
+            for &i in self.hits {
+                index.entry(v.hit(i).origin.clone()).or_default().push(i);
+            }
+            index
+        });
+        index.get(origin).map_or(&[], Vec::as_slice)
     }
 }
 
