@@ -2,6 +2,7 @@
 //! Callers own I/O and time; the engine owns everything that touches every line.
 
 mod apply;
+mod console_rows;
 mod files;
 mod lines;
 mod local_routes;

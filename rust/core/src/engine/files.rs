@@ -378,6 +378,7 @@ impl Worker<'_> {
             if first_chunk {
                 // Stamps with no year (glog's `E0421`) take the year of the file's dated lines.
                 st.year = crate::timefmt::year_stated_in(&chunk);
+                st.console_width = super::console_rows::console_width(&chunk);
                 first_chunk = false;
             }
             let decode = Instant::now();

@@ -121,6 +121,9 @@ pub(crate) struct LineState {
     /// The year the stream's own dated lines state (a file's first full timestamp), for its
     /// stamps without one; else the configured default.
     pub(crate) year: Option<i32>,
+    /// The width of the console the stream was copied from, when its lines are rows of one
+    /// (`console_rows`): a full row goes on in the next.
+    pub(crate) console_width: Option<usize>,
 }
 
 impl LineState {
@@ -181,6 +184,8 @@ pub(crate) struct Decoded {
     /// A traceback's source line under its frame (`    raise RendezvousTimeoutError()`): code
     /// that names an error is not the error, so it is not scanned for signatures.
     pub source_code: bool,
+    /// The row fills the console the log was copied from: its line goes on in the next row.
+    full_row: bool,
     pub ingest_ms: Option<i64>,
     pub event_ms: Option<i64>,
     /// This line's entries in `Batch::hits`.
@@ -667,6 +672,9 @@ impl LineDecoder {
             continuation,
             last_error_text,
             source_code,
+            full_row: st
+                .console_width
+                .is_some_and(|w| super::console_rows::columns(line.as_bytes()) == w),
             ingest_ms: t.ingest_ms,
             event_ms: t.event_ms,
             hits: 0..0,
@@ -716,7 +724,8 @@ impl LineDecoder {
         if from == out.lines.len() {
             return;
         }
-        let catalog = &*self.catalog;
+        let catalog = Arc::clone(&self.catalog);
+        let catalog = &*catalog;
         self.expr_buf.clear();
         self.expr_ends.clear();
         for d in &out.lines[from..] {
@@ -727,7 +736,10 @@ impl LineDecoder {
             self.expr_ends.push(self.expr_buf.len());
         }
         let mut start = 0;
-        for (d, &end) in out.lines[from..].iter_mut().zip(&self.expr_ends) {
+        for k in 0..out.lines.len() - from {
+            let end = self.expr_ends[k];
+            let joined = self.across_rows(chunk, out, from + k, start..end);
+            let d = &mut out.lines[from + k];
             let first = out.hits.len();
             if end > start {
                 catalog.signatures_for(&self.expr_buf[start..end], &mut self.sig_buf);
@@ -747,6 +759,8 @@ impl LineDecoder {
                     });
                 }
             }
+            out.hits
+                .extend(joined.into_iter().map(|sig| SigHit { sig, fields: 0..0 }));
             d.hits = first..out.hits.len();
             // A signature decides what its lines mean (some are errors that healthy runs
             // print); a line none knows is an error when its own words say so.
@@ -760,6 +774,39 @@ impl LineDecoder {
             start = end;
         }
         out.scanned = out.lines.len();
+    }
+}
+
+impl LineDecoder {
+    /// Signatures that match full row `k` of `out` only when joined to the row after it (a
+    /// message the console cut in two): neither row alone matches them. `own` is the range of
+    /// row `k`'s expressions in `expr_buf`. Their fields are not read (they would span two
+    /// rows). Rows of one pending run only; a row at its end is left as it is.
+    fn across_rows(&mut self, chunk: &[u8], out: &Batch, k: usize, own: Range<usize>) -> Vec<u16> {
+        let (Some(row), Some(next)) = (out.lines.get(k), out.lines.get(k + 1)) else {
+            return Vec::new();
+        };
+        if !row.full_row || row.source_code || next.line_no != row.line_no + 1 {
+            return Vec::new();
+        }
+        let catalog = &*self.catalog;
+        // The message runs to the row's end: the blank the console cut at is part of it.
+        let mut text = row.span.text(chunk, &out.own)[row.meta.msg_start..].to_string();
+        text.push_str(next.span.text(chunk, &out.own));
+        let mut exprs = Vec::new();
+        catalog.scan(text.as_bytes(), &mut self.scanner, &mut exprs);
+        let mut joined = Vec::new();
+        catalog.signatures_for(&exprs, &mut joined);
+        let mut alone = Vec::new();
+        catalog.signatures_for(&self.expr_buf[own], &mut alone);
+        let next_start = self.expr_ends[k - out.scanned];
+        if let Some(&next_end) = self.expr_ends.get(k + 1 - out.scanned) {
+            let mut sigs = Vec::new();
+            catalog.signatures_for(&self.expr_buf[next_start..next_end], &mut sigs);
+            alone.extend(sigs);
+        }
+        joined.retain(|&s| !alone.contains(&s) && !catalog.signatures[s as usize].catch_all);
+        joined
     }
 }
 

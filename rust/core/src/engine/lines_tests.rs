@@ -290,3 +290,31 @@ fn the_text_after_last_error_is_the_next_line_of_the_process_that_printed_it() {
     let flags: Vec<bool> = batch.lines.iter().map(|d| d.last_error_text).collect();
     assert_eq!(flags, [false, false, true, false]);
 }
+
+/// The hits of each decoded line of `rows` (one chunk) read with `console_width`.
+fn hits_per_row(rows: &str, console_width: Option<usize>) -> Vec<usize> {
+    let (_, mut dec) = decoder();
+    let mut st = LineState {
+        console_width,
+        ..LineState::default()
+    };
+    let mut batch = Batch::default();
+    dec.chunk(&mut st, rows.as_bytes(), Times::default(), &mut batch);
+    batch
+        .lines
+        .iter()
+        .map(|d| Batch::hits_of(d).len())
+        .collect()
+}
+
+#[test]
+fn a_full_console_row_gets_what_it_matches_only_with_the_row_after_it() {
+    let line = format!("{TIMEOUT}5, OpType=ALLREDUCE) ran for 600000 milliseconds");
+    let cut = line.find("collective").unwrap();
+    let rows = format!("{}\n{}\nstep 7 loss 0.1\n", &line[..cut], &line[cut..]);
+    assert_eq!(hits_per_row(&rows, Some(cut)), vec![1, 0, 0]);
+    assert_eq!(hits_per_row(&rows, None), vec![0, 0, 0]);
+    // A row that matches alone keeps its own hits, and gets nothing twice.
+    let whole = format!("{line}\n{line}\n");
+    assert_eq!(hits_per_row(&whole, Some(line.len())), vec![1, 1]);
+}
