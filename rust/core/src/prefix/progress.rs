@@ -13,7 +13,25 @@ const BAR_SPAN: usize = 640;
 /// Bytes of the progress bar that opens `b` when a message follows it, else None.
 pub(super) fn progress_bar(b: &[u8]) -> Option<usize> {
     let window = &b[..b.len().min(PERCENT_WINDOW)];
-    memchr::memchr_iter(b'%', window).find_map(|p| bar_after_percent(b, p))
+    memchr::memchr_iter(b'%', window)
+        .find_map(|p| bar_after_percent(b, p).or_else(|| cut_frame(b, p)))
+}
+
+/// A frame cut short by another process's text: `N%|` and the bar's first blocks, a blank,
+/// then the message (`Scanning labels... 0 corrupt:   6%|▋ [E ProcessGroupNCCL.cpp:414] …`,
+/// ultralytics/yolov5#9163). Block glyphs (U+2588-U+258F) make it a bar, not prose.
+fn cut_frame(b: &[u8], p: usize) -> Option<usize> {
+    if p == 0 || !b[p - 1].is_ascii_digit() || b.get(p + 1) != Some(&b'|') {
+        return None;
+    }
+    let mut k = p + 2;
+    let mut blocks = 0;
+    while let [0xE2, 0x96, 0x88..=0x8F, ..] = b[k..] {
+        k += 3;
+        blocks += 1;
+    }
+    let message = k + count(&b[k..], |c| c == b' ');
+    (blocks > 0 && message > k && b.get(message).is_some_and(|&c| c != b'|')).then_some(message)
 }
 
 /// Whether a bar's frame opens `line` and a message follows it on the same line.
@@ -105,6 +123,19 @@ fn count(b: &[u8], keep: impl Fn(u8) -> bool) -> usize {
 #[cfg(test)]
 mod tests {
     use super::{bar_counts, is_bar_line, progress_bar};
+
+    #[test]
+    fn a_frame_cut_short_by_a_message_is_a_bar() {
+        let line =
+            "train: Scanning labels... 0 corrupt:   6%|\u{258b} [E ProcessGroupNCCL.cpp:414] x";
+        let end = progress_bar(line.as_bytes()).unwrap();
+        assert!(line[end..].starts_with("[E ProcessGroupNCCL"));
+        assert_eq!(
+            progress_bar("load 6%|\u{258b}         | 5/9 [00:01<00:02]".as_bytes()),
+            None
+        );
+        assert_eq!(progress_bar("ratio 6%| of all [x]".as_bytes()), None);
+    }
 
     #[test]
     fn a_bars_counts_are_read() {

@@ -40,7 +40,6 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     let Some(first) = scope.hits.iter().copied().min_by_key(|&i| v.hit(i).seq) else {
         return;
     };
-    let first_hit = v.hit(first).seq;
     // A process that printed a failure of its own is no bystander; a rankless source that only
     // echoes the waiters' symptoms (`Some NCCL operations have failed…`) may still be one.
     let failed: BTreeSet<u32> = scope
@@ -52,7 +51,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         .collect();
     let drawing: Vec<(u32, u64)> = (0..v.job.sources.len() as u32)
         .filter(|&si| !failed.contains(&si) && !waits(v, si, &waiters))
-        .filter_map(|si| bar_before(v, si, first_hit).map(|seq| (si, seq)))
+        .filter_map(|si| bar_before(v, si, first).map(|seq| (si, seq)))
         .collect();
     let [(src, seq)] = drawing[..] else {
         return;
@@ -94,9 +93,16 @@ fn waits(v: &View, src: u32, waiters: &BTreeSet<Who>) -> bool {
             .is_some_and(|r| waiters.contains(&Who::Rank(r)))
 }
 
-/// The line of the bar's last frame, when the source's last lines before `first_hit` end with
-/// a bar that drew two frames or more.
-fn bar_before(v: &View, src: u32, first_hit: u64) -> Option<u64> {
+/// The line of the bar's last frame, when the source's last lines before hit `first` end with
+/// a bar that drew two frames or more, or when `first` itself, a line of this source, opens
+/// with a frame: the bar was being drawn the moment the failure was printed (an excerpt that
+/// begins there shows no earlier frame).
+fn bar_before(v: &View, src: u32, first: usize) -> Option<u64> {
+    let hit = v.hit(first);
+    if hit.source == src && opens_with_bar(&hit.text) {
+        return Some(hit.seq);
+    }
+    let first_hit = hit.seq;
     let lines = v.job.sources[src as usize].ring.lines();
     let before: Vec<_> = lines.iter().filter(|l| l.seq < first_hit).collect();
     let last = before.last()?;
@@ -143,6 +149,20 @@ mod tests {
         let log = format!(
             "  8%|▊         | 566/6834 [2:11:54<23:25:06, 13.45s/it]\n  \
              8%|▊         | 567/6834 [2:12:07<23:28:42, 13.49s/it]\n{glued}\n{rank0}\n"
+        );
+        assert_finding(&diagnose(&log), &glued, "progress_bar_at_timeout", "#3");
+    }
+
+    #[test]
+    fn an_excerpt_opening_on_a_frame_glued_to_the_first_failure_needs_no_earlier_frame() {
+        // ultralytics/yolov5#9163's shape: rank 0 scans a dataset while the others time out
+        let glued = format!(
+            "train: Scanning labels... 9120 found, 0 missing:   6%|▋ {}",
+            TIMEOUTS.lines().nth(2).unwrap()
+        );
+        let log = format!(
+            "{glued}\n{}",
+            TIMEOUTS.lines().take(2).collect::<Vec<_>>().join("\n")
         );
         assert_finding(&diagnose(&log), &glued, "progress_bar_at_timeout", "#3");
     }
