@@ -25,7 +25,7 @@ use crate::correlate::board::{Board, LineRef};
 use crate::correlate::collectives::{describe, who_list, Entry};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 const FINDING: &str = "collective_not_reached";
 const MISMATCH: &str = "collective_mismatch";
@@ -40,6 +40,8 @@ struct Waited<'a> {
     seq: u64,
     op: &'a str,
     ranks: BTreeSet<Who>,
+    /// `ranks` as the diagnosis writes them, made once: every lagging rank's facts state it.
+    ranks_text: String,
     entered: Option<i64>,
 }
 
@@ -71,6 +73,7 @@ fn frontiers(entries: &[Entry]) -> BTreeMap<&str, (BTreeMap<Who, u64>, Option<Wa
             seq,
             op: here.first().map_or("", |e| e.fp.op.as_str()),
             ranks: ranks.clone(),
+            ranks_text: who_list(&ranks.iter().copied().collect::<Vec<_>>()),
             entered: here
                 .iter()
                 .filter(|e| e.waiting)
@@ -82,12 +85,11 @@ fn frontiers(entries: &[Entry]) -> BTreeMap<&str, (BTreeMap<Who, u64>, Option<Wa
 }
 
 fn facts(w: &Waited, last: Option<u64>, kept: Option<i64>) -> Vec<(String, String)> {
-    let ranks: Vec<Who> = w.ranks.iter().copied().collect();
     let mut f = vec![
         ("coll_seq".to_string(), w.seq.to_string()),
         ("coll_op".to_string(), w.op.to_string()),
         ("coll_group".to_string(), w.group.to_string()),
-        ("waiting_ranks".to_string(), who_list(&ranks)),
+        ("waiting_ranks".to_string(), w.ranks_text.clone()),
         (
             "last_seq".to_string(),
             last.map_or("none in view".to_string(), |s| s.to_string()),
@@ -111,15 +113,17 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     for (_, (front, waited)) in frontiers(entries) {
         let Some(w) = waited else { continue };
         ahead(v, entries, board, &w, &front);
+        // Each rank's statement of a sequence number in the group, its first one kept.
+        let mut stated_at: HashMap<(Who, u64), LineRef> = HashMap::new();
+        for e in entries.iter().filter(|e| e.group == w.group) {
+            stated_at.entry((e.who, e.seq)).or_insert(e.line);
+        }
         for (&who, &last) in &front {
             if last >= w.seq || w.seq - last > MAX_LAG {
                 continue;
             }
             let host = v.who_host(who);
-            let stated = entries
-                .iter()
-                .find(|e| e.who == who && e.group == w.group && e.seq == last)
-                .map(|e| e.line);
+            let stated = stated_at.get(&(who, last)).copied();
             let lagged = board.cand(who, host).has_rule("seq_lag");
             let c = board.cand(who, host);
             c.stated = c.stated.or(stated);
@@ -130,9 +134,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             if !lagged {
                 let why = format!(
                     "behind: its last collective in {} is #{last} while {} wait in #{}",
-                    w.group,
-                    who_list(&w.ranks.iter().copied().collect::<Vec<_>>()),
-                    w.seq
+                    w.group, w.ranks_text, w.seq
                 );
                 board.add(who, host, "progress", 20, why);
             }
@@ -226,7 +228,7 @@ fn kept_running(
         let why = format!(
             "logged for {} s after {} entered #{} of {} and never reported it",
             (last - entered) / 1000,
-            who_list(&w.ranks.iter().copied().collect::<Vec<_>>()),
+            w.ranks_text,
             w.seq,
             w.group
         );
