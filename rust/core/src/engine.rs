@@ -17,7 +17,7 @@ use crate::catalog::{Catalog, Role};
 use crate::config::Config;
 use crate::correlate::{self, Diagnosis};
 use crate::filetext::{FileTexts, TextAt};
-use crate::job::{ContextObs, FastMap, Hit, Incident, Job, SourceKey};
+use crate::job::{ContextObs, FastMap, Incident, Job, SourceKey};
 use crate::memsize;
 use crate::records::{Decoded, DecoderConfig, RecordDecoder};
 use std::collections::HashMap;
@@ -1180,7 +1180,7 @@ impl Engine {
             let rings: usize = j.sources.iter().map(|s| s.ring.heap_bytes()).sum();
             let snaps: usize = j.sources.iter().map(|s| s.heap_bytes()).sum::<usize>() - rings;
             let hits = vec(&j.hits)
-                + j.hits.iter().map(Hit::heap_bytes).sum::<usize>()
+                + j.hits.iter().map(|h| h.kept_bytes()).sum::<usize>()
                 + vec(&j.incidents)
                 + j.incidents.iter().map(Incident::heap_bytes).sum::<usize>();
             let context = map(&j.context)

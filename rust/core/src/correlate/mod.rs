@@ -575,9 +575,9 @@ pub fn push_hit(job: &mut Job, hit: Hit, cat: &Catalog, cfg: &Config, wall_ms: i
     let before = incidents(job);
     assign_incident(job, &hit, idx as u32, cat, cfg, wall_ms);
     job.content_bytes =
-        (job.content_bytes + incidents(job) + hit.heap_bytes()).saturating_sub(before);
+        (job.content_bytes + incidents(job) + hit.kept_bytes()).saturating_sub(before);
     job.tables_dirty = true;
-    crate::memsize::push_gently(&mut job.hits, hit);
+    crate::memsize::push_gently(&mut job.hits, Box::new(hit));
     idx
 }
 
