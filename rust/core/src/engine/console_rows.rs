@@ -26,25 +26,42 @@ const FULL_ROW_SHARE: usize = 20;
 /// in padding (a row that was cut, not a short line padded out).
 pub(crate) fn console_width(text: &[u8]) -> Option<usize> {
     let sample = &text[..text.len().min(SAMPLE_BYTES)];
-    let rows: Vec<&[u8]> = sample
-        .split(|&b| b == b'\n')
-        .map(|r| r.strip_suffix(b"\r").unwrap_or(r))
-        .filter(|r| r.iter().any(|b| !b.is_ascii_whitespace()))
-        .collect();
-    let width = rows.iter().map(|r| columns(r)).max()?;
+    // Every file's start is read here: ASCII text (most logs) counts columns by its length.
+    let ascii = sample.is_ascii();
+    let width_of = |r: &[u8]| if ascii { r.len() } else { columns(r) };
+    let mut rows = Vec::new();
+    let mut start = 0;
+    for nl in memchr::memchr_iter(b'\n', sample) {
+        let r = &sample[start..nl];
+        rows.push(r.strip_suffix(b"\r").unwrap_or(r));
+        start = nl + 1;
+    }
+    // The file's last line, when the sample holds the whole file (a row cut by the sample's
+    // end would read as a short one).
+    if text.len() <= SAMPLE_BYTES && start < sample.len() {
+        rows.push(&sample[start..]);
+    }
+    let width = rows.iter().map(|r| width_of(r)).max()?;
     if !(MIN_WIDTH..=MAX_WIDTH).contains(&width) {
         return None;
     }
     let full: Vec<&[u8]> = rows
         .iter()
         .copied()
-        .filter(|r| columns(r) == width)
+        .filter(|r| width_of(r) == width)
         .collect();
+    if full.len() < MIN_DISTINCT_FULL_ROWS {
+        return None;
+    }
+    let filled = rows
+        .iter()
+        .filter(|r| r.iter().any(|b| !b.is_ascii_whitespace()))
+        .count();
     let mut shapes: Vec<Vec<u8>> = full.iter().map(|r| digits_masked(r)).collect();
     shapes.sort();
     shapes.dedup();
     let cut = full.iter().any(|r| r.last().is_some_and(|b| *b != b' '));
-    (shapes.len() >= MIN_DISTINCT_FULL_ROWS && full.len() * FULL_ROW_SHARE >= rows.len() && cut)
+    (shapes.len() >= MIN_DISTINCT_FULL_ROWS && full.len() * FULL_ROW_SHARE >= filled && cut)
         .then_some(width)
 }
 
