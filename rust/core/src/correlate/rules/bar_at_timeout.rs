@@ -8,12 +8,15 @@
 //! +15: more than a symptom's share (so it wins over the first timeout), less than
 //! `busy_at_entry` (+30), whose times say the same thing more surely; a cause signature anywhere
 //! in the incident still wins. Only one such process may stand out, it must have drawn at least
-//! two frames of its bar, two ranks or more must wait, and a rank below the highest waiting one
-//! must be missing from them: where every rank waits, the bar was one of theirs (a console
-//! where a rank's bar and its own timeout land on different sources).
+//! two frames of its bar (or one glued to the front of the first failure line: it was drawing
+//! when the failure was printed), two ranks or more must wait, and a rank below the highest
+//! waiting one must be missing from them: where every rank waits, the bar was one of theirs (a
+//! console where a rank's bar and its own timeout land on different sources).
 //!
 //! Cases: a Lightning job whose rank 0 writes an HDF5 test set for over 30 minutes while
-//! ranks 1 and 2 time out in ALLREDUCE #3 (the bar was at 26/67 when they did).
+//! ranks 1 and 2 time out in ALLREDUCE #3 (the bar was at 26/67 when they did); Firefly #183
+//! (the next frame glued to rank 2's timeout); yolov5 #9163 (rank 0 scanning labels, the
+//! excerpt opening on the scan's frame glued to the timeout notice).
 
 use crate::catalog::Role;
 use crate::correlate::board::{Board, LineRef};
