@@ -166,9 +166,7 @@ impl Stream {
             + self.lines.heap_bytes()
             + vec(&self.cache.local)
             + self.cache.host.as_ref().map_or(0, |(h, _)| string(h))
-            + self.cut_call.as_ref().map_or(0, |h| {
-                memsize::block(std::mem::size_of::<crate::job::Hit>()) + h.heap_bytes()
-            })
+            + self.cut_call.as_ref().map_or(0, |h| h.kept_bytes())
     }
 }
 

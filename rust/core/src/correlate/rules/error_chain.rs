@@ -182,12 +182,12 @@ fn first_attempt(v: &View, scope: &Scope, summary: usize) -> Option<usize> {
     let s = v.hit(summary);
     let head = message(v, summary);
     let mut before: Vec<usize> = scope
-        .hits_in(v, &s.origin)
+        .hits_of(v, s.source)
         .iter()
         .copied()
         .filter(|&i| {
             let h = v.hit(i);
-            h.source == s.source && h.origin == s.origin && h.line_no < s.line_no
+            h.origin == s.origin && h.line_no < s.line_no
         })
         .collect();
     before.sort_by_key(|&i| std::cmp::Reverse(v.hit(i).line_no));
@@ -229,11 +229,10 @@ fn chain_start(v: &View, scope: &Scope, line: usize) -> Option<usize> {
     let mut chain = Vec::new();
     loop {
         let c = v.hit(cur);
-        let prev = scope.hits_in(v, &target.origin).iter().copied().find(|&i| {
+        let prev = scope.hits_of(v, target.source).iter().copied().find(|&i| {
             let h = v.hit(i);
             h.field("error_return").is_some()
                 && !ends_trace(message(v, i))
-                && h.source == target.source
                 && h.origin == target.origin
                 && h.line_no < c.line_no
                 && h.line_no + MAX_LINE_GAP >= c.line_no
@@ -301,13 +300,12 @@ fn ends_trace(msg: &str) -> bool {
 fn failure_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
     let s = v.hit(start);
     scope
-        .hits_in(v, &s.origin)
+        .hits_of(v, s.source)
         .iter()
         .copied()
         .filter(|&i| {
             let h = v.hit(i);
-            h.source == s.source
-                && h.origin == s.origin
+            h.origin == s.origin
                 && h.field("error_return").is_none()
                 && v.sig(h).is_none_or(|sig| sig.severity >= Severity::Warning)
                 && h.line_no > s.line_no
@@ -321,15 +319,12 @@ fn failure_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
 fn trace_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
     let s = v.hit(start);
     scope
-        .hits_in(v, &s.origin)
+        .hits_of(v, s.source)
         .iter()
         .copied()
         .filter(|&i| {
             let h = v.hit(i);
-            h.source == s.source
-                && h.origin == s.origin
-                && h.field("error_return").is_some()
-                && h.line_no > s.line_no
+            h.origin == s.origin && h.field("error_return").is_some() && h.line_no > s.line_no
         })
         .min_by_key(|&i| v.hit(i).line_no)
 }
@@ -338,10 +333,9 @@ fn trace_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
 /// line of the same process is that failure's tail; returns that line.
 fn failure_before(v: &View, scope: &Scope, start: usize) -> Option<usize> {
     let s = v.hit(start);
-    scope.hits_in(v, &s.origin).iter().copied().find(|&i| {
+    scope.hits_of(v, s.source).iter().copied().find(|&i| {
         let h = v.hit(i);
-        h.source == s.source
-            && h.origin == s.origin
+        h.origin == s.origin
             && h.field("error_return").is_none()
             && h.line_no < s.line_no
             && h.line_no + MAX_LINE_GAP + 1 >= s.line_no

@@ -70,27 +70,32 @@ impl Scope<'_> {
 
     /// The incident's hits printed on source `src`, in the order of `hits`.
     pub fn hits_of(&self, v: &View, src: u32) -> &[usize] {
-        let index = self.by_source.get_or_init(|| {
-            let mut index = std::collections::HashMap::<u32, Vec<usize>>::new();
-            for &i in self.hits {
-                index.entry(v.hit(i).source).or_default().push(i);
-            }
-            index
-        });
+        let index = self
+            .by_source
+            .get_or_init(|| grouped(v, self.hits, |h| h.source));
         index.get(&src).map_or(&[], Vec::as_slice)
     }
 
     /// The incident's hits read from file `origin`, in the order of `hits`.
     pub fn hits_in(&self, v: &View, origin: &str) -> &[usize] {
-        let index = self.by_origin.get_or_init(|| {
-            let mut index = std::collections::HashMap::<Arc<str>, Vec<usize>>::new();
-            for &i in self.hits {
-                index.entry(v.hit(i).origin.clone()).or_default().push(i);
-            }
-            index
-        });
+        let index = self
+            .by_origin
+            .get_or_init(|| grouped(v, self.hits, |h| h.origin.clone()));
         index.get(origin).map_or(&[], Vec::as_slice)
     }
+}
+
+/// `hits` grouped by `key`, each group in the order of `hits`.
+fn grouped<K: std::hash::Hash + Eq>(
+    v: &View,
+    hits: &[usize],
+    key: impl Fn(&crate::job::Hit) -> K,
+) -> std::collections::HashMap<K, Vec<usize>> {
+    let mut index = std::collections::HashMap::<K, Vec<usize>>::new();
+    for &i in hits {
+        index.entry(key(v.hit(i))).or_default().push(i);
+    }
+    index
 }
 
 pub type Rule = fn(&View, &Scope, &mut Board);
