@@ -981,10 +981,27 @@ fn track_record(
 fn note_traceback_call(st: &mut Stream, line: &str, ctx: &LineCtx<'_>) {
     let d = ctx.d;
     if d.source_code {
-        st.cut_call = Some(Box::new(bare_hit(st, line, ctx)));
+        let repeated = st
+            .cut_call
+            .as_ref()
+            .is_some_and(|kept| repeats_call(&kept.text, line));
+        if !repeated {
+            st.cut_call = Some(Box::new(bare_hit(st, line, ctx)));
+        }
     } else if st.cut_call.is_some() && !super::lines::is_traceback_frame(d.meta.message(line)) {
         st.cut_call = None;
     }
+}
+
+/// Shorter source lines are too common to be read as a copy of a longer one.
+const MIN_REPEATED_CALL: usize = 12;
+
+/// Whether source line `line` repeats the call kept from the frame above, whole or cut short
+/// (a generator expression's frame shows its enclosing line again; an excerpt that ends
+/// mid-line leaves a prefix): the first is where the call was made, and whole.
+fn repeats_call(kept: &str, line: &str) -> bool {
+    let line = line.trim();
+    line.len() >= MIN_REPEATED_CALL && kept.trim().starts_with(line)
 }
 
 const TRACEBACK_HEADER: &str = "Traceback (most recent call last):";
@@ -1404,6 +1421,23 @@ mod cut_traceback_tests {
     fn frames_that_end_the_file_name_their_innermost_call() {
         let d = diagnose_untimed(&format!("step 40 loss 1.25\n{FRAMES}"));
         assert_eq!((root_line(&d).as_str(), d.len()), (INNERMOST, 1));
+    }
+
+    #[test]
+    fn a_call_repeated_by_the_next_frame_is_named_where_first_printed() {
+        let line = "    env = \", \".join(f\"{k} = {os.environ[k]}\" for k in KEYS)";
+        let frames = format!(
+            "  File \"/opt/app/env.py\", line 31, in setup\n{line}\n  File \
+             \"/opt/app/env.py\", line 31, in <genexpr>\n"
+        );
+        // The excerpt ends inside the repeat, or holds all of it.
+        let cut = format!("{frames}{}", &line[..40]);
+        assert_eq!(root_line(&diagnose_untimed(&cut)), line);
+        let whole = format!("{frames}{line}\n");
+        assert_eq!(root_line(&diagnose_untimed(&whole)), line);
+        // A different call under the next frame is the innermost one.
+        let other = format!("{frames}    os.environ[k]\n");
+        assert_eq!(root_line(&diagnose_untimed(&other)), "    os.environ[k]");
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod setting_blame;
 mod silence;
 mod stack_dumps;
 mod step_teardown;
+mod summary_root;
 mod symptoms;
 mod transport_mismatch;
 mod unexplained_error;
@@ -103,6 +104,7 @@ pub type Rule = fn(&View, &Scope, &mut Board);
 /// Every rule, in the order they run.
 pub const RULES: &[(&str, Rule)] = &[
     ("cause_signature", cause_signature::apply),
+    ("summary_root", summary_root::apply),
     ("error_chain", error_chain::apply),
     ("crash_teardown", crash_teardown::apply),
     ("crash_after_error", crash_after_error::apply),
