@@ -6,6 +6,7 @@ mod console_rows;
 mod files;
 mod lines;
 mod local_routes;
+mod numbered_lines;
 mod ras_lines;
 
 pub use files::{FileInput, FilesReport};

@@ -379,6 +379,7 @@ impl Worker<'_> {
                 // Stamps with no year (glog's `E0421`) take the year of the file's dated lines.
                 st.year = crate::timefmt::year_stated_in(&chunk);
                 st.console_width = super::console_rows::console_width(&chunk);
+                st.numbered = super::numbered_lines::numbered(&chunk);
                 first_chunk = false;
             }
             let decode = Instant::now();

@@ -10,7 +10,7 @@ use crate::digits;
 use crate::fieldre::FieldSpan;
 use crate::memsize;
 use crate::prefix::{
-    docker_json, is_exception_line, peel, states_error, KnownLabels, Level, LineMeta,
+    docker_json, is_exception_line, peel_from, states_error, KnownLabels, Level, LineMeta,
 };
 use crate::scandb::Scanner;
 use std::ops::Range;
@@ -124,6 +124,8 @@ pub(crate) struct LineState {
     /// The width of the console the stream was copied from, when its lines are rows of one
     /// (`console_rows`): a full row goes on in the next.
     pub(crate) console_width: Option<usize>,
+    /// The stream's lines open with their line numbers (`numbered_lines`): peeled first.
+    pub(crate) numbered: bool,
 }
 
 impl LineState {
@@ -610,7 +612,15 @@ impl LineDecoder {
             return self.envelope_piece(st, &piece.text, complete, piece.ts_ms, t, out);
         }
         let year = st.year.unwrap_or(self.year);
-        let meta = peel(line, year);
+        let number = match st.numbered {
+            true => super::numbered_lines::line_number(line.as_bytes()).map_or(0, |(_, k)| k),
+            false => 0,
+        };
+        if is_blank(&line[number..]) {
+            out.counts.blank += 1;
+            return;
+        }
+        let meta = peel_from(line, number, year);
         let meta = match st.labels.peel_behind(line, &meta, year) {
             Some(again) => again,
             None => {

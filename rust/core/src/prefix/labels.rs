@@ -5,7 +5,7 @@
 //! stream is a label too, whatever follows it (a UCX backtrace banner, a C++ frame, a line no
 //! peeler knows): this remembers the labels a stream has shown and peels them there.
 
-use super::{is_host_byte, peel, LineMeta};
+use super::{is_host_byte, LineMeta};
 
 /// At most this many distinct labels are remembered per stream (pdsh merges many hosts into
 /// one stream; a stream whose "labels" keep changing is not labelled).
@@ -42,12 +42,9 @@ impl KnownLabels {
             .labels
             .iter()
             .find(|(l, _)| meta.msg_start < l.len() && line.starts_with(&**l))?;
-        let k = label.len();
-        let inner = peel(&line[k..], year);
+        let inner = super::peel_from(line, label.len(), year);
         Some(LineMeta {
-            msg_start: inner.msg_start + k,
-            msg_end: inner.msg_end + k,
-            host: Some(inner.host.map_or(*host, |(a, b)| (a + k, b + k))),
+            host: Some(inner.host.unwrap_or(*host)),
             ..inner
         })
     }
@@ -83,6 +80,7 @@ fn is_level_word(token: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prefix::peel;
 
     fn known(lines: &[&str]) -> KnownLabels {
         let mut k = KnownLabels::default();

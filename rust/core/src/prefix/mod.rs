@@ -154,6 +154,18 @@ fn is_host_byte(c: u8) -> bool {
 /// At most this many layers are peeled from one line.
 const MAX_LAYERS: usize = 16;
 
+/// `line` peeled from byte `k` on (a prefix the stream's shape says to skip: a remembered
+/// label, a paste's line number), with offsets into the whole line.
+pub fn peel_from(line: &str, k: usize, year: i32) -> LineMeta {
+    let inner = peel(&line[k..], year);
+    LineMeta {
+        msg_start: inner.msg_start + k,
+        msg_end: inner.msg_end + k,
+        host: inner.host.map(|(a, b)| (a + k, b + k)),
+        ..inner
+    }
+}
+
 /// Peels every layer it recognises from `line`. `year` fills in dates that print no year.
 /// A CRI envelope stops the peeling: the engine joins partial CRI lines and peels the result.
 pub fn peel(line: &str, year: i32) -> LineMeta {
