@@ -125,6 +125,8 @@ struct SignatureSpec {
     #[serde(default)]
     fails_when_last: bool,
     #[serde(default)]
+    fails_when_last_in_job: bool,
+    #[serde(default)]
     catch_all: bool,
     #[serde(default)]
     cleared_by: Vec<String>,
@@ -191,6 +193,9 @@ pub struct Signature {
     /// With `only_with_failure`: at the end of the input, a process whose last line is this
     /// one ended waiting (the job hung there and was stopped), which is a failure by itself.
     pub fails_when_last: bool,
+    /// As `fails_when_last`, but only when the line is the job's last (no process printed
+    /// after it): a wait one process prints while the others run silently.
+    pub fails_when_last_in_job: bool,
     /// A wide net (any Xid, any RuntimeError): its hit on a line drops when a signature that
     /// is not a catch-all matched the same line, so a specific entry (a fault, or context that
     /// says the line is bookkeeping) never has to be carved out of the wide one's pattern.
@@ -313,7 +318,12 @@ fn needed_by_correlator(name: &str) -> bool {
 /// failure of that kind the setting's fault (an injected search graph, a NIC outside PCI, a
 /// DataLoader configuration its framework warns about). The one list a new setting joins: the
 /// engine ingests, keeps and hands these to the correlator from here.
-pub const SETTING_FIELDS: &[&str] = &["graph_file", "non_pci_nic", "pin_memory_reload"];
+pub const SETTING_FIELDS: &[&str] = &[
+    "graph_file",
+    "non_pci_nic",
+    "pin_memory_reload",
+    "link_local_gid",
+];
 
 /// Error from loading a catalog: which file, which signature and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -746,8 +756,13 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         (true, false) => HostScope::AcrossHosts,
         (false, true) => HostScope::TwoHostsNamed,
     };
-    if s.fails_when_last && !s.only_with_failure {
+    if (s.fails_when_last || s.fails_when_last_in_job) && !s.only_with_failure {
         return Err(e("fails_when_last needs only_with_failure".into()));
+    }
+    if s.fails_when_last && s.fails_when_last_in_job {
+        return Err(e(
+            "fails_when_last and fails_when_last_in_job exclude each other".into(),
+        ));
     }
     if s.catch_all && s.role == Role::Context {
         return Err(e("catch_all is only for causes and symptoms".into()));
@@ -817,6 +832,7 @@ fn validate(file: &str, s: SignatureSpec) -> Result<Signature, CatalogError> {
         only_with_failure: s.only_with_failure,
         host_scope,
         fails_when_last: s.fails_when_last,
+        fails_when_last_in_job: s.fails_when_last_in_job,
         catch_all: s.catch_all,
         cleared_by: s.cleared_by,
         cleared_by_idx: Vec::new(),

@@ -620,7 +620,8 @@ fn stuck_stack_lines(view: &View) -> Vec<(board::LineRef, &'static str)> {
 /// error-return trace does not make one when its process went on with init after it (NCCL
 /// probes optional transports, GDR support for one, and goes on without them). At the end of
 /// the input (`Job::input_ended`, which an incident can be final without: its horizon
-/// passed), a process that ended on a wait marked `fails_when_last` hung there.
+/// passed), a process that ended on a wait marked `fails_when_last` (or a job that ended on
+/// one marked `fails_when_last_in_job`) hung there.
 fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
     let one_host = std::cell::OnceCell::new();
     job.failure_seen
@@ -632,12 +633,8 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
                 HostScope::AcrossHosts => *one_host.get_or_init(|| on_one_host(job)),
                 HostScope::TwoHostsNamed => job.hosts.len() < 2,
             };
-            let ended_waiting = job.input_ended
-                && spec.is_some_and(|s| s.fails_when_last)
-                && job
-                    .last_waits
-                    .get(&h.source)
-                    .is_some_and(|&seq| job.sources[h.source as usize].ring.newest_is(seq));
+            let ended_waiting =
+                job.input_ended && spec.is_some_and(|s| ends_waiting(job, s, h.source));
             // Not a failure: a warning (unless its process ended on it), a between-hosts cause
             // in a one-host job, one that needs two hosts in a job whose lines name fewer, or
             // one its process recovered from.
@@ -646,6 +643,16 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
                 || probe_survived(job, cat, h)
                 || recovered(job, cat, h))
         })
+}
+
+/// Whether process `src` ended on its last wait of a signature that fails when last: the
+/// process printed nothing after it (`fails_when_last`), or nobody did (`_in_job`).
+fn ends_waiting(job: &Job, spec: &crate::catalog::Signature, src: u32) -> bool {
+    let Some(&seq) = job.last_waits.get(&src) else {
+        return false;
+    };
+    (spec.fails_when_last && job.sources[src as usize].ring.newest_is(seq))
+        || (spec.fails_when_last_in_job && job.seq == seq)
 }
 
 /// A cause its own process shows to be harmless: it printed one of the signatures the cause

@@ -360,7 +360,7 @@ impl Engine {
             let is_cause = spec.role == Role::Cause;
             seen.opened |= is_hit;
             seen.benign |= !is_hit && spec.severity == Severity::Info;
-            if spec.fails_when_last {
+            if spec.fails_when_last || spec.fails_when_last_in_job {
                 job.last_waits.insert(ctx.src, ctx.placed.at.seq);
             }
             if spec.clears {
