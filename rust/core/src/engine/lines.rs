@@ -44,6 +44,10 @@ fn is_continuation(msg: &str, st: &LineState, last_error_text: bool) -> bool {
         Some(b'f') => msg.starts_with("frame #"),
         Some(b'E') => msg.starts_with("Exception raised from "),
         Some(b'L') => msg.starts_with("Last error:"),
+        // torch's NCCL error message goes on with the error class NCCL returned
+        // (`ncclSystemError: System call …`) on a line of its own, which a launcher's
+        // `[rankN]:` prefix does not reach.
+        Some(b'n') => is_nccl_error_class(msg),
         Some(b'D') => msg.starts_with("During handling of the above exception"),
         Some(b'T') => msg.starts_with("The above exception was the direct cause"),
         // UCX's backtrace banner under its `Caught signal` line: the same process's
@@ -51,6 +55,16 @@ fn is_continuation(msg: &str, st: &LineState, last_error_text: bool) -> bool {
         _ => false,
     };
     opener || (st.in_traceback && is_exception_line(msg))
+}
+
+/// `ncclSystemError: …`, `ncclInternalError: …` (an `ncclResult_t` name and its text).
+fn is_nccl_error_class(msg: &str) -> bool {
+    msg.strip_prefix("nccl")
+        .and_then(|rest| rest.split_once(": "))
+        .is_some_and(|(kind, _)| {
+            kind.bytes().all(|b| b.is_ascii_alphanumeric())
+                && (kind.ends_with("Error") || kind == "InvalidUsage" || kind == "InvalidArgument")
+        })
 }
 
 /// A Python traceback's frame line: `  File "/path/x.py", line 12, in fn` (pasted excerpts
@@ -637,6 +651,10 @@ impl LineDecoder {
             // A prefix with nothing behind it (`[default6]:` before an NCCL WARN's blank line).
             out.counts.blank += 1;
             return;
+        }
+        // NCCL had no last error to give: c10's backtrace of the exception follows at once.
+        if msg.starts_with("Exception raised from ") {
+            st.last_error_of = None;
         }
         let last_error_text = st
             .last_error_of

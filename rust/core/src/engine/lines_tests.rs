@@ -318,3 +318,25 @@ fn a_full_console_row_gets_what_it_matches_only_with_the_row_after_it() {
     let whole = format!("{line}\n{line}\n");
     assert_eq!(hits_per_row(&whole, Some(line.len())), vec![1, 1]);
 }
+
+#[test]
+fn the_nccl_error_class_under_torchs_error_line_goes_on_with_it() {
+    let text = "[rank3]:[E121 09:55:38.624 ProcessGroupNCCL.cpp:542] [Rank 3] Collective \
+        WorkNCCL(SeqNum=9, OpType=ALLTOALL) raised the following async exception: NCCL error: \
+        unhandled system error, NCCL version 2.21.5\n\
+        ncclSystemError: System call (e.g. socket, malloc) or external library call failed.\n\
+        nccl team notes: none\n";
+    let batch = decode_alone(text);
+    let flags: Vec<bool> = batch.lines.iter().map(|d| d.continuation).collect();
+    assert_eq!(flags, [false, true, false]);
+}
+
+#[test]
+fn an_empty_last_error_leaves_the_backtrace_after_it_as_it_is() {
+    let text = "ncclSystemError: System call failed.\nLast error:\n\n\
+        Exception raised from checkForNCCLErrorsInternal at ../c10d/ProcessGroupNCCL.cpp:2027 \
+        (most recent call first):\nframe #0: c10::Error::Error() + 0x96\n";
+    let batch = decode_alone(text);
+    let flags: Vec<bool> = batch.lines.iter().map(|d| d.last_error_text).collect();
+    assert_eq!(flags, [false, false, false, false]);
+}
