@@ -626,9 +626,10 @@ impl LineDecoder {
             return self.envelope_piece(st, &piece.text, complete, piece.ts_ms, t, out);
         }
         let year = st.year.unwrap_or(self.year);
-        let number = match st.numbered {
-            true => super::numbered_lines::line_number(line.as_bytes()).map_or(0, |(_, k)| k),
-            false => 0,
+        let number = if st.numbered {
+            super::numbered_lines::line_number(line.as_bytes()).map_or(0, |(_, k)| k)
+        } else {
+            0
         };
         if is_blank(&line[number..]) {
             out.counts.blank += 1;

@@ -12,10 +12,18 @@ use crate::correlate::view::View;
 /// The header is followed by the entry's `[N]:`, time, host, rank and then its exit code.
 const ENTRY_ROWS: u64 = 8;
 const ENTRY_SIGNATURE: &str = "elastic_failure_entry_died";
+/// The summary's lines other than its entries (the header among them).
+const SUMMARY_SIGNATURE: &str = "elastic_child_failed";
 const HEADER: &str = "Root Cause (first observed failure):";
 
 fn is_entry(v: &View, i: usize) -> bool {
     v.sig(v.hit(i)).is_some_and(|s| s.id == ENTRY_SIGNATURE)
+}
+
+/// Only the summary's own hits are read again (a storm's incident holds many thousands).
+fn is_header(v: &View, i: usize) -> bool {
+    v.sig(v.hit(i)).is_some_and(|s| s.id == SUMMARY_SIGNATURE)
+        && super::error_chain::message(v, i).trim_start() == HEADER
 }
 
 /// The entry under the summary header at hit `header`, in the same file.
@@ -32,7 +40,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         .hits
         .iter()
         .copied()
-        .filter(|&i| super::error_chain::message(v, i).trim_start() == HEADER)
+        .filter(|&i| is_header(v, i))
         .filter_map(|i| entry_under(v, scope, i))
         .collect();
     for root in roots {
