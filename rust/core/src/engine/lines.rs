@@ -31,6 +31,9 @@ pub(super) fn cut_at_char(raw: &[u8], max: usize) -> &[u8] {
     &raw[..cut]
 }
 
+/// How c10 opens the backtrace under an exception's message.
+const C10_BACKTRACE: &str = "Exception raised from ";
+
 fn is_continuation(msg: &str, st: &LineState, last_error_text: bool) -> bool {
     let b = msg.as_bytes();
     if b.first().is_some_and(|c| *c == b' ' || *c == b'\t') {
@@ -42,7 +45,7 @@ fn is_continuation(msg: &str, st: &LineState, last_error_text: bool) -> bool {
     // One first byte decides which opener could follow (most messages: none).
     let opener = match b.first() {
         Some(b'f') => msg.starts_with("frame #"),
-        Some(b'E') => msg.starts_with("Exception raised from "),
+        Some(b'E') => msg.starts_with(C10_BACKTRACE),
         Some(b'L') => msg.starts_with("Last error:"),
         // torch's NCCL error message goes on with the error class NCCL returned
         // (`ncclSystemError: System call …`) on a line of its own, which a launcher's
@@ -631,10 +634,6 @@ impl LineDecoder {
         } else {
             0
         };
-        if is_blank(&line[number..]) {
-            out.counts.blank += 1;
-            return;
-        }
         let meta = peel_from(line, number, year);
         let meta = match st.labels.peel_behind(line, &meta, year) {
             Some(again) => again,
@@ -649,12 +648,13 @@ impl LineDecoder {
         }
         let msg = meta.message(line);
         if is_blank(msg) {
-            // A prefix with nothing behind it (`[default6]:` before an NCCL WARN's blank line).
+            // A prefix with nothing behind it (`[default6]:` before an NCCL WARN's blank line, a
+            // paste's number on an empty line).
             out.counts.blank += 1;
             return;
         }
         // NCCL had no last error to give: c10's backtrace of the exception follows at once.
-        if msg.starts_with("Exception raised from ") {
+        if msg.starts_with(C10_BACKTRACE) {
             st.last_error_of = None;
         }
         let last_error_text = st

@@ -45,7 +45,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         .collect();
     for root in roots {
         let who = v.subject(v.hit(root));
-        let Some(c) = board.cands.values_mut().find(|c| c.who == who) else {
+        let Some(c) = board.cands.get_mut(&who) else {
             continue;
         };
         if c.cause.is_some_and(|b| b != root && is_entry(v, b)) {
