@@ -262,38 +262,51 @@ impl Compared {
 /// Every (group, sequence number) where ranks disagree, in group and sequence order.
 pub fn splits(entries: &[Entry]) -> Vec<Split<'_>> {
     let mut buckets: BTreeMap<(&str, u64), Vec<&Entry>> = BTreeMap::new();
-    for e in entries {
-        if P2P_OPS.contains(&e.fp.op.as_str()) {
-            continue;
-        }
+    for e in entries.iter().filter(|e| !is_p2p(e)) {
         buckets.entry((&e.group, e.seq)).or_default().push(e);
     }
-    let mut out = Vec::new();
-    for ((group, seq), all) in buckets {
-        let ranks: BTreeSet<Who> = all.iter().map(|e| e.who).collect();
-        if ranks.len() < 2 {
-            continue;
-        }
-        let compared = Compared::of(&all);
-        let mut classes: BTreeMap<Fingerprint, Vec<&Entry>> = BTreeMap::new();
-        for e in &all {
-            classes.entry(compared.of_one(&e.fp)).or_default().push(*e);
-        }
-        if classes.len() < 2 {
-            continue;
-        }
-        let mut classes: Vec<(Fingerprint, Vec<&Entry>)> = classes.into_iter().collect();
-        classes.sort_by_key(|(_, es)| {
-            let lowest = es.iter().map(|e| e.who).min();
-            (std::cmp::Reverse(es.len()), lowest)
-        });
-        out.push(Split {
-            group,
-            seq,
-            classes,
-        });
+    buckets
+        .into_iter()
+        .filter_map(|((group, seq), all)| split_of(group, seq, all))
+        .collect()
+}
+
+/// Whether the ranks disagree at one sequence number of one group.
+pub fn split_at<'a>(entries: &'a [Entry], group: &'a str, seq: u64) -> Option<Split<'a>> {
+    let all = entries
+        .iter()
+        .filter(|e| e.group == group && e.seq == seq && !is_p2p(e))
+        .collect();
+    split_of(group, seq, all)
+}
+
+fn is_p2p(e: &Entry) -> bool {
+    P2P_OPS.contains(&e.fp.op.as_str())
+}
+
+fn split_of<'a>(group: &'a str, seq: u64, all: Vec<&'a Entry>) -> Option<Split<'a>> {
+    let ranks: BTreeSet<Who> = all.iter().map(|e| e.who).collect();
+    if ranks.len() < 2 {
+        return None;
     }
-    out
+    let compared = Compared::of(&all);
+    let mut classes: BTreeMap<Fingerprint, Vec<&Entry>> = BTreeMap::new();
+    for e in &all {
+        classes.entry(compared.of_one(&e.fp)).or_default().push(*e);
+    }
+    if classes.len() < 2 {
+        return None;
+    }
+    let mut classes: Vec<(Fingerprint, Vec<&Entry>)> = classes.into_iter().collect();
+    classes.sort_by_key(|(_, es)| {
+        let lowest = es.iter().map(|e| e.who).min();
+        (std::cmp::Reverse(es.len()), lowest)
+    });
+    Some(Split {
+        group,
+        seq,
+        classes,
+    })
 }
 
 /// `BROADCAST NumelIn=25503912 NumelOut=25503912` (a trace's count reads `count 440`).

@@ -9,7 +9,10 @@
 //!   more ranks in view): it ran past one the others are still in, so their sequences of
 //!   collectives diverged (+20, the finding `collective_mismatch` with both sides' sequence
 //!   numbers; the mirror of "behind"). Case: a hard-wrapped console where two ranks time out
-//!   in BROADCAST #532339 and one in _ALLGATHER_BASE #532341.
+//!   in BROADCAST #532339 and one in _ALLGATHER_BASE #532341. Not where the ranks waiting in
+//!   that collective disagree about it: the divergence is there, and the rank past it is one
+//!   the broken collective let through (a broadcast's root: ms-swift#10183, rank 0 at #7221
+//!   while ranks 2 and 3 wait in #7219 BROADCAST with 24084544 and 64 elements).
 //! - **Kept running**: it stated nothing about that collective, printed no failure, and went
 //!   on logging a minute or more after the others entered it (a validation loop, a progress
 //!   bar, a checkpoint save on one rank while the rest sit in a broadcast). +30: more than
@@ -22,7 +25,7 @@
 //! collective, the waiting ranks and the rank's last collective.
 
 use crate::correlate::board::{Board, LineRef};
-use crate::correlate::collectives::{describe, who_list, Entry};
+use crate::correlate::collectives::{self, describe, who_list, Entry};
 use crate::correlate::rules::Scope;
 use crate::correlate::view::{View, Who};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -151,6 +154,9 @@ fn ahead(v: &View, entries: &[Entry], board: &mut Board, w: &Waited, front: &BTr
         return;
     };
     if front.len() < 3 || w.ranks.len() * 2 <= front.len() {
+        return;
+    }
+    if collectives::split_at(entries, w.group, w.seq).is_some() {
         return;
     }
     let waiting_at = |who: Who, seq: u64| {
@@ -394,5 +400,25 @@ mod tests {
             d[0].json["facts"]["odd_values"],
             "#702 _ALLGATHER_BASE NumelIn=513 NumelOut=513"
         );
+    }
+
+    #[test]
+    fn a_rank_past_a_collective_the_waiting_ranks_disagree_on_is_not_odd() {
+        let line = |rank: u32, seq: u32, op: &str, n: u32| {
+            format!(
+                "[rank{rank}]:[E513 13:25:57.714781669 ProcessGroupNCCL.cpp:616] [Rank {rank}] \
+                 Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, \
+                 NumelIn={n}, NumelOut={n}, Timeout(ms)=1800000) ran for 1800042 milliseconds \
+                 before timing out.\n"
+            )
+        };
+        let log = line(2, 700, "BROADCAST", 513)
+            + &line(1, 700, "BROADCAST", 9000)
+            + &line(0, 702, "_ALLGATHER_BASE", 513);
+        let d = diagnose(&log);
+        assert!(!root_line(&d).starts_with("[rank0]:"), "{}", root_line(&d));
+        assert!(d[0].json["facts"]["odd_values"]
+            .as_str()
+            .is_none_or(|v| !v.starts_with("#702")));
     }
 }

@@ -6,6 +6,10 @@
 //! (behind: vllm#23448, MOTIP#52; ahead, in a scalar reduction: LlamaFactory#2902, which
 //! `scalar_side` weighs above this). A rank seen only in its re-raised timeout (`what():  [Rank
 //! 1] Watchdog caught ... SeqNum=1` beside rank 0's SeqNum=3: OmniIsaacGymEnvs#50) counts.
+//! Where none is behind that collective, a rank alone in having issued the fewest collectives
+//! (three or more ranks in view, its last enqueued below every other rank's) gets the same +8:
+//! the others' hosts went on past the collective, its host did not (ms-swift#10183: rank 2
+//! enqueued #7219, rank 3 #7220, rank 0 waits in #7221).
 
 use crate::catalog::Sync;
 use crate::correlate::board::Board;
@@ -68,8 +72,10 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     // an extra collective, so being behind is only a hint.
     let tied = counts.iter().any(|(&s, &c)| s != majority && c == n_major);
     let weight = if tied { TIED_WEIGHT } else { 20 };
+    let mut any_behind = false;
     for (&r, &(s, enq, i)) in &seq_of {
         if is_behind(s, enq, majority) {
+            any_behind = true;
             let who = Who::Rank(r);
             let host = v.who_host(who);
             let c = board.cand(who, host);
@@ -80,6 +86,9 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             );
             board.add(who, host, "seq_lag", weight, why);
         }
+    }
+    if !any_behind {
+        fewest_issued(v, &seq_of, board);
     }
     // Only a world size the logs state (communicator init, PG options) says who is missing;
     // one past the highest rank seen is a guess when the logs show only some ranks.
@@ -102,9 +111,68 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
     }
 }
 
+/// How far a rank's host got: the later of the collective it waits in and its last enqueued.
+fn frontier(seq: u64, enq: Option<u64>) -> u64 {
+    enq.map_or(seq, |e| e.max(seq))
+}
+
+/// The one rank whose host issued fewer collectives than every other rank's, if any.
+fn alone_lowest(seq_of: &BTreeMap<u32, (u64, Option<u64>, usize)>) -> Option<(u32, u64, u64)> {
+    if seq_of.len() < 3 {
+        return None;
+    }
+    let mut fronts: Vec<(u64, u32)> = seq_of
+        .iter()
+        .map(|(&r, &(s, enq, _))| (frontier(s, enq), r))
+        .collect();
+    fronts.sort_unstable();
+    let ((low, r), (next, _)) = (fronts[0], fronts[1]);
+    (low < next && next - low <= MAX_LAG_IN_ONE_GROUP).then_some((r, low, next))
+}
+
+fn fewest_issued(v: &View, seq_of: &BTreeMap<u32, (u64, Option<u64>, usize)>, board: &mut Board) {
+    let Some((r, low, next)) = alone_lowest(seq_of) else {
+        return;
+    };
+    let who = Who::Rank(r);
+    let host = v.who_host(who);
+    let c = board.cand(who, host);
+    c.pointer = Some(c.pointer.unwrap_or(seq_of[&r].2));
+    let why = format!(
+        "issued the fewest collectives: its last is #{low} while every other rank issued #{next} or later"
+    );
+    board.add(who, host, "seq_lag", TIED_WEIGHT, why);
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_behind;
+    use super::{alone_lowest, is_behind};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn the_rank_alone_in_issuing_fewest() {
+        let of = |v: &[(u32, u64, Option<u64>)]| {
+            v.iter()
+                .map(|&(r, s, e)| (r, (s, e, 0)))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let swift = of(&[
+            (0, 7221, None),
+            (2, 7219, Some(7219)),
+            (3, 7219, Some(7220)),
+        ]);
+        assert_eq!(alone_lowest(&swift), Some((2, 7219, 7220)));
+        let two_low = of(&[(0, 9, None), (1, 7, None), (2, 7, None)]);
+        assert_eq!(alone_lowest(&two_low), None, "two ranks share the lowest");
+        let pair = of(&[(0, 9, None), (1, 7, None)]);
+        assert_eq!(alone_lowest(&pair), None, "two ranks do not say which lags");
+        let groups = of(&[(0, 7702, None), (1, 5120, None), (2, 7702, None)]);
+        assert_eq!(
+            alone_lowest(&groups),
+            None,
+            "thousands apart: another group"
+        );
+    }
 
     #[test]
     fn behind_only_within_reach_of_one_group() {
