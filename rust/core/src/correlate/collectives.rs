@@ -10,7 +10,7 @@ use super::util::rank_ranges;
 use super::view::{View, Who};
 use crate::job::{CallKind, CollCall};
 use crate::report::{CollectiveRow, CollectiveTable};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 pub const COLL_TRACE_SIGNATURE: &str = "nccl_coll_trace";
 pub const WRAPPER_SIGNATURE: &str = "pt_wrapper_fingerprint";
@@ -72,22 +72,26 @@ fn nccl_dtype(n: u32) -> String {
 /// Every statement about collectives in the incident's hits and the job's traced calls.
 pub fn table(v: &View, hits: &[usize]) -> Vec<Entry> {
     let mut out: Vec<Entry> = Vec::new();
-    let mut seen: BTreeSet<(Who, String, u64)> = BTreeSet::new();
-    let mut ordered: Vec<usize> = hits.to_vec();
-    ordered.sort_by_key(|&i| v.order_key(i));
-    for i in ordered {
+    let mut seen: HashSet<(Who, &str, u64)> = HashSet::new();
+    // Only hits that state a collective, their order key computed once each: a storm's
+    // incident holds hundreds of thousands of hits, and a sort calls its key per comparison.
+    let mut ordered: Vec<(usize, u64, &str)> = hits
+        .iter()
+        .filter_map(|&i| {
+            let h = v.hit(i);
+            let seq = h.field("seq").and_then(|x| x.parse::<u64>().ok())?;
+            Some((i, seq, h.field("op_type")?))
+        })
+        .collect();
+    ordered.sort_by_cached_key(|&(i, _, _)| v.order_key(i));
+    for (i, seq, op) in ordered {
         let h = v.hit(i);
-        let (Some(seq), Some(op)) = (
-            h.field("seq").and_then(|x| x.parse::<u64>().ok()),
-            h.field("op_type"),
-        ) else {
-            continue;
-        };
         let who = v.printer(h);
-        let group = format!("PG {}", h.field("pg").unwrap_or("?"));
-        if !seen.insert((who, group.clone(), seq)) {
+        let pg = h.field("pg").unwrap_or("?");
+        if !seen.insert((who, pg, seq)) {
             continue;
         }
+        let group = format!("PG {pg}");
         let num = |k: &str| h.field(k).and_then(|x| x.parse::<i64>().ok());
         let ts = v.hit_time(h);
         let waited = num("ran_ms").or(num("timeout_ms"));

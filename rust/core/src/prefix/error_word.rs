@@ -9,10 +9,13 @@
 //! failed. Lowercase `error` mid-sentence counts only in the `prog: error: ` shape; prose
 //! (`no error`, `error rate`) does not.
 
-use memchr::memmem;
+use memchr::memmem::{self, Finder};
+use std::sync::LazyLock;
 
-/// Uppercase markers that state an error as a word of their own.
-const MARKERS: [&[u8]; 3] = [b"ERROR", b"FATAL", b"CRITICAL"];
+/// Uppercase markers that state an error as a word of their own, as searchers built once:
+/// this runs on every unlevelled line, and building a searcher costs more than most searches.
+static MARKERS: LazyLock<[Finder<'static>; 3]> =
+    LazyLock::new(|| [&b"ERROR"[..], b"FATAL", b"CRITICAL"].map(Finder::new));
 
 /// Whether an unlevelled message states an error in its own words.
 pub fn states_error(msg: &str) -> bool {
@@ -33,8 +36,9 @@ fn reports_unhandled_exception(b: &[u8]) -> bool {
 }
 
 /// `word` as a token of its own, or as the end of an uppercase `LIB_ERROR` token.
-fn has_marker_word(b: &[u8], word: &[u8]) -> bool {
-    memmem::find_iter(b, word).any(|at| {
+fn has_marker_word(b: &[u8], marker: &Finder<'_>) -> bool {
+    let word = marker.needle();
+    marker.find_iter(b).any(|at| {
         let end = at + word.len();
         let start = token_start(b, at);
         let right_ok = b.get(end).is_none_or(|&c| !is_word_byte(c));
