@@ -100,7 +100,11 @@ fn gdb_frame(line: &str) -> Option<String> {
         Some((addr, call)) if addr.starts_with("0x") => call,
         _ => rest,
     };
-    let (func, tail) = rest.split_once(" (")?;
+    let (func, tail) = match rest.split_once(" (") {
+        Some(parts) => parts,
+        // gfortran's runtime: `#3  0x41A4F9 in mgpu_eri_greedy_distribute()`
+        None => (rest.strip_suffix("()")?, ""),
+    };
     let func = func.trim();
     if func.is_empty() || func == "??" || machinery(func) {
         return None;
@@ -176,12 +180,34 @@ pub fn crash_frame(lines: &[String]) -> Option<String> {
     if first_py.is_some() {
         return first_py;
     }
-    lines.iter().find_map(|l| {
-        if l.trim_start().starts_with('#') {
-            return gdb_frame(l);
-        }
-        library_frame(l).or_else(|| symbol_frame(l))
+    native_frame_at(lines).map(|(_, frame)| frame)
+}
+
+/// The first native frame past the crash machinery among `lines`: its index and its name.
+pub fn native_frame_at(lines: &[String]) -> Option<(usize, String)> {
+    lines.iter().enumerate().find_map(|(i, l)| {
+        let frame = if l.trim_start().starts_with('#') {
+            gdb_frame(l)
+        } else {
+            library_frame(l).or_else(|| symbol_frame(l))
+        };
+        frame.map(|f| (i, f))
     })
+}
+
+/// Whether a crash report states a segmentation fault (or Windows' access violation): its
+/// banner says only that memory was touched wrongly; where is in the stack below it.
+pub fn states_segfault(text: &str) -> bool {
+    const SAYS: &[&str] = &[
+        "SIGSEGV",
+        "Segmentation fault",
+        "signal 11 ",
+        "signal (11",
+        "signal 11 (",
+        "0xc0000005",
+        "ccess violation",
+    ];
+    SAYS.iter().any(|w| text.contains(w))
 }
 
 #[cfg(test)]
@@ -243,6 +269,47 @@ mod tests {
             Some("ncclProxyProgress in libnccl.so.2")
         );
         assert_eq!(frame("#0  0x0000000000000000 in ?? ()\n"), None);
+    }
+
+    #[test]
+    fn gfortran_frames_named_or_bare() {
+        let text = "#0  0x2B56D1DDB697\n#1  0x2B56D1DDBCDE\n\
+            #3  0x41A4F9 in mgpu_eri_greedy_distribute()\n";
+        assert_eq!(frame(text).as_deref(), Some("mgpu_eri_greedy_distribute"));
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        assert_eq!(super::native_frame_at(&lines).map(|(i, _)| i), Some(2));
+    }
+
+    #[test]
+    fn segfault_banners_and_others() {
+        use super::states_segfault;
+        assert!(states_segfault(
+            "Program received signal SIGSEGV: Segmentation fault - invalid memory reference."
+        ));
+        assert!(states_segfault("[h:1:0:1] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)"));
+        assert!(states_segfault(
+            "CNTK: Caught Win32 exception 0xc0000005: Access violation."
+        ));
+        assert!(!states_segfault(
+            "[h:1:0:1] Caught signal 7 (Bus error: nonexistent physical address)"
+        ));
+    }
+
+    #[test]
+    fn a_segfaults_root_line_is_its_first_frame_a_bus_errors_its_banner() {
+        use crate::correlate::testkit::{diagnose, root_line};
+        let stack = "[n1:7:0:7] [ 0] /lib64/libpthread.so.0(+0xf630)[0x7f1]\n\
+            [n1:7:0:7] [ 1] /opt/hpc/lib/libsolver.so(+0x2558)[0x7f2]\n";
+        let segv = "[n1:7:0:7] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)";
+        let d = diagnose(&format!("{segv}\n{stack}"));
+        assert_eq!(
+            root_line(&d),
+            "[n1:7:0:7] [ 1] /opt/hpc/lib/libsolver.so(+0x2558)[0x7f2]"
+        );
+        assert_eq!(d[0].json["root_cause"]["record"][0], segv);
+        let bus = "[n1:7:0:7] Caught signal 7 (Bus error: nonexistent physical address)";
+        let d = diagnose(&format!("{bus}\n{stack}"));
+        assert_eq!(root_line(&d), bus);
     }
 
     #[test]

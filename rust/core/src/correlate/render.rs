@@ -15,6 +15,9 @@ use crate::report::{self as out, Status};
 use crate::ring::RingLine;
 use std::collections::{BTreeMap, BTreeSet};
 
+/// How far below a crash report its stack may run: the lines read for its first frame.
+const CRASH_STACK_LINES: usize = 60;
+
 /// The root-cause line as rendered: its part of the diagnosis, its signature, (seq, source,
 /// time), the text.
 pub struct RootLine<'a> {
@@ -271,12 +274,13 @@ impl<'a> View<'a> {
                         host: by,
                     });
                 }
-                RootLine {
+                let root = RootLine {
                     json: v,
                     sig: self.sig(h),
                     at: Some((h.seq, h.source, h.ts_ms)),
                     text: h.text.clone(),
-                }
+                };
+                self.at_crash_frame(root, h)
             }
             Some(l @ (LineRef::Context(..) | LineRef::Identity(_))) => {
                 let (obs, fields) = self
@@ -411,6 +415,45 @@ impl<'a> View<'a> {
 
     fn frame(&self, src: u32, i: usize) -> Option<&'a crate::job::StackFrame> {
         self.job.sources[src as usize].stack.as_ref()?.frames.get(i)
+    }
+
+    /// A segmentation fault's root line is the first frame of its stack past the crash
+    /// machinery: the banner says only that memory was touched wrongly, the frame names the
+    /// code that did it (the line the held-out labels take: Oceananigans.jl#3878's
+    /// `MPIDI_CH3_iSendv at …/libmpi.so`, QUICK#134's gfortran frame, Open MPI's `[ 2]
+    /// …/mca_btl_vader.so(+0x2558)`). A bus error's or an abort's banner stays: it says what
+    /// (a mapped file cut short, a failed check). The signature, the time and the lines before
+    /// stay the banner's.
+    fn at_crash_frame(&self, mut root: RootLine<'a>, banner: &Hit) -> RootLine<'a> {
+        let is_report = root.sig.is_some_and(super::rules::is_crash_report);
+        if !is_report || !super::crash::states_segfault(&banner.text) {
+            return root;
+        }
+        let after: Vec<RingLine> = self.job.sources[banner.source as usize]
+            .ring
+            .lines()
+            .into_iter()
+            .filter(|l| l.seq > banner.seq)
+            .take(CRASH_STACK_LINES)
+            .collect();
+        let messages: Vec<String> = after
+            .iter()
+            .map(|l| {
+                let m = crate::prefix::peel(&l.text, self.cfg.default_year);
+                m.message(&l.text).to_string()
+            })
+            .collect();
+        let Some((i, _)) = super::crash::native_frame_at(&messages) else {
+            return root;
+        };
+        let frame = &after[i];
+        root.json.line = Some(frame.text.clone());
+        root.json.origin = Some(self.job.sources[banner.source as usize].origin.to_string());
+        root.json.record = std::iter::once(banner.text.clone())
+            .chain(after[..=i].iter().map(|l| l.text.clone()))
+            .collect();
+        root.text = frame.text.clone();
+        root
     }
 
     fn ring_line(&self, src: u32, seq: u64) -> Option<RingLine> {
@@ -949,7 +992,7 @@ fn extra_facts(
                 .lines()
                 .into_iter()
                 .filter(|l| l.seq > seq)
-                .take(60)
+                .take(CRASH_STACK_LINES)
                 .map(|l| l.text)
                 .collect();
             let meta = |t: &str| {

@@ -28,7 +28,7 @@ const SIGNAL_FIELDS: &[&str] = &[
     "(?P<signum>",
 ];
 
-pub(super) fn is_crash_report(sig: &Signature) -> bool {
+pub(crate) fn is_crash_report(sig: &Signature) -> bool {
     sig.role == Role::Cause
         && sig
             .fields

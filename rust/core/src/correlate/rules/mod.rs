@@ -141,4 +141,5 @@ pub fn run_all(view: &View, scope: &Scope, board: &mut Board) {
     }
 }
 
+pub(crate) use crash_teardown::is_crash_report;
 pub use identity_outlier::blaming_causes;
