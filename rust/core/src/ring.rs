@@ -396,6 +396,11 @@ impl Ring {
         self.records_at(first, offset)
     }
 
+    /// Up to `n` lines that arrived after `seq` (oldest first).
+    pub fn after(&self, seq: u64, n: usize) -> Vec<RingLine> {
+        self.owned(self.records().skip_while(|(h, _)| h.seq <= seq).take(n))
+    }
+
     /// Whether the newest line is the one at `seq`.
     pub fn newest_is(&self, seq: u64) -> bool {
         self.newest().is_some_and(|(h, _)| h.seq == seq)
@@ -429,6 +434,18 @@ impl Ring {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_after_a_seq() {
+        let mut r = Ring::default();
+        for i in 0..20u64 {
+            r.push(i * 2, None, false, "x", 100, 10_000);
+        }
+        let seqs = |v: Vec<RingLine>| v.iter().map(|l| l.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(r.after(10, 3)), vec![12, 14, 16]);
+        assert_eq!(seqs(r.after(37, 3)), vec![38]);
+        assert!(r.after(38, 3).is_empty());
+    }
 
     #[test]
     fn caps_lines_and_bytes() {

@@ -203,7 +203,6 @@ pub fn states_segfault(text: &str) -> bool {
         "Segmentation fault",
         "signal 11 ",
         "signal (11",
-        "signal 11 (",
         "0xc0000005",
         "ccess violation",
     ];

@@ -429,20 +429,7 @@ impl<'a> View<'a> {
         if !is_report || !super::crash::states_segfault(&banner.text) {
             return root;
         }
-        let after: Vec<RingLine> = self.job.sources[banner.source as usize]
-            .ring
-            .lines()
-            .into_iter()
-            .filter(|l| l.seq > banner.seq)
-            .take(CRASH_STACK_LINES)
-            .collect();
-        let messages: Vec<String> = after
-            .iter()
-            .map(|l| {
-                let m = crate::prefix::peel(&l.text, self.cfg.default_year);
-                m.message(&l.text).to_string()
-            })
-            .collect();
+        let (after, messages) = self.stack_below(banner.source, banner.seq);
         let Some((i, _)) = super::crash::native_frame_at(&messages) else {
             return root;
         };
@@ -454,6 +441,21 @@ impl<'a> View<'a> {
             .collect();
         root.text = frame.text.clone();
         root
+    }
+
+    /// The lines a crash report at `seq` may be followed by (its stack), with their messages.
+    fn stack_below(&self, src: u32, seq: u64) -> (Vec<RingLine>, Vec<String>) {
+        let lines = self.job.sources[src as usize]
+            .ring
+            .after(seq, CRASH_STACK_LINES);
+        let messages = lines
+            .iter()
+            .map(|l| {
+                let m = crate::prefix::peel(&l.text, self.cfg.default_year);
+                m.message(&l.text).to_string()
+            })
+            .collect();
+        (lines, messages)
     }
 
     fn ring_line(&self, src: u32, seq: u64) -> Option<RingLine> {
@@ -987,19 +989,7 @@ fn extra_facts(
     };
     if let (Some(s), Some((seq, src, _))) = (cause_sig, root.at) {
         if uses(s, "crash_frame") {
-            let after: Vec<String> = v.job.sources[src as usize]
-                .ring
-                .lines()
-                .into_iter()
-                .filter(|l| l.seq > seq)
-                .take(CRASH_STACK_LINES)
-                .map(|l| l.text)
-                .collect();
-            let meta = |t: &str| {
-                let m = crate::prefix::peel(t, v.cfg.default_year);
-                m.message(t).to_string()
-            };
-            let after: Vec<String> = after.iter().map(|t| meta(t)).collect();
+            let (_, after) = v.stack_below(src, seq);
             if let Some(frame) = super::crash::crash_frame(&after) {
                 f.insert("crash_frame".into(), frame);
             }
