@@ -9,6 +9,7 @@ mod collectives;
 mod crash;
 mod facts;
 mod identity;
+mod net_split;
 mod render;
 mod rules;
 mod shared_host;
@@ -201,6 +202,9 @@ pub fn diagnose_ready(
     hold: bool,
 ) -> Vec<Diagnosis> {
     open_from_tables(job, cat, cfg);
+    if final_ && !shows_any_failure(job, cat) {
+        open_net_split(job, cat, cfg);
+    }
     let version = job.input_version();
     if now_wall_ms != i64::MAX {
         // Input fed before the first poll carries no wall time (the engine learns the clock
@@ -490,6 +494,32 @@ fn open_shared_gpu(job: &mut Job, cat: &Catalog, cfg: &Config, g: crate::job::Sh
     open_finding(job, cat, cfg, sig, line, fields);
 }
 
+const NET_SPLIT: &str = "network_differs_between_machines";
+
+/// Machines of the job on different NCCL networks (`net_split`): the finding, on the odd
+/// machine's line.
+fn open_net_split(job: &mut Job, cat: &Catalog, cfg: &Config) {
+    let (Some(sig), Some(split)) = (
+        cat.index_of(NET_SPLIT),
+        net_split::odd_machine(job, cfg.default_year),
+    ) else {
+        return;
+    };
+    let fields = vec![
+        ("odd_network".to_string(), split.odd_network),
+        ("job_network".to_string(), split.job_network),
+    ];
+    let line = TableLine {
+        src: split.src,
+        text: split.text,
+        origin: job.sources[split.src as usize].origin.clone(),
+        seq: split.seq,
+        line_no: split.line_no,
+        ts: split.ts_ms,
+    };
+    open_finding(job, cat, cfg, sig, line, fields);
+}
+
 /// A line one of the job's tables kept, and where it was printed.
 struct TableLine {
     src: u32,
@@ -643,6 +673,15 @@ fn shows_failure(job: &Job, cat: &Catalog, hits: &[usize]) -> bool {
                 || probe_survived(job, cat, h)
                 || recovered(job, cat, h))
         })
+}
+
+/// Whether any incident of the job shows a failure (`shows_failure`): a job whose incidents
+/// are all benign warnings is, so far, a job where nothing failed.
+fn shows_any_failure(job: &Job, cat: &Catalog) -> bool {
+    job.incidents.iter().any(|inc| {
+        let hits: Vec<usize> = inc.hits.iter().map(|&h| h as usize).collect();
+        shows_failure(job, cat, &hits)
+    })
 }
 
 /// Whether process `src` ended on its last wait of a signature that fails when last: the
