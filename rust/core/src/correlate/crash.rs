@@ -312,6 +312,18 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_exception_text_under_a_terminate_banner_is_the_root_line() {
+        use crate::correlate::testkit::{diagnose, root_line};
+        let banner = "terminate called after throwing an instance of 'std::runtime_error'";
+        let what = "  what():  In initFromLoop at /src/transport/uv/listener.cc:126 \
+            \"rv < 0: invalid argument\"";
+        let d = diagnose(&format!("{banner}\n{what}\nAborted (core dumped)\n"));
+        assert_eq!(root_line(&d), what);
+        assert_eq!(d[0].json["root_cause"]["record"][0], banner);
+        assert_eq!(d[0].json["cause_signature"]["id"], "pt_terminate_called");
+    }
+
+    #[test]
     fn no_stack_no_frame() {
         assert_eq!(
             frame("[rank1]: Watchdog caught collective operation timeout\n"),

@@ -17,6 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// How far below a crash report its stack may run: the lines read for its first frame.
 const CRASH_STACK_LINES: usize = 60;
+/// The C++ runtime's abort banners whose next line (`what():`) holds the exception's text.
+const TERMINATE_BANNERS: &[&str] = &["pt_terminate_called", "pt_terminate_other"];
 
 /// The root-cause line as rendered: its part of the diagnosis, its signature, (seq, source,
 /// time), the text.
@@ -280,7 +282,8 @@ impl<'a> View<'a> {
                     at: Some((h.seq, h.source, h.ts_ms)),
                     text: h.text.clone(),
                 };
-                self.at_crash_frame(root, h)
+                let root = self.at_crash_frame(root, h);
+                self.at_exception_text(root, h)
             }
             Some(l @ (LineRef::Context(..) | LineRef::Identity(_))) => {
                 let (obs, fields) = self
@@ -440,6 +443,38 @@ impl<'a> View<'a> {
             .chain(after[..=i].iter().map(|l| l.text.clone()))
             .collect();
         root.text = frame.text.clone();
+        root
+    }
+
+    /// libstdc++'s `terminate called after throwing an instance of 'T'` names only the type;
+    /// the `what():` line it prints next holds the exception's text, the line that says what
+    /// failed (tensorpipe#224's `In initFromLoop at …listener.cc:126 "rv < 0: invalid
+    /// argument"`). Where that text is a line no signature knows (a known one is a hit of its
+    /// own and outranks the banner), it becomes the root line; the banner opens its record,
+    /// and the signature and time stay the banner's.
+    fn at_exception_text(&self, mut root: RootLine<'a>, banner: &Hit) -> RootLine<'a> {
+        if !root
+            .sig
+            .is_some_and(|s| TERMINATE_BANNERS.contains(&s.id.as_str()))
+        {
+            return root;
+        }
+        let Some(what) = self.job.sources[banner.source as usize]
+            .ring
+            .after(banner.seq, 1)
+            .into_iter()
+            .next()
+        else {
+            return root;
+        };
+        let meta = crate::prefix::peel(&what.text, self.cfg.default_year);
+        if !meta.message(&what.text).trim_start().starts_with("what():") {
+            return root;
+        }
+        root.json.line = Some(what.text.clone());
+        root.json.origin = Some(self.job.sources[banner.source as usize].origin.to_string());
+        root.json.record = vec![banner.text.clone(), what.text.clone()];
+        root.text = what.text;
         root
     }
 

@@ -7,6 +7,10 @@
 //! The most telling symptom is the one with the highest weight, except that the text after
 //! `Last error:` in PyTorch's NCCL error block comes first: it is NCCL's own account of the
 //! failure the block's wrapper line (`NCCL error in: ..., unhandled system error`) only names.
+//! Among unclassified lines, an error comes before a warning or a bare traceback header
+//! (Mooncake#166, held-out set 90: a glog `W` line about a flag, then the `E` lines of the
+//! RDMA handshake that failed; GLM#136, set 92: DeepSpeed's INFO line inside a traceback,
+//! which leaves its header apart from the `ZeRORuntimeException` line).
 
 use crate::catalog::Role;
 use crate::correlate::board::Board;
@@ -37,7 +41,8 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         // The most telling symptom, the first of equals.
         let better = c.symptom.is_none_or(|s| {
             let (b, w) = (v.hit(s), v.sig(v.hit(s)).map_or(0, |x| x.weight));
-            let (ours, theirs) = ((h.last_error_text, weight), (b.last_error_text, w));
+            let ours = (h.last_error_text, weight, unclassified_error(v, i));
+            let theirs = (b.last_error_text, w, unclassified_error(v, s));
             ours > theirs || (ours == theirs && v.order_key(i) < v.order_key(s))
         });
         if !better {
@@ -62,6 +67,15 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             );
         }
     }
+}
+
+/// Among lines no signature knows, an error tells more than a warning printed before it
+/// (glog's `W… Invalid flag: …` before the `E… Failed to modify QP to RTR` that failed), and
+/// more than a traceback's header left on its own where another logger's line cut the
+/// traceback in two (its exception line then stands apart, below).
+fn unclassified_error(v: &View, i: usize) -> bool {
+    let h = v.hit(i);
+    h.sig.is_none() && !h.warn_only && !super::unexplained_error::is_header(v, i)
 }
 
 #[cfg(test)]
@@ -101,5 +115,27 @@ mod tests {
             28955.";
         let d = diagnose(&format!("{bare}\n{timed}\n"));
         assert_eq!(root_line(&d), bare);
+    }
+
+    #[test]
+    fn an_unclassified_error_is_the_root_over_an_earlier_warning() {
+        let warn = "W0331 10:52:07.700984 297905 bench.cpp:410] Invalid flag: buffer size is \
+            smaller than require_size, adjust to 68719476736";
+        let err = "E0331 10:54:20.638639 297912 rdma_endpoint.cpp:385] [Handshake] Failed to \
+            modify QP to RTR, check mtu, gid, peer lid, peer qp num: Connection timed out [110]";
+        let d = diagnose(&format!("{warn}\n{err}\n{err}\n"));
+        assert_eq!(root_line(&d), err);
+    }
+
+    #[test]
+    fn an_exception_line_is_the_root_over_a_traceback_header_cut_off_from_it() {
+        let exc = "deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being \
+            loaded used a DP world size of 256 but the current world size is 2.";
+        let log = format!(
+            "Traceback (most recent call last):\n  File \"train.py\", line 673, in <module>\n    \
+             main()\n[2023-03-21 20:28:05,674] [INFO] [engine.py:21:load] Loading checkpoint\n  \
+             File \"engine.py\", line 2950, in _load\n    raise ZeRORuntimeException(msg)\n{exc}\n"
+        );
+        assert_eq!(root_line(&diagnose(&log)), exc);
     }
 }
