@@ -323,6 +323,7 @@ pub const SETTING_FIELDS: &[&str] = &[
     "non_pci_nic",
     "pin_memory_reload",
     "link_local_gid",
+    "memlock_limit",
 ];
 
 /// Error from loading a catalog: which file, which signature and why.
