@@ -15,6 +15,51 @@ pub(super) fn progress_bar(b: &[u8]) -> Option<usize> {
     let window = &b[..b.len().min(PERCENT_WINDOW)];
     memchr::memchr_iter(b'%', window)
         .find_map(|p| bar_after_percent(b, p).or_else(|| cut_frame(b, p)))
+        .or_else(|| headless_frame(b))
+}
+
+/// A frame whose head (`desc: N%|bar|`) is not in view, as an excerpt that opens mid-line
+/// shows it: `12172/13725 [4:44:35<35:03,  1.35s/it, loss=0.97]WARNING:torch…` (cxr-clip#4,
+/// held-out set 92). The counters and a `[elapsed<remaining` block make it a bar.
+fn headless_frame(b: &[u8]) -> Option<usize> {
+    let end = b.len().min(BAR_SPAN);
+    let mut k = count(b, |c| c == b' ');
+    k += counter(b.get(k..end)?).filter(|&n| b[k..k + n].iter().all(u8::is_ascii_digit))?;
+    if b.get(k) != Some(&b'/') {
+        return None;
+    }
+    k += 1;
+    k += counter(b.get(k..end)?)?;
+    if !b.get(k..end)?.starts_with(b" [") {
+        return None;
+    }
+    let open = k + 1;
+    let times = b.get(open + 1..end)?;
+    let clock = count(times, |c| c.is_ascii_digit() || c == b':');
+    if clock == 0 || !times[..clock].contains(&b':') || times.get(clock) != Some(&b'<') {
+        return None;
+    }
+    let message = closing_bracket(b, open, end)? + 1;
+    (message < b.len() && !b[message..].iter().all(u8::is_ascii_whitespace)).then_some(message)
+}
+
+/// The `]` that closes the `[` at `open`, brackets inside it (a postfix's `lr=['1e-4']`)
+/// counted, within `end`.
+fn closing_bracket(b: &[u8], open: usize, end: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, &c) in b[open..end].iter().enumerate() {
+        match c {
+            b'[' => depth += 1,
+            b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(open + i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A frame cut short by another process's text: `N%|` and the bar's first blocks, a blank,
@@ -135,6 +180,20 @@ mod tests {
             None
         );
         assert_eq!(progress_bar("ratio 6%| of all [x]".as_bytes()), None);
+    }
+
+    #[test]
+    fn a_frame_without_its_head_is_a_bar() {
+        let line = "12172/13725 [4:44:35<35:03,  1.35s/it, lr=['0.00004109'], loss=0.97, \
+            Mem=0%]WARNING:torch.distributed.elastic.rendezvous.dynamic_rendezvous:The node";
+        let end = progress_bar(line.as_bytes()).unwrap();
+        assert!(line[end..].starts_with("WARNING:torch.distributed"));
+        // Counters and a bracket that holds no elapsed<remaining clock are not a bar.
+        assert_eq!(progress_bar("3/4 [done] all ranks ok".as_bytes()), None);
+        assert_eq!(
+            progress_bar("12/30 [00:01<00:02, 3.1it/s]".as_bytes()),
+            None
+        );
     }
 
     #[test]

@@ -13,6 +13,10 @@
 //! hook's segfault, pyxis #122): the crash then belongs to the listing, which the error only
 //! sums up.
 //!
+//! A crash report that names no process (Julia's `signal (11): Segmentation fault`) takes the
+//! error from any stream of its file within those lines: the lines around it are its
+//! process's (MPI.jl #532, held-out set 93: UCX's `gdr_pin_buffer failed` just above it).
+//!
 //! Cases (held-out set 74, found before this rule): NeMo-Aligner #541 (UCX's refused connect
 //! to a link-local address, Open MPI's `ucp_ep_create … failed`, then `Caught signal 11`),
 //! ai-dynamo/dynamo #285 (UCX failing to create a UD QP on an eRDMA device, then the segfault
@@ -65,10 +69,18 @@ fn error_before(v: &View, scope: &Scope, ci: usize) -> Option<usize> {
         .rposition(|l| l.text.trim_end().ends_with(':'))
     {
         Some(p) => window.get(p + 1)?.seq,
-        None => window.first()?.seq,
+        // Nothing of its own before it (an anonymous report): the file's lines bound it.
+        None => window.first().map_or(0, |l| l.seq),
     };
-    scope
-        .hits_of(v, crash.source)
+    // A crash report with no process of its own (Julia's `signal (11): Segmentation fault`
+    // has no prefix) belongs to the process whose lines surround it in its file: the error
+    // may come from any stream of that file.
+    let candidates = if anonymous(v, crash.source) {
+        scope.hits_in(v, &crash.origin)
+    } else {
+        scope.hits_of(v, crash.source)
+    };
+    candidates
         .iter()
         .copied()
         .filter(|&i| {
@@ -83,6 +95,11 @@ fn error_before(v: &View, scope: &Scope, ci: usize) -> Option<usize> {
         })
         .filter(|&i| is_error(v, i))
         .min_by_key(|&i| v.hit(i).seq)
+}
+
+/// A stream that states neither its host nor its process.
+fn anonymous(v: &View, src: u32) -> bool {
+    v.job.sources[src as usize].pid.is_none() && v.host_of(src).is_none()
 }
 
 /// An error line of the process's own: unclassified at error level, or a cause that is not a
@@ -131,6 +148,16 @@ mod tests {
             dumped) | pwck -R /etc/shadow";
         let d = diagnose(&format!("{failed}\n{listing}\n{crash}\n"));
         assert_ne!(root_line(&d), failed);
+    }
+
+    #[test]
+    fn an_anonymous_crash_report_takes_the_error_printed_just_above_it() {
+        let ucx = "[1642966632.503811] [gcn21:3820255:0]    gdr_copy_md.c:122  UCX  ERROR \
+            gdr_pin_buffer failed. length :65536 ret:22";
+        let d = diagnose(&format!(
+            "{ucx}\n\nsignal (11): Segmentation fault\nin expression starting at test.jl:32\n"
+        ));
+        assert_eq!(root_line(&d), ucx);
     }
 
     #[test]

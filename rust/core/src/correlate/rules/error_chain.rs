@@ -56,6 +56,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
         // Decided before the moves below: a later failure line standing for the cut trace
         // (a summary the test or the framework printed) does not bring its start into view.
         let cut = opens_file_mid_trace(v, scope, start);
+        let mut whole_in_view = false;
         if v.hit(start).field("error_return").is_some() {
             // Only a trace: the line it follows, if any, is where this failure was printed.
             if let Some(head) = failure_before(v, scope, start) {
@@ -78,6 +79,19 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
                         .to_string();
                     board.add(who, host, "error_chain", 0, why);
                 }
+            } else if cut {
+                // An excerpt that opens inside a trace whose last line is not marked: the
+                // process's first failure shown from its first line (a WARN its own trace
+                // follows) stands for the failure (xgboost#7982: a cut `proxy.cc:942 -> 2`,
+                // then `Call to recv from 172.18.0.1<…> failed : Broken pipe` and its trace).
+                if let Some(next) = whole_failure_after(v, scope, start) {
+                    start = next;
+                    whole_in_view = true;
+                    let why = "the file opens inside an error-return trace; this is the \
+                               process's first failure shown from its first line"
+                        .to_string();
+                    board.add(who, host, "error_chain", 0, why);
+                }
             }
         } else if let Some(chain) = chain_start(v, scope, start) {
             start = chain;
@@ -87,7 +101,7 @@ pub fn apply(v: &View, scope: &Scope, board: &mut Board) {
             );
             board.add(who, host, "error_chain", 0, why);
         }
-        if cut {
+        if cut && !whole_in_view {
             // An excerpt that begins inside a trace: the failure it ends was cut off, so it
             // says less than a failure shown from its first line; between otherwise equal
             // candidates, the one whose failure is in view comes first.
@@ -313,6 +327,34 @@ fn failure_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
         .min_by_key(|&i| v.hit(i).line_no)
 }
 
+/// The process's first failure line after `start` that its own error-return trace follows
+/// (within the blank lines NCCL leaves): a failure whose account starts in view.
+fn whole_failure_after(v: &View, scope: &Scope, start: usize) -> Option<usize> {
+    let s = v.hit(start);
+    let hits = scope.hits_of(v, s.source);
+    // The process's next line in view after `f` is a trace line, within NCCL's blank lines.
+    let traced = |f: &crate::job::Hit| {
+        hits.iter()
+            .map(|&j| v.hit(j))
+            .filter(|t| t.origin == f.origin && t.line_no > f.line_no)
+            .min_by_key(|t| t.line_no)
+            .is_some_and(|t| {
+                t.field("error_return").is_some() && t.line_no <= f.line_no + MAX_LINE_GAP + 1
+            })
+    };
+    hits.iter()
+        .copied()
+        .filter(|&i| {
+            let h = v.hit(i);
+            h.origin == s.origin
+                && h.line_no > s.line_no
+                && h.field("error_return").is_none()
+                && v.sig(h).is_none_or(|sig| sig.severity >= Severity::Warning)
+                && traced(h)
+        })
+        .min_by_key(|&i| v.hit(i).line_no)
+}
+
 /// After the last line of a trace whose start is not in view, the process's next trace line:
 /// where its first trace wholly in view starts (a thread's failure, as the other threads of a
 /// process that fail alike print theirs one after another).
@@ -398,6 +440,27 @@ mod tests {
         );
         let d = diagnose(&log);
         assert_eq!(root_line(&d), warn);
+    }
+
+    #[test]
+    fn a_cut_trace_gives_way_to_the_first_failure_shown_from_its_start() {
+        // The excerpt opens on the tail of an earlier attempt's trace and its proxy summary;
+        // the next attempt shows its WARN and then its trace.
+        let h = "ip-10-0-3-7:28056:39685 [0]";
+        let recv = format!(
+            "{h} misc/socket.cc:503 NCCL WARN Net : Call to recv from 172.18.0.1<34483> \
+             failed : Broken pipe"
+        );
+        let summary = format!(
+            "{h} proxy.cc:1040 NCCL WARN [Proxy Service 3] Failed to execute operation \
+             Connect from rank 3, retcode 2"
+        );
+        let log = format!(
+            "{h} NCCL INFO proxy.cc:942 -> 2\n\n{summary}\n\n{recv}\n\
+             {h} NCCL INFO misc/socket.cc:520 -> 2\n{h} NCCL INFO proxy.cc:914 -> 2\n\n\
+             {summary}\n"
+        );
+        assert_eq!(root_line(&diagnose(&log)), recv);
     }
 
     #[test]
