@@ -379,14 +379,12 @@ fn frame_of(job: &Job, src: u32, i: usize) -> Option<(&crate::job::StackFrame, O
 /// Frame `i` of the stack dumped from process `src`, as a line of the tables.
 fn frame_line(job: &Job, src: u32, i: usize) -> Option<TableLine> {
     let (f, ts) = frame_of(job, src, i)?;
-    Some(TableLine {
+    Some(TableLine::printed_by(
+        job,
         src,
-        text: f.text.clone(),
-        origin: job.sources[src as usize].origin.clone(),
-        seq: f.seq,
-        line_no: f.line_no,
-        ts,
-    })
+        f.text.clone(),
+        (f.seq, f.line_no, ts),
+    ))
 }
 
 /// Where the first dumped process waits in a collective, when no dumped process is stuck
@@ -453,13 +451,8 @@ fn open_stack_finding(
         .iter()
         .filter_map(|(&src, s)| Some((src, frame(s)?)))
         .min_by_key(|(_, f)| f.seq)
-        .map(|(src, f)| TableLine {
-            src,
-            text: f.text.to_string(),
-            origin: job.sources[src as usize].origin.clone(),
-            seq: f.seq,
-            line_no: f.line_no,
-            ts: f.ts_ms,
+        .map(|(src, f)| {
+            TableLine::printed_by(job, src, f.text.to_string(), (f.seq, f.line_no, f.ts_ms))
         });
     if let Some(line) = first {
         open_finding(job, cat, cfg, sig, line, Vec::new());
@@ -483,14 +476,7 @@ fn open_shared_gpu(job: &mut Job, cat: &Catalog, cfg: &Config, g: crate::job::Sh
         ("dup_bus_id".to_string(), g.bus_id),
         ("comm_id".to_string(), g.comm_id),
     ];
-    let line = TableLine {
-        src: g.src,
-        text: g.text,
-        origin: job.sources[g.src as usize].origin.clone(),
-        seq: g.seq,
-        line_no: g.line_no,
-        ts: g.ts_ms,
-    };
+    let line = TableLine::printed_by(job, g.src, g.text, (g.seq, g.line_no, g.ts_ms));
     open_finding(job, cat, cfg, sig, line, fields);
 }
 
@@ -509,14 +495,8 @@ fn open_net_split(job: &mut Job, cat: &Catalog, cfg: &Config) {
         ("odd_network".to_string(), split.odd_network),
         ("job_network".to_string(), split.job_network),
     ];
-    let line = TableLine {
-        src: split.src,
-        text: split.text,
-        origin: job.sources[split.src as usize].origin.clone(),
-        seq: split.seq,
-        line_no: split.line_no,
-        ts: split.ts_ms,
-    };
+    let at = (split.seq, split.line_no, split.ts_ms);
+    let line = TableLine::printed_by(job, split.src, split.text, at);
     open_finding(job, cat, cfg, sig, line, fields);
 }
 
@@ -528,6 +508,21 @@ struct TableLine {
     seq: u64,
     line_no: u64,
     ts: Option<i64>,
+}
+
+impl TableLine {
+    /// Line `text` of process `src`, at (seq, line number, time), in that process's file.
+    fn printed_by(job: &Job, src: u32, text: String, at: (u64, u64, Option<i64>)) -> Self {
+        let (seq, line_no, ts) = at;
+        TableLine {
+            src,
+            text,
+            origin: job.sources[src as usize].origin.clone(),
+            seq,
+            line_no,
+            ts,
+        }
+    }
 }
 
 /// Opens an incident (or joins one) on a table's line, as a hit of the finding `sig` with the
@@ -578,14 +573,7 @@ fn open_crossing(job: &mut Job, cat: &Catalog, cfg: &Config, c: shared_host::Cro
         ("link_to".to_string(), l.to.to_string()),
         ("two_machines".to_string(), c.why),
     ];
-    let line = TableLine {
-        src: l.src,
-        text: l.line.to_string(),
-        origin: job.sources[l.src as usize].origin.clone(),
-        seq: l.seq,
-        line_no: l.line_no,
-        ts: l.ts_ms,
-    };
+    let line = TableLine::printed_by(job, l.src, l.line.to_string(), (l.seq, l.line_no, l.ts_ms));
     open_finding(job, cat, cfg, sig, line, fields);
 }
 
