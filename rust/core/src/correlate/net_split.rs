@@ -85,8 +85,8 @@ fn root_of(job: &Job, obs: &ContextObs, year: i32, odd: &str, others: &str) -> O
         .find(|l| prefix::peel(&l.text, year).level >= Level::Warn);
     let (text, seq, ts_ms, line_no) = match reason {
         Some(l) => {
-            let back = obs.seq - l.seq;
-            (l.text, l.seq, l.ts_ms, obs.line_no.saturating_sub(back))
+            let line_no = line_no_of(job, obs.source, l.seq).unwrap_or(obs.line_no);
+            (l.text, l.seq, l.ts_ms, line_no)
         }
         None if obs.line.is_empty() => return None,
         None => (obs.line.to_string(), obs.seq, obs.ts_ms, obs.line_no),
@@ -99,6 +99,22 @@ fn root_of(job: &Job, obs: &ContextObs, year: i32, odd: &str, others: &str) -> O
         ts_ms,
         odd_network: odd.to_string(),
         job_network: others.to_string(),
+    })
+}
+
+/// Where in its file the line `seq` of process `src` is, as a hit or a context line kept it
+/// (the ring keeps no line numbers).
+fn line_no_of(job: &Job, src: u32, seq: u64) -> Option<u64> {
+    let as_hit = job
+        .hits
+        .iter()
+        .find(|h| h.source == src && h.seq == seq)
+        .map(|h| h.line_no);
+    as_hit.or_else(|| {
+        job.context
+            .iter()
+            .find(|((_, s), o)| *s == src && o.seq == seq)
+            .map(|(_, o)| o.line_no)
     })
 }
 
@@ -115,7 +131,10 @@ mod tests {
         let d = diagnose_files(&[
             (
                 "x0.log",
-                &format!("{NO_VERBS}\nx0:26431:26431 [0] NCCL INFO Using network Socket\n"),
+                &format!(
+                    "{NO_VERBS}\n\nx0:26431:26431 [0] NCCL INFO NET/Socket : Using \
+                     [0]eno1:10.0.0.2<0>\nx0:26431:26431 [0] NCCL INFO Using network Socket\n"
+                ),
             ),
             (
                 "x1.log",
@@ -123,6 +142,11 @@ mod tests {
             ),
         ]);
         assert_finding(&d, NO_VERBS, FINDING, "network Socket");
+        let origin = d[0].json["root_cause"]["origin"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(origin.ends_with("x0.log:1"), "{origin}");
     }
 
     #[test]
