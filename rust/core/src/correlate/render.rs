@@ -495,7 +495,12 @@ impl<'a> View<'a> {
 
     fn ring_line(&self, src: u32, seq: u64) -> Option<RingLine> {
         let s = &self.job.sources[src as usize];
-        if let Some(l) = s.ring.lines().into_iter().find(|l| l.seq == seq) {
+        if let Some(l) = s
+            .ring
+            .record_from(seq, 1)
+            .into_iter()
+            .find(|l| l.seq == seq)
+        {
             return Some(l);
         }
         // a line of an NCCL RAS report or monitor kept apart from the ring (its message)
