@@ -367,7 +367,9 @@ pub struct Job {
     pub socket_ifname_kept: bool,
     pub hosts: Vec<String>,
     pub host_ids: FastMap<String, HostId>,
-    pub sources: Vec<Source>,
+    /// Boxed: a job of thousands of processes grows this vector an eighth at a time, and
+    /// each growth then copies pointers rather than whole sources.
+    pub sources: Vec<Box<Source>>,
     pub source_keys: FastMap<SourceKey, u32>,
     pub stream_hosts: FastMap<Arc<str>, HostId>,
     pub by_host_pid: FastMap<(HostId, u32), u32>,
@@ -522,6 +524,7 @@ impl Job {
             + vec(&self.hosts)
             + map(&self.host_ids)
             + vec(&self.sources)
+            + self.sources.len() * memsize::block(std::mem::size_of::<Source>())
             + map(&self.source_keys)
             + map(&self.stream_hosts)
             + map(&self.by_host_pid)
@@ -547,7 +550,7 @@ impl Job {
         use memsize::string;
         let content = self.hosts.iter().map(string).sum::<usize>()
             + self.host_ids.keys().map(string).sum::<usize>()
-            + self.sources.iter().map(Source::heap_bytes).sum::<usize>()
+            + self.sources.iter().map(|s| s.heap_bytes()).sum::<usize>()
             + self
                 .by_host_bus
                 .keys()
@@ -597,7 +600,7 @@ impl Job {
             }
             _ => {}
         }
-        crate::memsize::push_gently(&mut self.sources, s);
+        crate::memsize::push_gently(&mut self.sources, Box::new(s));
         self.source_keys.insert(key, i);
         self.tables_dirty = true;
         i
