@@ -278,6 +278,26 @@ fn markdown_quote(b: &[u8]) -> Option<usize> {
     Some(2)
 }
 
+/// A terminal UI's frame around a log pane (k9s, lazydocker: `│ line`, perhaps `│ line │`):
+/// the lengths of the left border with its space and of the right border with the blanks
+/// before it.
+fn box_border(b: &[u8]) -> Option<(usize, usize)> {
+    const BARS: [&str; 2] = ["\u{2502}", "\u{2503}"];
+    let bar = BARS.iter().find(|bar| b.starts_with(bar.as_bytes()))?.len();
+    if b.get(bar) != Some(&b' ') {
+        return None;
+    }
+    let body = trim_end_blanks(b, b.len());
+    let close = BARS
+        .iter()
+        .find(|bar| b[..body].ends_with(bar.as_bytes()))
+        .map_or(0, |right| {
+            let inner = trim_end_blanks(b, body - right.len());
+            b.len() - inner.max(bar + 1)
+        });
+    Some((bar + 1, close))
+}
+
 /// What one peeling step found at the current position.
 enum Step {
     /// A launcher/transport layer of this many bytes; more may follow.
@@ -357,6 +377,10 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
     }
     if let Some(n) = markdown_quote(rest) {
         return Step::Prefix(n);
+    }
+    if let Some((open, close)) = box_border(rest) {
+        m.msg_end -= close;
+        return Step::Prefix(open);
     }
     // Also behind a launcher's label: a console export re-shipped by another pipeline.
     if let Some(n) = launcher::cloudwatch(rest, m) {

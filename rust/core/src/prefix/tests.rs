@@ -375,3 +375,19 @@ fn a_container_column_before_a_whole_nccl_header_is_peeled() {
         assert_eq!(msg(text).0, text);
     }
 }
+
+#[test]
+fn a_line_framed_by_a_terminal_ui() {
+    // k9s draws its log pane's left border; some viewers close the frame on the right too.
+    let line = "\u{2502} pod-7:73:95 [0] transport/net_ib.cc:881 NCCL WARN NET/IB : Got completion from peer 10.1.0.4<4711> with error 12";
+    let (t, m) = msg(line);
+    assert!(t.starts_with("NET/IB : Got completion from peer"));
+    assert_eq!(m.host(line), Some("pod-7"));
+    let line =
+        "\u{2502} pod-7:73:95 [0] misc/socket.cc:64 NCCL WARN Net : Connect failed   \u{2502}";
+    let (t, _) = msg(line);
+    assert_eq!(t, "Net : Connect failed");
+    // A bar with no space after it is text, not a frame.
+    let (t, _) = msg("\u{2502}abc");
+    assert_eq!(t, "\u{2502}abc");
+}
