@@ -664,7 +664,9 @@ impl LineDecoder {
         let mut level = meta.level;
         // Also at the end of a logger's line (`Scheduler hit an exception: Traceback (most
         // recent call last):`): the traceback follows on the next lines.
-        if ends_with_trimmed(msg, "Traceback (most recent call last):") {
+        if ends_with_trimmed(msg, "Traceback (most recent call last):")
+            || crate::prefix::is_ipython_traceback_header(msg)
+        {
             level = level.max(Level::Error);
             st.in_traceback = true;
         } else if st.in_traceback && !continuation {

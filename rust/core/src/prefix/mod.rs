@@ -129,6 +129,23 @@ pub fn is_exception_line(msg: &str) -> bool {
     }
 }
 
+/// IPython's traceback header (Jupyter, `ipython`): the exception's name, padding, then
+/// `Traceback (most recent call last)` with no colon; the exception's text comes last.
+pub fn is_ipython_traceback_header(msg: &str) -> bool {
+    let Some(head) = msg
+        .trim_end()
+        .strip_suffix("Traceback (most recent call last)")
+    else {
+        return false;
+    };
+    let name = head.trim_end();
+    let b = name.as_bytes();
+    head.len() - name.len() >= 2
+        && !b.is_empty()
+        && dotted_name_len(b) == b.len()
+        && names_exception(b)
+}
+
 fn dotted_name_len(b: &[u8]) -> usize {
     b.iter()
         .position(|&c| !(c.is_ascii_alphanumeric() || c == b'.' || c == b'_'))

@@ -391,3 +391,18 @@ fn a_line_framed_by_a_terminal_ui() {
     let (t, _) = msg("\u{2502}abc");
     assert_eq!(t, "\u{2502}abc");
 }
+
+#[test]
+fn ipythons_traceback_header_names_its_exception() {
+    use super::is_ipython_traceback_header as header;
+    assert!(header(
+        "ProcessRaisedException                    Traceback (most recent call last)"
+    ));
+    assert!(header(
+        "torch.multiprocessing.spawn.ProcessExitedException  Traceback (most recent call last)  "
+    ));
+    // Python's own header, prose before the words, one space only: not IPython's.
+    assert!(!header("Traceback (most recent call last):"));
+    assert!(!header("see the Traceback (most recent call last)"));
+    assert!(!header("ValueError Traceback (most recent call last)"));
+}
