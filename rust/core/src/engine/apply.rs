@@ -1016,10 +1016,7 @@ fn is_bare_traceback_header(text: &str, year: i32) -> bool {
 
 fn ends_with_traceback_header(text: &str) -> bool {
     text.trim_end().ends_with(TRACEBACK_HEADER)
-        || text
-            .trim_end()
-            .ends_with("Traceback (most recent call last)")
-            && crate::prefix::is_ipython_traceback_header(text.trim_start())
+        || crate::prefix::is_ipython_traceback_header(text.trim_start())
 }
 
 /// Whether `line` is the exception that ends the traceback an unclassified hit opened with its

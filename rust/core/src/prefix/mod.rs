@@ -388,16 +388,13 @@ fn layer(rest: &[u8], pos: usize, year: i32, m: &mut LineMeta) -> Step {
             return step;
         }
     }
-    if let Some((open, close)) = quoted_whole(rest) {
+    // What a poster or a viewer put around the line: quote marks, a terminal UI's frame.
+    if let Some((open, close)) = quoted_whole(rest).or_else(|| box_border(rest)) {
         m.msg_end -= close;
         return Step::Prefix(open);
     }
     if let Some(n) = markdown_quote(rest) {
         return Step::Prefix(n);
-    }
-    if let Some((open, close)) = box_border(rest) {
-        m.msg_end -= close;
-        return Step::Prefix(open);
     }
     // Also behind a launcher's label: a console export re-shipped by another pipeline.
     if let Some(n) = launcher::cloudwatch(rest, m) {
